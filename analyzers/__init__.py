@@ -1,0 +1,1 @@
+"""Pure functions of run files (Polars) and the budget model; never imports the replay engine."""

@@ -1,0 +1,97 @@
+"""The ``loadgen`` command: the composition root, the only module that touches every package.
+
+Subcommands live in their packages' ``cli`` modules and are imported lazily, so that
+``loadgen replay`` does not pay for Polars or matplotlib. Errors of every package carry an
+``exit_code``; they are printed as one line on stderr, never as a traceback.
+
+Exit codes: 0 success; 1 SLO breach; 2 bad input or option; 3 invalid run; 4 endpoint or
+infrastructure failure; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from loadgen import __version__
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "trace": ("traces.cli:trace", "Make, import, inspect and transform workload traces."),
+    "replay": ("loadgen.cli_replay:replay", "Replay a trace against an OpenAI-compatible endpoint."),
+    "sim": ("loadgen.sim.cli:sim", "Serve the built-in OpenAI-compatible engine simulator."),
+    "demo": ("loadgen.cli_demo:demo", "Run the whole harness end to end on the simulator."),
+    "plan": ("analyzers.budget.cli:plan", "Predict prefill, decode, KV and disaggregation budgets."),
+}
+
+
+def _user_error_exit_code(exc: BaseException) -> int | None:
+    """The exit code of one of our packages' user-facing errors, or None for anything else."""
+    code = getattr(type(exc), "exit_code", None)
+    module = type(exc).__module__.split(".")[0]
+    if isinstance(code, int) and module in {"loadgen", "traces", "analyzers", "reports"}:
+        return code
+    return None
+
+
+class _LazyRoot(click.Group):
+    """A group that imports each subcommand only when it is run or its help is shown."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(_COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target[0].split(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target[0]} is not a click command")
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, _COMMANDS[name][1]) for name in sorted(_COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:
+            code = _user_error_exit_code(exc)
+            if code is None:
+                raise
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(code)
+
+
+@click.group(cls=_LazyRoot, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="loadgen")
+def cli() -> None:
+    """Trace-driven replay and load testing for OpenAI-compatible LLM endpoints.
+
+    Replay a Parquet trace open-loop at its own timestamps (or closed-loop at a
+    concurrency), record every token's arrival, and explain latency against budgets
+    predicted from first principles.
+    """
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="loadgen")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

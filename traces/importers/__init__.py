@@ -1,0 +1,1 @@
+"""Importers of public trace formats into the workload table (one module per format)."""

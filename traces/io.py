@@ -1,0 +1,123 @@
+"""Parquet reading and writing for traces and runs, with provenance in file metadata."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traces import schema as s
+from traces.errors import SchemaError, TraceFileError
+from traces.records import TraceRequest, trace_requests_from_table
+from traces.validate import check_columns, validate_trace
+
+
+def file_metadata(kind: str, provenance: Mapping[str, Any] | None = None) -> dict[bytes, bytes]:
+    """The Parquet key-value metadata: schema version, file kind and provenance."""
+    meta: dict[str, Any] = {"schema_version": s.SCHEMA_VERSION, "kind": kind}
+    if provenance:
+        meta.update(provenance)
+    return {s.METADATA_KEY: json.dumps(meta, sort_keys=True).encode()}
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """Return the llm-loadgen metadata of a Parquet file (empty when it has none)."""
+    try:
+        raw = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise TraceFileError(f"{path}: cannot read Parquet metadata: {exc}") from exc
+    blob = raw.get(s.METADATA_KEY)
+    if blob is None:
+        return {}
+    try:
+        value = json.loads(blob)
+    except json.JSONDecodeError as exc:
+        raise TraceFileError(f"{path}: llm-loadgen metadata is not valid JSON") from exc
+    return value if isinstance(value, dict) else {}
+
+
+def conform_trace(table: pa.Table, where: str) -> pa.Table:
+    """Cast a table with trace columns into ``TRACE_SCHEMA``, filling absent optional columns."""
+    check_columns(table, where)
+    n = table.num_rows
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for field in s.TRACE_SCHEMA:
+        if field.name in table.column_names:
+            col = table.column(field.name)
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaError(
+                    f"{where}: column {field.name!r} cannot be read as {field.type}: {exc}"
+                ) from exc
+        elif field.name == s.WORKLOAD:
+            col = pa.array(["text"] * n).dictionary_encode().cast(field.type)
+        elif field.name == s.API:
+            col = pa.array([s.API_CHAT] * n).dictionary_encode().cast(field.type)
+        else:
+            col = pa.nulls(n, type=field.type)
+        arrays.append(col)
+    return pa.Table.from_arrays(arrays, schema=s.TRACE_SCHEMA)
+
+
+def read_trace_table(path: Path) -> pa.Table:
+    """Read, conform and validate a trace Parquet file; raise ``TraceError`` with a clear line."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceFileError(f"{path}: no such trace file")
+    if path.is_dir():
+        raise TraceFileError(f"{path}: is a directory, expected a trace .parquet file")
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise TraceFileError(f"{path}: not a readable Parquet file ({exc})") from exc
+    table = conform_trace(table, str(path))
+    validate_trace(table, str(path))
+    return table
+
+
+def read_trace(path: Path) -> list[TraceRequest]:
+    """Read a trace file into ``TraceRequest`` values."""
+    return trace_requests_from_table(read_trace_table(path))
+
+
+def write_trace(table: pa.Table, path: Path, provenance: Mapping[str, Any] | None = None) -> None:
+    """Conform, validate and write a trace, atomically (temp file then rename)."""
+    path = Path(path)
+    table = conform_trace(table, str(path))
+    validate_trace(table, str(path))
+    table = table.replace_schema_metadata(file_metadata("trace", provenance))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def run_request_files(run_dir: Path) -> list[Path]:
+    """The Parquet files holding a run's request rows.
+
+    A closed run has ``requests.parquet``; a run killed before closing has only its flushed
+    parts under ``requests.parts/``, which are complete Parquet files on their own.
+    """
+    run_dir = Path(run_dir)
+    merged = run_dir / s.REQUESTS_FILE
+    if merged.exists():
+        return [merged]
+    return sorted((run_dir / s.PARTS_DIR).glob("part-*.parquet"))
+
+
+def read_run_table(run_dir: Path) -> pa.Table:
+    """Read all request rows of a run directory (merged file or flushed parts)."""
+    files = run_request_files(run_dir)
+    if not files:
+        raise TraceFileError(f"{run_dir}: no {s.REQUESTS_FILE} (and no flushed parts): not a run directory")
+    try:
+        tables = [pq.read_table(f, schema=s.RUN_SCHEMA) for f in files]
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise TraceFileError(f"{run_dir}: cannot read run rows ({exc})") from exc
+    return pa.concat_tables(tables)

@@ -1,0 +1,149 @@
+"""Typed values for one row of each table, and their conversion to and from Arrow.
+
+``TraceRequest`` is one workload row; ``RequestRecord`` is one run row. Both are frozen,
+slotted, keyword-only dataclasses; no dict or tuple crosses a module boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+
+import pyarrow as pa
+
+from traces import schema as s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageSpec:
+    """An image to attach to a request, in pixels."""
+
+    width: int
+    height: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceRequest:
+    """One request of a workload trace (schema v1). ``index`` is its row number."""
+
+    index: int
+    request_id: str
+    arrival_s: float
+    workload: str = "text"
+    api: str = s.API_CHAT
+    input_tokens: int
+    output_tokens: int
+    prefix_blocks: tuple[int, ...] | None = None
+    images: tuple[ImageSpec, ...] | None = None
+    image_tokens: int | None = None
+    prompt: str | None = None
+    messages: str | None = None
+    session_id: str | None = None
+    turn: int | None = None
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+
+
+def trace_requests_from_table(table: pa.Table) -> list[TraceRequest]:
+    """Convert a validated trace table into ``TraceRequest`` values, in row order."""
+    cols = {name: table.column(name).to_pylist() for name in table.column_names}
+    n = table.num_rows
+    out: list[TraceRequest] = []
+    empty: list[None] = [None] * n
+    images_col = cols.get(s.IMAGES, empty)
+    blocks_col = cols.get(s.PREFIX_BLOCKS, empty)
+    for i in range(n):
+        imgs = images_col[i]
+        blocks = blocks_col[i]
+        out.append(
+            TraceRequest(
+                index=i,
+                request_id=cols[s.REQUEST_ID][i],
+                arrival_s=cols[s.ARRIVAL_S][i],
+                workload=cols.get(s.WORKLOAD, empty)[i] or "text",
+                api=cols.get(s.API, empty)[i] or s.API_CHAT,
+                input_tokens=cols[s.INPUT_TOKENS][i],
+                output_tokens=cols[s.OUTPUT_TOKENS][i],
+                prefix_blocks=tuple(blocks) if blocks is not None else None,
+                images=(
+                    tuple(ImageSpec(width=im["width"], height=im["height"]) for im in imgs)
+                    if imgs
+                    else None
+                ),
+                image_tokens=cols.get(s.IMAGE_TOKENS, empty)[i],
+                prompt=cols.get(s.PROMPT, empty)[i],
+                messages=cols.get(s.MESSAGES, empty)[i],
+                session_id=cols.get(s.SESSION_ID, empty)[i],
+                turn=cols.get(s.TURN, empty)[i],
+                slo_ttft_ms=cols.get(s.SLO_TTFT_MS, empty)[i],
+                slo_tpot_ms=cols.get(s.SLO_TPOT_MS, empty)[i],
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord:
+    """One row of the run table: what happened to one dispatched request.
+
+    Every ``*_ns`` is epoch nanoseconds from the run's single monotonic clock; ``None``
+    means the event did not happen (e.g. no new connection, no first token).
+    ``chunk_offsets_us`` holds each content chunk's arrival relative to ``sent_ns``.
+    """
+
+    run_id: str
+    trace_index: int
+    request_id: str
+    x_request_id: str
+    worker: int = 0
+    workload: str
+    api: str
+    input_tokens: int
+    output_tokens: int
+    n_images: int = 0
+    image_tokens: int | None = None
+    session_id: str | None = None
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    warmup: bool = False
+    due_ns: int
+    sent_ns: int | None = None
+    connect_start_ns: int | None = None
+    connected_ns: int | None = None
+    request_written_ns: int | None = None
+    headers_ns: int | None = None
+    first_byte_ns: int | None = None
+    first_token_ns: int | None = None
+    first_reasoning_ns: int | None = None
+    end_ns: int | None = None
+    chunk_offsets_us: Sequence[int] = ()
+    chunk_tokens: Sequence[int] | None = None
+    reasoning_offsets_us: Sequence[int] = ()
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    outcome: str
+    http_status: int | None = None
+    error: str | None = None
+    finish_reason: str | None = None
+    server_queue_ms: float | None = None
+    server_prefill_ms: float | None = None
+    server_transfer_ms: float | None = None
+    server_first_token_ms: float | None = None
+    server_ttft_ms: float | None = None
+    server_decode_ms: float | None = None
+    server_instance: str | None = None
+
+
+RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+
+
+def records_to_batch(records: Iterable[RequestRecord]) -> pa.RecordBatch:
+    """Build one Arrow record batch in ``RUN_SCHEMA`` from run records."""
+    rows = list(records)
+    arrays = [
+        pa.array([getattr(r, name) for r in rows], type=s.RUN_SCHEMA.field(name).type)
+        for name in RECORD_FIELDS
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=s.RUN_SCHEMA)

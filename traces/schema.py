@@ -1,0 +1,168 @@
+"""The two Parquet tables of llm-loadgen, version 1: the workload (trace) and the run.
+
+Column names are constants so that every other module refers to them by name.
+This module imports pyarrow only. docs/formats.md describes every column.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+
+SCHEMA_VERSION: Final = 1
+METADATA_KEY: Final = b"llm_loadgen"
+"""File-level key whose value is a JSON object: schema_version, kind, provenance."""
+
+# ---------------------------------------------------------------- workload table
+REQUEST_ID: Final = "request_id"
+ARRIVAL_S: Final = "arrival_s"
+WORKLOAD: Final = "workload"
+API: Final = "api"
+INPUT_TOKENS: Final = "input_tokens"
+OUTPUT_TOKENS: Final = "output_tokens"
+PREFIX_BLOCKS: Final = "prefix_blocks"
+IMAGES: Final = "images"
+IMAGE_TOKENS: Final = "image_tokens"
+PROMPT: Final = "prompt"
+MESSAGES: Final = "messages"
+SESSION_ID: Final = "session_id"
+TURN: Final = "turn"
+SLO_TTFT_MS: Final = "slo_ttft_ms"
+SLO_TPOT_MS: Final = "slo_tpot_ms"
+
+API_CHAT: Final = "chat"
+API_COMPLETIONS: Final = "completions"
+APIS: Final = frozenset({API_CHAT, API_COMPLETIONS})
+
+IMAGE_TYPE: Final = pa.struct([pa.field("width", pa.int32()), pa.field("height", pa.int32())])
+
+TRACE_SCHEMA: Final = pa.schema(
+    [
+        pa.field(REQUEST_ID, pa.string(), nullable=False),
+        pa.field(ARRIVAL_S, pa.float64(), nullable=False),
+        pa.field(WORKLOAD, pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field(API, pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field(INPUT_TOKENS, pa.int32(), nullable=False),
+        pa.field(OUTPUT_TOKENS, pa.int32(), nullable=False),
+        pa.field(PREFIX_BLOCKS, pa.list_(pa.int64())),
+        pa.field(IMAGES, pa.list_(IMAGE_TYPE)),
+        pa.field(IMAGE_TOKENS, pa.int32()),
+        pa.field(PROMPT, pa.string()),
+        pa.field(MESSAGES, pa.string()),
+        pa.field(SESSION_ID, pa.string()),
+        pa.field(TURN, pa.int32()),
+        pa.field(SLO_TTFT_MS, pa.float32()),
+        pa.field(SLO_TPOT_MS, pa.float32()),
+    ]
+)
+TRACE_REQUIRED: Final = (REQUEST_ID, ARRIVAL_S, INPUT_TOKENS, OUTPUT_TOKENS)
+"""Columns a trace file must have; the others are filled with defaults when absent."""
+
+# ---------------------------------------------------------------- run table
+RUN_ID: Final = "run_id"
+TRACE_INDEX: Final = "trace_index"
+X_REQUEST_ID: Final = "x_request_id"
+WORKER: Final = "worker"
+N_IMAGES: Final = "n_images"
+WARMUP: Final = "warmup"
+DUE_NS: Final = "due_ns"
+SENT_NS: Final = "sent_ns"
+CONNECT_START_NS: Final = "connect_start_ns"
+CONNECTED_NS: Final = "connected_ns"
+REQUEST_WRITTEN_NS: Final = "request_written_ns"
+HEADERS_NS: Final = "headers_ns"
+FIRST_BYTE_NS: Final = "first_byte_ns"
+FIRST_TOKEN_NS: Final = "first_token_ns"
+FIRST_REASONING_NS: Final = "first_reasoning_ns"
+END_NS: Final = "end_ns"
+CHUNK_OFFSETS_US: Final = "chunk_offsets_us"
+CHUNK_TOKENS: Final = "chunk_tokens"
+REASONING_OFFSETS_US: Final = "reasoning_offsets_us"
+PROMPT_TOKENS: Final = "prompt_tokens"
+COMPLETION_TOKENS: Final = "completion_tokens"
+CACHED_TOKENS: Final = "cached_tokens"
+REASONING_TOKENS: Final = "reasoning_tokens"
+OUTCOME: Final = "outcome"
+HTTP_STATUS: Final = "http_status"
+ERROR: Final = "error"
+FINISH_REASON: Final = "finish_reason"
+SERVER_QUEUE_MS: Final = "server_queue_ms"
+SERVER_PREFILL_MS: Final = "server_prefill_ms"
+SERVER_TRANSFER_MS: Final = "server_transfer_ms"
+SERVER_FIRST_TOKEN_MS: Final = "server_first_token_ms"
+SERVER_TTFT_MS: Final = "server_ttft_ms"
+SERVER_DECODE_MS: Final = "server_decode_ms"
+SERVER_INSTANCE: Final = "server_instance"
+
+OUTCOME_OK: Final = "ok"
+OUTCOME_HTTP_ERROR: Final = "http_error"
+OUTCOME_TIMEOUT: Final = "timeout"
+OUTCOME_CONNECT_ERROR: Final = "connect_error"
+OUTCOME_DISCONNECT: Final = "disconnect"
+OUTCOME_PROTOCOL_ERROR: Final = "protocol_error"
+OUTCOME_CANCELLED: Final = "cancelled"
+OUTCOMES: Final = (
+    OUTCOME_OK,
+    OUTCOME_HTTP_ERROR,
+    OUTCOME_TIMEOUT,
+    OUTCOME_CONNECT_ERROR,
+    OUTCOME_DISCONNECT,
+    OUTCOME_PROTOCOL_ERROR,
+    OUTCOME_CANCELLED,
+)
+
+RUN_SCHEMA: Final = pa.schema(
+    [
+        pa.field(RUN_ID, pa.string(), nullable=False),
+        pa.field(TRACE_INDEX, pa.int64(), nullable=False),
+        pa.field(REQUEST_ID, pa.string(), nullable=False),
+        pa.field(X_REQUEST_ID, pa.string(), nullable=False),
+        pa.field(WORKER, pa.int16(), nullable=False),
+        pa.field(WORKLOAD, pa.string(), nullable=False),
+        pa.field(API, pa.string(), nullable=False),
+        pa.field(INPUT_TOKENS, pa.int32(), nullable=False),
+        pa.field(OUTPUT_TOKENS, pa.int32(), nullable=False),
+        pa.field(N_IMAGES, pa.int16(), nullable=False),
+        pa.field(IMAGE_TOKENS, pa.int32()),
+        pa.field(SESSION_ID, pa.string()),
+        pa.field(SLO_TTFT_MS, pa.float32()),
+        pa.field(SLO_TPOT_MS, pa.float32()),
+        pa.field(WARMUP, pa.bool_(), nullable=False),
+        pa.field(DUE_NS, pa.int64(), nullable=False),
+        pa.field(SENT_NS, pa.int64()),
+        pa.field(CONNECT_START_NS, pa.int64()),
+        pa.field(CONNECTED_NS, pa.int64()),
+        pa.field(REQUEST_WRITTEN_NS, pa.int64()),
+        pa.field(HEADERS_NS, pa.int64()),
+        pa.field(FIRST_BYTE_NS, pa.int64()),
+        pa.field(FIRST_TOKEN_NS, pa.int64()),
+        pa.field(FIRST_REASONING_NS, pa.int64()),
+        pa.field(END_NS, pa.int64()),
+        pa.field(CHUNK_OFFSETS_US, pa.list_(pa.int32()), nullable=False),
+        pa.field(CHUNK_TOKENS, pa.list_(pa.int16())),
+        pa.field(REASONING_OFFSETS_US, pa.list_(pa.int32()), nullable=False),
+        pa.field(PROMPT_TOKENS, pa.int32()),
+        pa.field(COMPLETION_TOKENS, pa.int32()),
+        pa.field(CACHED_TOKENS, pa.int32()),
+        pa.field(REASONING_TOKENS, pa.int32()),
+        pa.field(OUTCOME, pa.string(), nullable=False),
+        pa.field(HTTP_STATUS, pa.int16()),
+        pa.field(ERROR, pa.string()),
+        pa.field(FINISH_REASON, pa.string()),
+        pa.field(SERVER_QUEUE_MS, pa.float64()),
+        pa.field(SERVER_PREFILL_MS, pa.float64()),
+        pa.field(SERVER_TRANSFER_MS, pa.float64()),
+        pa.field(SERVER_FIRST_TOKEN_MS, pa.float64()),
+        pa.field(SERVER_TTFT_MS, pa.float64()),
+        pa.field(SERVER_DECODE_MS, pa.float64()),
+        pa.field(SERVER_INSTANCE, pa.string()),
+    ]
+)
+
+# ---------------------------------------------------------------- run directory
+REQUESTS_FILE: Final = "requests.parquet"
+PARTS_DIR: Final = "requests.parts"
+"""Row batches flushed during a run; merged into REQUESTS_FILE when the run closes."""
+RUN_JSON: Final = "run.json"
+SERVER_METRICS_FILE: Final = "server_metrics.parquet"
