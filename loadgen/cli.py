@@ -11,7 +11,6 @@ infrastructure failure; 130 interrupted.
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 import click
@@ -20,10 +19,16 @@ from loadgen import __version__
 
 _COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("traces.cli:trace", "Make, import, inspect and transform workload traces."),
-    "replay": ("loadgen.cli_replay:replay", "Replay a trace against an OpenAI-compatible endpoint."),
+    "replay": (
+        "loadgen.cli_replay:replay",
+        "Replay a trace against an OpenAI-compatible endpoint.",
+    ),
     "sim": ("loadgen.sim.cli:sim", "Serve the built-in OpenAI-compatible engine simulator."),
     "demo": ("loadgen.cli_demo:demo", "Run the whole harness end to end on the simulator."),
-    "plan": ("analyzers.budget.cli:plan", "Predict prefill, decode, KV and disaggregation budgets."),
+    "plan": (
+        "analyzers.budget.cli:plan",
+        "Predict prefill, decode, KV and disaggregation budgets.",
+    ),
 }
 
 
@@ -94,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -115,9 +115,23 @@ def read_run_table(run_dir: Path) -> pa.Table:
     """Read all request rows of a run directory (merged file or flushed parts)."""
     files = run_request_files(run_dir)
     if not files:
-        raise TraceFileError(f"{run_dir}: no {s.REQUESTS_FILE} (and no flushed parts): not a run directory")
+        raise TraceFileError(
+            f"{run_dir}: no {s.REQUESTS_FILE} (and no flushed parts): not a run directory"
+        )
     try:
         tables = [pq.read_table(f, schema=s.RUN_SCHEMA) for f in files]
     except (OSError, pa.ArrowInvalid) as exc:
         raise TraceFileError(f"{run_dir}: cannot read run rows ({exc})") from exc
     return pa.concat_tables(tables)
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """Read a run directory's ``run.json`` (empty dict when absent)."""
+    path = Path(run_dir) / s.RUN_JSON
+    if not path.exists():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TraceFileError(f"{path}: unreadable run.json ({exc})") from exc
+    return value if isinstance(value, dict) else {}

@@ -32,7 +32,9 @@ def check_columns(table: pa.Table, where: str) -> None:
         got = table.schema.field(name).type
         if got == want:
             continue
-        if pa.types.is_dictionary(want) and (pa.types.is_string(got) or pa.types.is_large_string(got)):
+        if pa.types.is_dictionary(want) and (
+            pa.types.is_string(got) or pa.types.is_large_string(got)
+        ):
             continue
         if pa.types.is_integer(want) and pa.types.is_integer(got):
             continue
@@ -55,7 +57,9 @@ def validate_trace(table: pa.Table, where: str) -> None:
     for col in (s.REQUEST_ID, s.ARRIVAL_S, s.INPUT_TOKENS, s.OUTPUT_TOKENS, s.WORKLOAD, s.API):
         bad = _first_true(pc.is_null(table.column(col)))
         if bad is not None:
-            raise ValidationError(f"{where}: row {bad}, column {col!r}: value is null", row=bad, column=col)
+            raise ValidationError(
+                f"{where}: row {bad}, column {col!r}: value is null", row=bad, column=col
+            )
     arrival = table.column(s.ARRIVAL_S)
     bad = _first_true(pc.or_(pc.less(arrival, 0.0), pc.is_nan(arrival)))
     if bad is not None:
@@ -99,7 +103,7 @@ def validate_trace(table: pa.Table, where: str) -> None:
     if pc.count_distinct(ids).as_py() != n:
         counts = pc.value_counts(ids)
         dup = next(v["values"] for v in counts.to_pylist() if v["counts"] > 1)
-        row = _first_true(pc.equal(ids, dup))
+        row = _first_true(pc.equal(ids, dup)) or 0
         raise ValidationError(
             f"{where}: row {row}, column {s.REQUEST_ID!r}: duplicate request id {dup!r}",
             row=row,

@@ -1,0 +1,356 @@
+"""One streaming request over an injected ``httpx.AsyncClient``, recorded as one run row.
+
+The hot path: stamp connection events through httpx's ``trace`` extension, stamp every body
+read on arrival (the transport does it), feed the bytes to the SSE decoder and keep the
+raw event payloads with their arrival times. JSON decoding waits until the stream ends.
+Every outcome, including cancellation, becomes exactly one ``RequestRecord`` given to the
+sink; exceptions never escape except cancellation, which is re-raised after recording.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from loadgen.protocol import Chunk, Kind, ServerTimings, Usage, classify
+from loadgen.sse import SSEDecoder
+from loadgen.transport import STAMPED
+from traces import schema as s
+from traces.records import RequestRecord, TraceRequest
+
+_ERROR_BODY_LIMIT = 2048
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedRequest:
+    """A request ready to send: body already built, identifiers fixed."""
+
+    trace: TraceRequest
+    x_request_id: str
+    path: str
+    body: bytes
+    warmup: bool = False
+
+
+class _Stamps:
+    """Mutable per-request timestamps, filled by the trace callback and the reader."""
+
+    __slots__ = ("connect_start", "connected", "first_byte", "headers", "written")
+
+    def __init__(self) -> None:
+        self.connect_start: int | None = None
+        self.connected: int | None = None
+        self.written: int | None = None
+        self.headers: int | None = None
+        self.first_byte: int | None = None
+
+
+class StreamingClient:
+    """Sends prepared requests and records each one. One instance per process."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        base_url: str,
+        now_ns: Callable[[], int],
+        run_id: str,
+        worker: int = 0,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self._http = http
+        self._base_url = base_url.rstrip("/")
+        self._now_ns = now_ns
+        self._run_id = run_id
+        self._worker = worker
+        self._headers = dict(headers or {})
+        self._headers.setdefault("content-type", "application/json")
+        self._headers.setdefault("accept", "text/event-stream")
+        self._headers.setdefault("accept-encoding", "identity")
+        self._timeout_s = timeout_s
+
+    async def execute(
+        self, job: PreparedRequest, due_ns: int, sink: Callable[[RequestRecord], None]
+    ) -> None:
+        """Send ``job`` now, stream the response, and give its record to ``sink``."""
+        now_ns = self._now_ns
+        stamps = _Stamps()
+
+        async def trace(event: str, info: Mapping[str, Any]) -> None:
+            # httpcore's event names; only these matter for the TTFT chain.
+            if event == "connection.connect_tcp.started":
+                stamps.connect_start = now_ns()
+            elif (
+                event == "connection.connect_tcp.complete"
+                or event == "connection.start_tls.complete"
+            ):
+                stamps.connected = now_ns()
+            elif event == "http11.send_request_body.complete":
+                stamps.written = now_ns()
+            elif event == "http11.receive_response_headers.complete":
+                stamps.headers = now_ns()
+
+        headers = dict(self._headers)
+        headers["x-request-id"] = job.x_request_id
+        request = self._http.build_request(
+            "POST",
+            self._base_url + job.path,
+            content=job.body,
+            headers=headers,
+            extensions={"trace": trace},
+        )
+        events: list[tuple[int, bytes]] = []
+        status: int | None = None
+        outcome = s.OUTCOME_OK
+        error: str | None = None
+        sent = now_ns()
+        end: int | None = None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._http.send(request, stream=True)
+                try:
+                    status = response.status_code
+                    if stamps.headers is None:
+                        stamps.headers = now_ns()
+                    if status >= 400:
+                        body = await response.aread()
+                        end = now_ns()
+                        outcome = s.OUTCOME_HTTP_ERROR
+                        error = _error_text(status, body)
+                    else:
+                        await self._read_events(response, events, stamps)
+                        end = now_ns()
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            outcome, error = s.OUTCOME_TIMEOUT, f"no complete response within {self._timeout_s:g} s"
+        except httpx.TimeoutException as exc:
+            outcome = (
+                s.OUTCOME_CONNECT_ERROR
+                if isinstance(exc, httpx.ConnectTimeout)
+                else s.OUTCOME_TIMEOUT
+            )
+            error = f"{type(exc).__name__}: {exc}"
+        except httpx.ConnectError as exc:
+            outcome, error = s.OUTCOME_CONNECT_ERROR, f"{type(exc).__name__}: {exc}"
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            outcome, error = s.OUTCOME_DISCONNECT, f"{type(exc).__name__}: {exc}"
+        except httpx.HTTPError as exc:
+            outcome, error = s.OUTCOME_PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}"
+        except asyncio.CancelledError:
+            sink(
+                self._record(
+                    job,
+                    due_ns,
+                    sent,
+                    now_ns(),
+                    stamps,
+                    events,
+                    status,
+                    s.OUTCOME_CANCELLED,
+                    "cancelled before the response ended",
+                )
+            )
+            raise
+        if end is None:
+            end = now_ns()
+        sink(self._record(job, due_ns, sent, end, stamps, events, status, outcome, error))
+
+    async def _read_events(
+        self, response: httpx.Response, events: list[tuple[int, bytes]], stamps: _Stamps
+    ) -> None:
+        """Read the body, keeping every SSE event's data with its arrival time."""
+        decoder = SSEDecoder()
+        feed = decoder.feed
+        append = events.append
+        stamped = response.extensions.get(STAMPED)
+        if stamped is not None:
+            async for ts, data in stamped.stamped():
+                if stamps.first_byte is None:
+                    stamps.first_byte = ts
+                for payload in feed(data):
+                    append((ts, payload))
+        else:
+            now_ns = self._now_ns
+            async for data in response.aiter_raw():
+                ts = now_ns()
+                if stamps.first_byte is None:
+                    stamps.first_byte = ts
+                for payload in feed(data):
+                    append((ts, payload))
+        tail = decoder.flush()
+        if tail:
+            ts = self._now_ns()
+            events.extend((ts, payload) for payload in tail)
+
+    def _record(
+        self,
+        job: PreparedRequest,
+        due_ns: int,
+        sent_ns: int,
+        end_ns: int,
+        stamps: _Stamps,
+        events: list[tuple[int, bytes]],
+        status: int | None,
+        outcome: str,
+        error: str | None,
+    ) -> RequestRecord:
+        parsed = _parse_events(events, sent_ns)
+        if outcome == s.OUTCOME_OK:
+            if parsed.error is not None:
+                outcome, error = s.OUTCOME_PROTOCOL_ERROR, parsed.error
+            elif not parsed.done and parsed.finish_reason is None:
+                outcome, error = (
+                    s.OUTCOME_PROTOCOL_ERROR,
+                    "stream ended without [DONE] or a finish_reason",
+                )
+        req = job.trace
+        usage = parsed.usage or Usage()
+        timings = parsed.timings or ServerTimings()
+        return RequestRecord(
+            run_id=self._run_id,
+            trace_index=req.index,
+            request_id=req.request_id,
+            x_request_id=job.x_request_id,
+            worker=self._worker,
+            workload=req.workload,
+            api=req.api,
+            input_tokens=req.input_tokens,
+            output_tokens=req.output_tokens,
+            n_images=len(req.images or ()),
+            image_tokens=req.image_tokens,
+            session_id=req.session_id,
+            slo_ttft_ms=req.slo_ttft_ms,
+            slo_tpot_ms=req.slo_tpot_ms,
+            warmup=job.warmup,
+            due_ns=due_ns,
+            sent_ns=sent_ns,
+            connect_start_ns=stamps.connect_start,
+            connected_ns=stamps.connected,
+            request_written_ns=stamps.written,
+            headers_ns=stamps.headers,
+            first_byte_ns=stamps.first_byte,
+            first_token_ns=parsed.first_token_ns,
+            first_reasoning_ns=parsed.first_reasoning_ns,
+            end_ns=end_ns,
+            chunk_offsets_us=parsed.content_offsets_us,
+            chunk_tokens=parsed.chunk_tokens,
+            reasoning_offsets_us=parsed.reasoning_offsets_us,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=usage.cached_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            outcome=outcome,
+            http_status=status,
+            error=error,
+            finish_reason=parsed.finish_reason,
+            server_queue_ms=timings.queue_ms,
+            server_prefill_ms=timings.prefill_ms,
+            server_transfer_ms=timings.transfer_ms,
+            server_first_token_ms=timings.first_token_ms,
+            server_ttft_ms=timings.ttft_ms,
+            server_decode_ms=timings.decode_ms,
+            server_instance=timings.instance,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Parsed:
+    content_offsets_us: list[int]
+    chunk_tokens: list[int] | None
+    reasoning_offsets_us: list[int]
+    first_token_ns: int | None
+    first_reasoning_ns: int | None
+    usage: Usage | None
+    timings: ServerTimings | None
+    finish_reason: str | None
+    done: bool
+    error: str | None
+
+
+def _parse_events(events: list[tuple[int, bytes]], sent_ns: int) -> _Parsed:
+    """Classify the recorded events (deferred JSON decoding) into the record's fields.
+
+    Tokens per content chunk come from cumulative ``usage.completion_tokens`` when the server
+    sends usage on every chunk (vLLM's ``continuous_usage_stats``); otherwise they are unknown.
+    """
+    content: list[int] = []
+    reasoning: list[int] = []
+    tokens: list[int] = []
+    tokens_known = True
+    last_completion = 0
+    first_token: int | None = None
+    first_reasoning: int | None = None
+    usage: Usage | None = None
+    timings: ServerTimings | None = None
+    finish: str | None = None
+    done = False
+    error: str | None = None
+    for ts, payload in events:
+        try:
+            chunk: Chunk = classify(payload)
+        except ValueError as exc:
+            error = error or str(exc)
+            continue
+        kind = chunk.kind
+        if chunk.usage is not None:
+            usage = chunk.usage
+        if chunk.timings is not None:
+            timings = chunk.timings
+        if chunk.finish_reason is not None:
+            finish = chunk.finish_reason
+        if kind is Kind.CONTENT:
+            if first_token is None:
+                first_token = ts
+            content.append((ts - sent_ns) // 1000)
+            completion = chunk.usage.completion_tokens if chunk.usage is not None else None
+            if completion is None:
+                tokens_known = False
+            else:
+                tokens.append(completion - last_completion)
+                last_completion = completion
+        elif kind is Kind.REASONING:
+            if first_reasoning is None:
+                first_reasoning = ts
+            reasoning.append((ts - sent_ns) // 1000)
+            if chunk.usage is not None and chunk.usage.completion_tokens is not None:
+                last_completion = chunk.usage.completion_tokens
+        elif kind is Kind.DONE:
+            done = True
+        elif kind is Kind.ERROR:
+            error = error or f"server error in stream: {chunk.error}"
+    return _Parsed(
+        content_offsets_us=content,
+        chunk_tokens=tokens if tokens_known and content else None,
+        reasoning_offsets_us=reasoning,
+        first_token_ns=first_token,
+        first_reasoning_ns=first_reasoning,
+        usage=usage,
+        timings=timings,
+        finish_reason=finish,
+        done=done,
+        error=error,
+    )
+
+
+def _error_text(status: int, body: bytes) -> str:
+    """One line from an error response: the OpenAI ``error.message`` when present."""
+    text = body[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+    try:
+        import orjson
+
+        obj = orjson.loads(body)
+        if isinstance(obj, dict):
+            err = obj.get("error", obj.get("detail", obj.get("message")))
+            if isinstance(err, dict):
+                err = err.get("message", err)
+            if err is not None:
+                text = str(err)
+    except ValueError:
+        pass
+    return f"HTTP {status}: " + " ".join(text.split())[:500]

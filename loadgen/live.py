@@ -1,0 +1,137 @@
+"""Live statistics of a running replay and the generator's own health.
+
+``LiveStats`` keeps counters and HdrHistograms (mergeable across workers) fed by the
+replay; ``LoopLagMonitor`` samples event-loop lag. Both are cheap enough for the hot path.
+Nothing here prints: the CLI renders snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hdrh.histogram import HdrHistogram
+
+from traces import schema as s
+from traces.records import RequestRecord
+
+_MAX_US = 3_600_000_000  # one hour, in microseconds
+
+
+def _histogram() -> HdrHistogram:
+    return HdrHistogram(1, _MAX_US, 3)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveSnapshot:
+    """A consistent view of the counters, for display."""
+
+    dispatched: int
+    done: int
+    ok: int
+    errors: int
+    in_flight: int
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    output_tokens: int
+    elapsed_s: float
+
+
+class LiveStats:
+    """Counters and latency histograms of a run, updated as requests finish."""
+
+    def __init__(self, now_ns: Callable[[], int]) -> None:
+        self._now_ns = now_ns
+        self._start_ns = now_ns()
+        self.dispatched = 0
+        self.done = 0
+        self.ok = 0
+        self.errors = 0
+        self.output_tokens = 0
+        self.ttft_us = _histogram()
+        self.schedule_lag_us = _histogram()
+        self.by_outcome: dict[str, int] = {}
+
+    def on_dispatch(self) -> None:
+        self.dispatched += 1
+
+    def on_record(self, record: RequestRecord) -> None:
+        """Account one finished request."""
+        self.done += 1
+        self.by_outcome[record.outcome] = self.by_outcome.get(record.outcome, 0) + 1
+        if record.outcome == s.OUTCOME_OK:
+            self.ok += 1
+        else:
+            self.errors += 1
+        if record.sent_ns is not None:
+            self.schedule_lag_us.record_value(max(1, (record.sent_ns - record.due_ns) // 1000))
+            if record.first_token_ns is not None:
+                self.ttft_us.record_value(max(1, (record.first_token_ns - record.sent_ns) // 1000))
+        if record.completion_tokens is not None:
+            self.output_tokens += record.completion_tokens
+        else:
+            self.output_tokens += len(record.chunk_offsets_us)
+
+    def snapshot(self) -> LiveSnapshot:
+        have = self.ttft_us.get_total_count() > 0
+        return LiveSnapshot(
+            dispatched=self.dispatched,
+            done=self.done,
+            ok=self.ok,
+            errors=self.errors,
+            in_flight=self.dispatched - self.done,
+            ttft_p50_ms=self.ttft_us.get_value_at_percentile(50) / 1000 if have else None,
+            ttft_p99_ms=self.ttft_us.get_value_at_percentile(99) / 1000 if have else None,
+            output_tokens=self.output_tokens,
+            elapsed_s=(self._now_ns() - self._start_ns) / 1e9,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagSummary:
+    """Percentiles of a lag distribution, in milliseconds."""
+
+    samples: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+def summarize_us(hist: HdrHistogram) -> LagSummary:
+    """Percentiles of a microsecond histogram, in ms."""
+    n = hist.get_total_count()
+    if n == 0:
+        return LagSummary(samples=0, p50_ms=0.0, p99_ms=0.0, max_ms=0.0)
+    return LagSummary(
+        samples=n,
+        p50_ms=hist.get_value_at_percentile(50) / 1000,
+        p99_ms=hist.get_value_at_percentile(99) / 1000,
+        max_ms=hist.get_max_value() / 1000,
+    )
+
+
+class LoopLagMonitor:
+    """Samples how late the event loop wakes a sleeper (its lag), every ``interval_s``."""
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self._interval_s = interval_s
+        self.lag_us = _histogram()
+        self._cpu_start = time.process_time()
+        self._wall_start = time.perf_counter()
+
+    async def run(self) -> None:
+        """Sample until cancelled."""
+        interval_ns = int(self._interval_s * 1e9)
+        record = self.lag_us.record_value
+        while True:
+            before = time.perf_counter_ns()
+            await asyncio.sleep(self._interval_s)
+            lag = time.perf_counter_ns() - before - interval_ns
+            record(max(1, lag // 1000))
+
+    def cpu_utilisation(self) -> float:
+        """Process CPU time over wall time since construction (1.0 = one core busy)."""
+        wall = time.perf_counter() - self._wall_start
+        return (time.process_time() - self._cpu_start) / wall if wall > 0 else 0.0

@@ -1,0 +1,218 @@
+"""The replay driver: open loop at absolute due times, or closed loop at a concurrency.
+
+Every request task lives in one ``asyncio.TaskGroup``. Open loop sleeps until each request's
+absolute due time (``t0 + offset``), never chaining relative sleeps, and records both due
+and sent times so a late generator is visible (no coordinated omission). Closed loop keeps
+exactly N requests in flight. ``stop()`` (wired to SIGINT/SIGTERM by the CLI) stops
+dispatching, gives in-flight requests a grace period, then cancels them; cancelled
+requests are recorded with outcome ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from asyncio_throttle.throttler import Throttler
+
+from loadgen.client import PreparedRequest, StreamingClient
+from loadgen.clock import Clock
+from loadgen.live import LagSummary, LiveStats, LoopLagMonitor, summarize_us
+from loadgen.prepare import Preparer
+from loadgen.schedule import due_offsets_ns
+from traces.records import RequestRecord, TraceRequest
+
+_POLL_S = 0.05
+"""Longest single sleep while waiting for a due time, so a stop is noticed quickly."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadShape:
+    """How requests are dispatched."""
+
+    concurrency: int | None = None
+    """Closed loop with this many requests in flight; None for open loop."""
+    time_factor: float = 1.0
+    """Open loop: multiplier of the trace's inter-arrival gaps."""
+    max_rate: float | None = None
+    """Closed loop: ceiling on dispatches per second."""
+    max_inflight: int | None = None
+    """Open loop: cap on requests in flight (dispatch waits; lateness is recorded)."""
+    duration_s: float | None = None
+    """Stop dispatching after this many seconds."""
+    grace_s: float = 5.0
+    """After a stop, how long in-flight requests may finish before they are cancelled."""
+
+    @property
+    def mode(self) -> str:
+        return "closed" if self.concurrency is not None else "open"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayResult:
+    """What the driver did, for run.json and the summary."""
+
+    dispatched: int
+    stop_reason: str
+    start_ns: int
+    end_ns: int
+    loop_lag: LagSummary
+    schedule_lag: LagSummary
+    cpu_utilisation: float
+
+
+class Replayer:
+    """Drives one replay of ``requests`` through ``client``."""
+
+    def __init__(
+        self,
+        *,
+        requests: Sequence[TraceRequest],
+        shape: LoadShape,
+        client: StreamingClient,
+        preparer: Preparer,
+        sink: Callable[[RequestRecord], None],
+        stats: LiveStats,
+        clock: Clock,
+    ) -> None:
+        self._requests = requests
+        self._shape = shape
+        self._client = client
+        self._preparer = preparer
+        self._sink = sink
+        self._stats = stats
+        self._clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._stop_reason = "completed"
+        self._dispatched = 0
+
+    def stop(self, reason: str = "interrupted") -> None:
+        """Stop dispatching; a second call cancels in-flight requests at once."""
+        if self._stopping:
+            for task in list(self._tasks):
+                task.cancel()
+            return
+        self._stopping = True
+        self._stop_reason = reason
+
+    def _record(self, record: RequestRecord) -> None:
+        self._sink(record)
+        self._stats.on_record(record)
+
+    async def run(self) -> ReplayResult:
+        monitor = LoopLagMonitor()
+        start = self._clock.now_ns()
+        async with asyncio.TaskGroup() as tg:
+            monitor_task = tg.create_task(monitor.run())
+            try:
+                if self._shape.concurrency is not None:
+                    await self._closed_loop(tg, start, self._shape.concurrency)
+                else:
+                    await self._open_loop(tg, start)
+                await self._drain()
+            finally:
+                monitor_task.cancel()
+        return ReplayResult(
+            dispatched=self._dispatched,
+            stop_reason=self._stop_reason,
+            start_ns=start,
+            end_ns=self._clock.now_ns(),
+            loop_lag=summarize_us(monitor.lag_us),
+            schedule_lag=summarize_us(self._stats.schedule_lag_us),
+            cpu_utilisation=monitor.cpu_utilisation(),
+        )
+
+    async def _drain(self) -> None:
+        """Wait for in-flight requests; after a stop, only for the grace period."""
+        if self._stopping and self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=self._shape.grace_s)
+            for task in list(self._tasks):
+                task.cancel()
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    def _deadline(self, start: int) -> int | None:
+        d = self._shape.duration_s
+        return None if d is None else start + int(d * 1e9)
+
+    async def _sleep_until(self, due_ns: int) -> bool:
+        """Sleep until the absolute ``due_ns``; False if a stop came first."""
+        now_ns = self._clock.now_ns
+        while True:
+            if self._stopping:
+                return False
+            remaining = due_ns - now_ns()
+            if remaining <= 0:
+                return True
+            await asyncio.sleep(min(remaining / 1e9, _POLL_S))
+
+    async def _one(self, job: PreparedRequest, due_ns: int, slot: asyncio.Semaphore | None) -> None:
+        try:
+            await self._client.execute(job, due_ns, self._record)
+        finally:
+            if slot is not None:
+                slot.release()
+
+    def _spawn(
+        self,
+        tg: asyncio.TaskGroup,
+        job: PreparedRequest,
+        due_ns: int,
+        slot: asyncio.Semaphore | None,
+    ) -> None:
+        task = tg.create_task(self._one(job, due_ns, slot))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._dispatched += 1
+        self._stats.on_dispatch()
+
+    async def _open_loop(self, tg: asyncio.TaskGroup, start: int) -> None:
+        offsets = due_offsets_ns([r.arrival_s for r in self._requests], self._shape.time_factor)
+        deadline = self._deadline(start)
+        cap = self._shape.max_inflight
+        slot = asyncio.Semaphore(cap) if cap is not None else None
+        for ordinal, req in enumerate(self._requests):
+            due = start + offsets[ordinal]
+            if deadline is not None and due >= deadline:
+                self._stop_reason = "duration"
+                return
+            # Built before it is due, while the previous request's time is still running.
+            job = await self._preparer.prepare_async(req, ordinal)
+            if not await self._sleep_until(due):
+                return
+            if slot is not None:
+                await slot.acquire()
+                if self._stopping:
+                    slot.release()
+                    return
+            self._spawn(tg, job, due, slot)
+
+    async def _closed_loop(self, tg: asyncio.TaskGroup, start: int, concurrency: int) -> None:
+        deadline = self._deadline(start)
+        max_rate = self._shape.max_rate
+        # One dispatch per 1/max_rate seconds: an even ceiling, not bursts once a second.
+        throttler = Throttler(rate_limit=1, period=1.0 / max_rate) if max_rate else None
+        pending = iter(enumerate(self._requests))
+        now_ns = self._clock.now_ns
+
+        async def worker() -> None:
+            for ordinal, req in pending:
+                if self._stopping:
+                    return
+                if deadline is not None and now_ns() >= deadline:
+                    self._stop_reason = "duration"
+                    return
+                job = await self._preparer.prepare_async(req, ordinal)
+                if throttler is not None:
+                    async with throttler:
+                        pass
+                self._dispatched += 1
+                self._stats.on_dispatch()
+                await self._client.execute(job, now_ns(), self._record)
+
+        for _ in range(min(concurrency, len(self._requests))):
+            task = tg.create_task(worker())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)

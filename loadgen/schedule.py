@@ -1,0 +1,57 @@
+"""Pure scheduling: trace arrival times to due offsets in nanoseconds.
+
+Open-loop replay sends request i at ``t0 + offset_ns[i]``; the offsets are absolute from
+one start time, so lateness never accumulates. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loadgen.errors import ConfigError
+
+
+def mean_rate(arrivals_s: Sequence[float]) -> float | None:
+    """Requests per second over the trace's span ((n - 1) / (last - first)); None if undefined."""
+    if len(arrivals_s) < 2:
+        return None
+    span = arrivals_s[-1] - arrivals_s[0]
+    return (len(arrivals_s) - 1) / span if span > 0 else None
+
+
+def time_factor(
+    arrivals_s: Sequence[float], *, time_scale: float | None = None, rate: float | None = None
+) -> float:
+    """The factor applied to every inter-arrival gap.
+
+    ``time_scale`` multiplies the trace's own timestamps (0.5 replays twice as fast);
+    ``rate`` picks the factor that makes the mean rate equal to it, keeping the burstiness
+    (the shape of the gaps). At most one may be given; neither means 1.
+    """
+    if time_scale is not None and rate is not None:
+        raise ConfigError("give either --time-scale or --rate, not both")
+    if time_scale is not None:
+        if time_scale < 0:
+            raise ConfigError(f"--time-scale must be >= 0, got {time_scale}")
+        return time_scale
+    if rate is not None:
+        if rate <= 0:
+            raise ConfigError(f"--rate must be > 0, got {rate}")
+        current = mean_rate(arrivals_s)
+        if current is None:
+            raise ConfigError("--rate needs a trace with at least two distinct arrival times")
+        return current / rate
+    return 1.0
+
+
+def due_offsets_ns(arrivals_s: Sequence[float], factor: float) -> list[int]:
+    """Offsets from the run start at which each request is due, in ns.
+
+    The first request is due at 0: a trace sliced from the middle of a day does not wait
+    for its own start time.
+    """
+    if not arrivals_s:
+        return []
+    first = arrivals_s[0]
+    scale = factor * 1e9
+    return [round((a - first) * scale) for a in arrivals_s]

@@ -1,0 +1,84 @@
+"""The seam where response bytes are stamped on arrival.
+
+``StampingTransport`` wraps any ``httpx.AsyncBaseTransport`` (by default httpx's own) and
+stamps every read of the response body with the run's clock *before* anything parses it.
+The stamped stream is exposed to the client through ``response.extensions[STAMPED]``; a
+faster transport can provide the same extension natively. The client never stamps bytes
+itself unless a transport offers no stamped stream (then it stamps as it iterates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+import httpx
+
+STAMPED = "loadgen.stamped"
+"""Response extension key holding a ``StampedStream``."""
+
+
+class StampedStream(Protocol):
+    """A response body as ``(arrival_ns, bytes)`` pairs, one per read from the socket."""
+
+    def stamped(self) -> AsyncIterator[tuple[int, bytes]]: ...
+
+
+class _StampingStream(httpx.AsyncByteStream):
+    """Wraps a transport's body stream; iterating ``stamped()`` yields arrival-stamped reads."""
+
+    __slots__ = ("_inner", "_now_ns")
+
+    def __init__(self, inner: httpx.AsyncByteStream, now_ns: Callable[[], int]) -> None:
+        self._inner = inner
+        self._now_ns = now_ns
+
+    async def stamped(self) -> AsyncIterator[tuple[int, bytes]]:
+        now_ns = self._now_ns
+        async for data in self._inner:
+            yield now_ns(), data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for data in self._inner:
+            yield data
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class StampingTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that stamps each body read of the inner transport on arrival."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, now_ns: Callable[[], int]) -> None:
+        self._inner = inner
+        self._now_ns = now_ns
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        stream = response.stream
+        if not isinstance(stream, httpx.AsyncByteStream):
+            return response
+        wrapped = _StampingStream(stream, self._now_ns)
+        extensions = dict(response.extensions)
+        extensions[STAMPED] = wrapped
+        return httpx.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=wrapped,
+            extensions=extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def default_transport(
+    now_ns: Callable[[], int], *, max_connections: int, keepalive_expiry_s: float = 30.0
+) -> StampingTransport:
+    """httpx's own HTTP/1.1 transport with a pool sized to the run, stamped on arrival."""
+    limits = httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=keepalive_expiry_s,
+    )
+    return StampingTransport(httpx.AsyncHTTPTransport(limits=limits, retries=0), now_ns)

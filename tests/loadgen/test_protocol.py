@@ -1,0 +1,94 @@
+"""Request bodies and chunk classification on shapes servers really send."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from loadgen.protocol import Capabilities, Kind, build_body, classify, endpoint_path
+from traces.prompts import Prompt
+
+
+def test_chat_body_with_all_extras() -> None:
+    body = orjson.loads(
+        build_body(api="chat", model="m", prompt=Prompt(text="hi there"), max_tokens=7, caps=Capabilities())
+    )
+    assert body["messages"] == [{"role": "user", "content": "hi there"}]
+    assert body["stream"] is True
+    assert body["max_tokens"] == 7
+    assert body["min_tokens"] == 7
+    assert body["ignore_eos"] is True
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_completions_body_without_extras() -> None:
+    caps = Capabilities().without_extras()
+    body = orjson.loads(
+        build_body(api="completions", model="m", prompt=Prompt(text="abc"), max_tokens=3, caps=caps)
+    )
+    assert body["prompt"] == "abc"
+    assert "ignore_eos" not in body and "min_tokens" not in body
+    assert body["stream_options"] == {"include_usage": True}
+    assert endpoint_path("completions") == "/completions"
+    assert endpoint_path("chat") == "/chat/completions"
+
+
+def test_images_become_content_parts() -> None:
+    prompt = Prompt(text="describe", images=("data:image/png;base64,AAAA",))
+    body = orjson.loads(build_body(api="chat", model="m", prompt=prompt, max_tokens=1, caps=Capabilities()))
+    parts = body["messages"][0]["content"]
+    assert parts[0] == {"type": "text", "text": "describe"}
+    assert parts[1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+
+
+def test_literal_messages_are_sent_as_given() -> None:
+    msgs = '[{"role":"system","content":"s"},{"role":"user","content":"u"}]'
+    body = orjson.loads(
+        build_body(api="chat", model="m", prompt=Prompt(messages_json=msgs), max_tokens=1, caps=Capabilities())
+    )
+    assert body["messages"] == orjson.loads(msgs)
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind"),
+    [
+        (b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}', Kind.ROLE),
+        (b'{"choices":[{"index":0,"delta":{"content":" hi"}}]}', Kind.CONTENT),
+        (b'{"choices":[{"index":0,"delta":{"reasoning_content":"think"}}]}', Kind.REASONING),
+        (b'{"choices":[{"index":0,"delta":{"reasoning":"think"}}]}', Kind.REASONING),
+        (b'{"choices":[{"index":0,"text":" hi","finish_reason":null}]}', Kind.CONTENT),
+        (b'{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}', Kind.OTHER),
+        (b'{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}', Kind.USAGE),
+        (b"[DONE]", Kind.DONE),
+        (b'{"error":{"message":"boom"}}', Kind.ERROR),
+    ],
+)
+def test_classify_kinds(payload: bytes, kind: Kind) -> None:
+    assert classify(payload).kind is kind
+
+
+def test_usage_with_cached_tokens_and_finish_reason() -> None:
+    chunk = classify(
+        b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"length"}],'
+        b'"usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13,'
+        b'"prompt_tokens_details":{"cached_tokens":8}}}'
+    )
+    assert chunk.kind is Kind.CONTENT
+    assert chunk.finish_reason == "length"
+    assert chunk.usage is not None
+    assert (chunk.usage.prompt_tokens, chunk.usage.completion_tokens, chunk.usage.cached_tokens) == (10, 3, 8)
+
+
+def test_llama_cpp_timings_are_read() -> None:
+    chunk = classify(
+        b'{"choices":[{"index":0,"delta":{},"finish_reason":"length"}],'
+        b'"timings":{"prompt_n":16,"prompt_ms":12.5,"predicted_n":4,"predicted_ms":40.0,"cache_n":0}}'
+    )
+    assert chunk.timings is not None
+    assert chunk.timings.prefill_ms == 12.5
+    assert chunk.timings.decode_ms == 40.0
+
+
+def test_malformed_json_raises_value_error() -> None:
+    with pytest.raises(ValueError, match="malformed"):
+        classify(b'{"choices": [')

@@ -1,0 +1,29 @@
+"""Pure scheduling arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.errors import ConfigError
+from loadgen.schedule import due_offsets_ns, mean_rate, time_factor
+
+
+def test_offsets_start_at_zero_and_scale() -> None:
+    assert due_offsets_ns([10.0, 10.5, 12.0], 1.0) == [0, 500_000_000, 2_000_000_000]
+    assert due_offsets_ns([10.0, 10.5, 12.0], 0.5) == [0, 250_000_000, 1_000_000_000]
+
+
+def test_rate_factor_keeps_shape() -> None:
+    arrivals = [0.0, 1.0, 1.5, 4.0]  # 3 gaps over 4 s: 0.75 req/s
+    assert mean_rate(arrivals) == pytest.approx(0.75)
+    factor = time_factor(arrivals, rate=3.0)
+    offsets = due_offsets_ns(arrivals, factor)
+    assert offsets == [0, 250_000_000, 375_000_000, 1_000_000_000]
+
+
+def test_conflicting_or_bad_options() -> None:
+    with pytest.raises(ConfigError, match="not both"):
+        time_factor([0.0, 1.0], rate=1.0, time_scale=1.0)
+    with pytest.raises(ConfigError, match="two distinct"):
+        time_factor([0.0, 0.0], rate=1.0)
+    assert time_factor([0.0, 1.0]) == 1.0

@@ -1,0 +1,86 @@
+"""The import arrows of ARCHITECTURE.md, enforced by walking every module's imports.
+
+traces imports nothing of ours; loadgen (replay path) imports traces only; loadgen.sim may
+also use analyzers.budget; analyzers import traces only and never httpx; reports import
+analyzers and traces; only the CLI composition root (loadgen/cli*.py) touches everything.
+Also checks that the four import packages resolve to this repository, not to the unrelated
+PyPI projects named ``traces`` and ``analyzers``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("loadgen", "traces", "analyzers", "reports")
+
+
+def imports_of(path: Path) -> set[str]:
+    """Top-level and dotted names a module imports (absolute imports only)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def allowed(module: str, target: str) -> bool:
+    top = target.split(".")[0]
+    pkg = module.split(".")[0]
+    if module == "loadgen.cli" or module.startswith("loadgen.cli_"):
+        return True
+    if top not in PACKAGES:
+        if pkg == "analyzers" and top == "httpx":
+            return False
+        if pkg == "loadgen" and not module.startswith("loadgen.sim") and top in {"polars", "matplotlib"}:
+            return False
+        return True
+    if top == pkg:
+        if pkg == "loadgen" and not module.startswith("loadgen.sim") and target.startswith("loadgen.sim"):
+            return False
+        if module.startswith("loadgen.sim") and target.split(".")[1:2] in (
+            ["client"], ["replay"], ["transport"], ["recorder"], ["session"]
+        ):
+            return False
+        return True
+    if pkg == "traces":
+        return False
+    if pkg == "loadgen":
+        if module.startswith("loadgen.sim"):
+            return top == "traces" or target.startswith("analyzers.budget") or target == "analyzers.errors"
+        return top == "traces"
+    if pkg == "analyzers":
+        return top == "traces"
+    if pkg == "reports":
+        return top in {"analyzers", "traces"}
+    return False
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            name = ".".join(rel.parts)
+            out.append((name.removesuffix(".__init__"), path))
+    return out
+
+
+@pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
+def test_import_arrows(module: str, path: Path) -> None:
+    bad = sorted(t for t in imports_of(path) if not allowed(module, t))
+    assert not bad, f"{module} must not import {', '.join(bad)}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_packages_resolve_to_this_repository(package: str) -> None:
+    mod = importlib.import_module(package)
+    assert mod.__file__ is not None
+    assert Path(mod.__file__).resolve().parent == ROOT / package
