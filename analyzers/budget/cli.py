@@ -1,0 +1,330 @@
+"""``loadgen plan``: print (and write) the budget of a model on a GPU; ``plan check-claim``.
+
+Thin: parse options, look up the catalog, call ``build_report``/``check_claim``, print.
+User mistakes are ``AnalyzerError``s (the root CLI prints them as one line, exit 2); an
+impossible claim exits 1. Reads a trace through ``traces.io`` (pyarrow) only when
+``--trace`` is given. This module must not import ``loadgen``, httpx or polars.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from analyzers.budget.budgetfile import report_to_json, write_budget
+from analyzers.budget.catalog import Catalog, load_catalog
+from analyzers.budget.claims import check_claim
+from analyzers.budget.render import render_claim, render_report
+from analyzers.budget.report import PlanInputs, build_report
+from analyzers.budget.specs import DTYPES, Deployment, ModelSpec, check_dtype
+from analyzers.errors import BudgetError
+
+_DEFAULT_LINKS = ("100g", "400g", "mooncake-4x200g", "mooncake-8x400g", "8x400g")
+
+
+def _model(cat: Catalog, name: str, dtype: str | None, kv_dtype: str | None) -> ModelSpec:
+    m = cat.model(name)
+    if dtype is not None:
+        m = replace(m, weight_dtype=check_dtype(dtype))
+    if kv_dtype is not None:
+        m = replace(m, kv_dtype=check_dtype(kv_dtype))
+    return m
+
+
+def _image_size(text: str | None) -> tuple[int, int]:
+    if text is None:
+        return 1920, 1080
+    try:
+        w, h = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise BudgetError(f"--image must be WIDTHxHEIGHT, got {text!r}") from None
+    return w, h
+
+
+def _trace_lengths(path: Path) -> tuple[list[int], list[int]]:
+    from traces.io import read_trace  # deferred: pyarrow is only needed with --trace
+
+    rows = read_trace(path)
+    if not rows:
+        raise BudgetError(f"{path}: the trace has no requests")
+    prompts = [r.input_tokens + (r.image_tokens or 0) for r in rows]
+    return prompts, [r.output_tokens for r in rows]
+
+
+_model_opt = click.option(
+    "--model", "model_name", help="Model name from the catalog, e.g. llama-3.3-70b."
+)
+_gpu_opt = click.option("--gpu", "gpu_name", help="GPU name from the catalog, e.g. h200.")
+_gpus_opt = click.option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="GPUs per replica (tensor parallel).",
+)
+_dtype_opt = click.option(
+    "--dtype",
+    type=click.Choice(DTYPES),
+    default=None,
+    help="Weight dtype (default: the catalog's).",
+)
+_catalog_opt = click.option(
+    "--catalog",
+    "catalog_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="User TOML catalog adding or overriding entries.",
+)
+_json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+@click.group(invoke_without_command=True)
+@_model_opt
+@_gpu_opt
+@_gpus_opt
+@click.option(
+    "--pp",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Pipeline-parallel stages per replica.",
+)
+@_dtype_opt
+@click.option(
+    "--kv-dtype",
+    type=click.Choice(DTYPES),
+    default=None,
+    help="KV-cache dtype (default: the catalog's).",
+)
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="Trace whose prompt and output lengths set the pool ratio.",
+)
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=4000, show_default=True)
+@click.option("--cached-tokens", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--output-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Decode batch (default: what KV holds, at most 256).",
+)
+@click.option(
+    "--chunk-tokens", type=click.IntRange(min=1), default=None, help="Chunked prefill chunk size."
+)
+@click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option(
+    "--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True
+)
+@click.option(
+    "--efficiency-prefill",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.6,
+    show_default=True,
+    help="Achieved fraction of peak FLOP/s.",
+)
+@click.option(
+    "--efficiency-decode",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.6,
+    show_default=True,
+    help="Achieved fraction of HBM bandwidth.",
+)
+@click.option("--step-overhead-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option(
+    "--memory-fraction",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.9,
+    show_default=True,
+    help="HBM share for weights + KV.",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=2),
+    default=8,
+    show_default=True,
+    help="Replicas for the disaggregation break-even.",
+)
+@click.option(
+    "--link", "link_name", default="400g", show_default=True, help="KV link for the break-even."
+)
+@click.option(
+    "--image",
+    "image",
+    default=None,
+    help="Image size WIDTHxHEIGHT for vision models (default 1920x1080).",
+)
+@_catalog_opt
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Write the budget as TOML (or JSON for .json).",
+)
+@_json_opt
+@click.pass_context
+def plan(
+    ctx: click.Context,
+    model_name: str | None,
+    gpu_name: str | None,
+    gpus: int,
+    pp: int,
+    dtype: str | None,
+    kv_dtype: str | None,
+    trace_path: Path | None,
+    prompt_tokens: int,
+    cached_tokens: int,
+    output_tokens: int,
+    batch: int,
+    chunk_tokens: int | None,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float,
+    efficiency_prefill: float,
+    efficiency_decode: float,
+    step_overhead_ms: float,
+    memory_fraction: float,
+    replicas: int,
+    link_name: str,
+    image: str | None,
+    catalog_file: Path | None,
+    out_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Predict prefill, decode, KV, image and disaggregation budgets from first principles.
+
+    Example: loadgen plan --model llama-3.3-70b --gpu h200 --gpus 1 --dtype fp8
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if model_name is None or gpu_name is None:
+        raise click.UsageError("plan needs --model and --gpu (or a subcommand)")
+    cat = load_catalog(catalog_file)
+    model = _model(cat, model_name, dtype, kv_dtype)
+    deploy = Deployment(
+        hardware=cat.gpu(gpu_name),
+        tensor_parallel=gpus,
+        pipeline_parallel=pp,
+        prefill_efficiency=efficiency_prefill,
+        decode_efficiency=efficiency_decode,
+        step_overhead_s=step_overhead_ms / 1e3,
+        memory_fraction=memory_fraction,
+        chunk_tokens=chunk_tokens,
+    )
+    width, height = _image_size(image)
+    inputs = PlanInputs(
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        output_tokens=output_tokens,
+        decode_batch=batch,
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
+        replicas=replicas,
+        image_width=width,
+        image_height=height,
+        trace=str(trace_path) if trace_path else "",
+    )
+    report = build_report(
+        model,
+        deploy,
+        inputs,
+        links=[cat.link(name) for name in _DEFAULT_LINKS],
+        break_even_link=cat.link(link_name),
+        trace_lengths=_trace_lengths(trace_path) if trace_path else None,
+    )
+    if out_path is not None:
+        write_budget(report, out_path)
+    click.echo(report_to_json(report) if as_json else render_report(report))
+
+
+@plan.command("check-claim")
+@_model_opt
+@_gpu_opt
+@_gpus_opt
+@_dtype_opt
+@click.option(
+    "--tokens-per-s",
+    type=click.FloatRange(min=0, min_open=True),
+    required=True,
+    help="Claimed tokens per second for the whole replica.",
+)
+@click.option(
+    "--phase",
+    type=click.Choice(["output", "input"]),
+    default="output",
+    show_default=True,
+    help="Output (decode) or input (prefill) tokens.",
+)
+@click.option(
+    "--context-tokens",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="KV context per decoding sequence.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Decode batch (default: what KV holds).",
+)
+@_catalog_opt
+@_json_opt
+@click.pass_context
+def check_claim_cmd(
+    ctx: click.Context,
+    model_name: str | None,
+    gpu_name: str | None,
+    gpus: int,
+    dtype: str | None,
+    tokens_per_s: float,
+    phase: str,
+    context_tokens: int,
+    batch: int | None,
+    catalog_file: Path | None,
+    as_json: bool,
+) -> None:
+    """Is TOKENS-PER-S possible for a model on GPUs? Checks the compute and bandwidth bounds.
+
+    Exits 0 when the claim is within both bounds, 1 when it is impossible (with the bound).
+    """
+    if model_name is None or gpu_name is None:
+        raise click.UsageError("check-claim needs --model and --gpu")
+    cat = load_catalog(catalog_file)
+    model = _model(cat, model_name, dtype, None)
+    hardware = cat.gpu(gpu_name)
+    deploy = Deployment(hardware=hardware, tensor_parallel=gpus)
+    verdict = check_claim(
+        model,
+        deploy,
+        tokens_per_s,
+        phase="input" if phase == "input" else "output",
+        context_len=context_tokens,
+        batch=batch,
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "possible": verdict.possible,
+                    "tokens_per_s": verdict.tokens_per_s,
+                    "phase": verdict.phase,
+                    "compute_bound_tokens_per_s": verdict.compute_bound_tokens_per_s,
+                    "bandwidth_bound_tokens_per_s": verdict.bandwidth_bound_tokens_per_s,
+                    "max_batch": verdict.max_batch,
+                    "reasons": list(verdict.reasons),
+                    "chains": list(verdict.chains),
+                },
+                indent=2,
+            )
+        )
+    else:
+        click.echo(render_claim(verdict, model.name, hardware.name, gpus))
+    if not verdict.possible:
+        ctx.exit(1)

@@ -1,0 +1,142 @@
+"""One forward step of the engine as a roofline: the slower of its compute and its HBM reads.
+
+A step carries sequences, each adding ``new_tokens`` on top of ``cached_tokens`` already
+in the KV cache: a prefill (chunk) is one sequence with many new tokens, a decode step is
+many sequences with one new token each, and a chunked-prefill engine mixes both.
+``step_cost`` returns every term so that the plan can show its arithmetic; the simulator
+calls ``step_time_s``. Pure arithmetic: this module must not import ``loadgen``, httpx or
+polars, and does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from analyzers.budget.kv import kv_bytes
+from analyzers.budget.specs import Deployment, ModelSpec
+from analyzers.budget.weights import weights_read_bytes
+from analyzers.errors import BudgetError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SequenceWork:
+    """One sequence's share of a step: ``new_tokens`` computed over ``cached_tokens``."""
+
+    new_tokens: int
+    cached_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.new_tokens < 0 or self.cached_tokens < 0:
+            raise BudgetError(
+                f"token counts must not be negative, got new={self.new_tokens}, "
+                f"cached={self.cached_tokens}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCost:
+    """The terms of one step; ``time_s = max(compute_s, memory_s) + overhead_s``."""
+
+    linear_flops: float
+    attention_flops: float
+    weight_bytes: float
+    kv_bytes: float
+    compute_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    overhead_s: float
+
+    @property
+    def flops(self) -> float:
+        """All FLOPs of the step."""
+        return self.linear_flops + self.attention_flops
+
+    @property
+    def bytes(self) -> float:
+        """All HBM bytes of the step (weights read, KV read and written)."""
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def compute_s(self) -> float:
+        """Seconds the maths takes at the achieved FLOP/s."""
+        return self.flops / self.compute_flops_per_s
+
+    @property
+    def memory_s(self) -> float:
+        """Seconds the HBM traffic takes at the achieved bandwidth."""
+        return self.bytes / self.bandwidth_bytes_per_s
+
+    @property
+    def time_s(self) -> float:
+        """The step's predicted duration in seconds."""
+        return max(self.compute_s, self.memory_s) + self.overhead_s
+
+    @property
+    def compute_bound(self) -> bool:
+        """True when the maths, not the memory traffic, sets the time."""
+        return self.compute_s >= self.memory_s
+
+
+def context_integral(new_tokens: int, cached_tokens: int, window: int | None = None) -> float:
+    """Sum of the attended context over the new tokens, continuous form.
+
+    Token ``x`` of ``n`` attends to ``min(c + x, W)`` positions; integrating over
+    ``x in [0, n]``: ``n c + n^2 / 2`` with no window; with a window ``W``, the part
+    beyond it attends to ``W`` each. For ``n = 1`` (decode) this is about ``c``.
+    """
+    n, c = float(new_tokens), float(cached_tokens)
+    if window is None or c + n <= window:
+        return n * c + n * n / 2
+    if c >= window:
+        return n * window
+    m = window - c
+    return m * c + m * m / 2 + (n - m) * window
+
+
+def attention_flops(model: ModelSpec, new_tokens: int, cached_tokens: int = 0) -> float:
+    """FLOPs of the attention scores and weighted values (not the projections).
+
+    ``2 x layers x q_heads x (d_qk + d_v) x context_integral``; with no cache and
+    ``d_qk = d_v = head_dim`` this is ``2 x layers x n^2 x (q_heads x head_dim)``, the
+    causal ``QK^T + AV`` term of ref §6 (2 x 80 x 4000^2 x 8192 = 2.10e13 FLOP).
+    Sliding-window models count their local layers over the window only.
+    """
+    per_context = 2 * model.q_heads * (model.attention_qk_dim + model.attention_v_dim)
+    full = model.self_attention_layers
+    local = 0
+    if model.attention == "sliding":
+        assert model.full_attention_layers is not None
+        local, full = full - model.full_attention_layers, model.full_attention_layers
+    total = full * context_integral(new_tokens, cached_tokens)
+    if local:
+        total += local * context_integral(new_tokens, cached_tokens, model.sliding_window)
+    return per_context * total
+
+
+def linear_flops(model: ModelSpec, tokens: int) -> float:
+    """FLOPs of the weight matrices: ``2 x params_active x tokens`` (one multiply-add each)."""
+    return 2 * model.params_active * tokens
+
+
+def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]) -> StepCost:
+    """The roofline terms of one forward step over ``work``.
+
+    compute = (2 N_active sum(new) + sum attention_flops) / (tp x peak(dtype) x eff_prefill)
+    memory  = (weights_read(sum(new)) + sum kv_bytes(cached + new)) / (tp x HBM BW x eff_decode)
+    time    = max(compute, memory) + step_overhead
+    """
+    tokens = sum(w.new_tokens for w in work)
+    return StepCost(
+        linear_flops=linear_flops(model, tokens),
+        attention_flops=sum(attention_flops(model, w.new_tokens, w.cached_tokens) for w in work),
+        weight_bytes=weights_read_bytes(model, tokens),
+        kv_bytes=sum(kv_bytes(model, w.cached_tokens + w.new_tokens) for w in work),
+        compute_flops_per_s=deploy.compute_flops(model.weight_dtype),
+        bandwidth_bytes_per_s=deploy.bandwidth_bytes_per_s(),
+        overhead_s=deploy.step_overhead_s,
+    )
+
+
+def step_time_s(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]) -> float:
+    """Seconds of one forward step over ``work`` (see ``step_cost``)."""
+    return step_cost(model, deploy, work).time_s
