@@ -1,0 +1,385 @@
+"""The simulator's raw ASGI application: routing, request bodies, response writing.
+
+Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
+``POST /v1/chat/completions``, ``GET /metrics``, ``GET /debug/requests/{x_request_id}``.
+Unknown paths answer 404, wrong methods 405, bad bodies 400, an unknown model 404, all with
+OpenAI-style ``{"error": {...}}`` bodies. Timing belongs to the engine
+(:mod:`loadgen.sim.engine`); this module stamps each content chunk immediately before its
+``send`` and writes it. A dropped connection (fault) is raised as :class:`DroppedConnection`,
+which makes uvicorn close the transport without the terminating chunk.
+
+Must not import the replay client (loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, MutableMapping
+from contextlib import aclosing
+from typing import Any, TypeVar
+
+import orjson
+
+from loadgen.sim.chunks import DONE, ResponseFormatter, error_body, models_body
+from loadgen.sim.config import SimConfig
+from loadgen.sim.engine import Emission, Engine, FixedDelayEngine, GroundTruth, Phases, Stall
+from loadgen.sim.faults import FaultInjector, FaultKind
+from loadgen.sim.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from loadgen.sim.metrics import SimMetrics
+from loadgen.sim.records import RequestLog, RequestRecord
+from loadgen.sim.request import Api, RequestError, SimRequest, parse_request
+from loadgen.sim.tokens import token_text
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+T = TypeVar("T")
+
+_JSON = b"application/json"
+_SSE = b"text/event-stream; charset=utf-8"
+_API_PATHS: dict[str, Api] = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+_GET_PATHS = frozenset({"/health", "/v1/models", "/metrics"})
+_DEBUG_PREFIX = "/debug/requests/"
+
+
+class DroppedConnection(Exception):
+    """Raised by the app to have the server abort the connection mid-body (a drop fault)."""
+
+
+class SimApp:
+    """An ASGI 3 application serving one :class:`Engine` under one :class:`SimConfig`."""
+
+    def __init__(self, config: SimConfig, *, engine: Engine | None = None) -> None:
+        self.config = config
+        self.engine: Engine = engine if engine is not None else FixedDelayEngine(config)
+        self.metrics = SimMetrics(self.engine, model_name=config.served_model_name)
+        self.log = RequestLog(config.max_records)
+        self._faults = FaultInjector(config)
+        self._counter = itertools.count(1)
+        self._created = int(time.time())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        message = await receive()
+        if message["type"] != "lifespan.startup":
+            return
+        started = False
+        try:
+            async with self.engine.running():
+                started = True
+                await send({"type": "lifespan.startup.complete"})
+                await receive()  # lifespan.shutdown
+        except Exception as exc:
+            phase = "shutdown" if started else "startup"
+            await send({"type": f"lifespan.{phase}.failed", "message": repr(exc)})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        api = _API_PATHS.get(path)
+        if api is not None:
+            if method != "POST":
+                await _error(send, 405, f"method {method} not allowed", "MethodNotAllowed")
+            else:
+                await self._generate(scope, receive, send, api)
+            return
+        if path in _GET_PATHS or path.startswith(_DEBUG_PREFIX):
+            if method not in ("GET", "HEAD"):
+                await _error(send, 405, f"method {method} not allowed", "MethodNotAllowed")
+            elif path == "/health":
+                await _respond(send, 200, b"", content_type=b"text/plain")
+            elif path == "/v1/models":
+                body = models_body(self.config.served_model_name, created=self._created)
+                await _respond(send, 200, body)
+            elif path == "/metrics":
+                body = self.metrics.exposition()
+                await _respond(send, 200, body, content_type=METRICS_CONTENT_TYPE.encode())
+            else:
+                record = self.log.get(path[len(_DEBUG_PREFIX) :])
+                if record is None:
+                    await _error(send, 404, f"no record of request {path!r}", "NotFoundError")
+                else:
+                    await _respond(send, 200, record.to_json())
+            return
+        await _error(send, 404, f"no route for {method} {path}", "NotFoundError")
+
+    async def _generate(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
+        raw = await _read_body(receive)
+        received_ns = time.perf_counter_ns()
+        if raw is None:
+            return  # the client went away before sending its whole body
+        raw_id = _header(scope, b"x-request-id")
+        request_id = raw_id.decode("latin-1") if raw_id else f"sim-{next(self._counter)}"
+        id_header = [(b"x-request-id", request_id.encode("latin-1"))]
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            await _error(send, 400, f"invalid JSON body: {exc}", "BadRequestError", id_header)
+            return
+        cfg = self.config
+        try:
+            request = parse_request(
+                doc,
+                api=api,
+                image_tokens=cfg.image_tokens,
+                default_max_tokens=cfg.default_max_tokens,
+            )
+        except RequestError as exc:
+            await _error(send, 400, str(exc), "BadRequestError", id_header, param=exc.param)
+            return
+        if request.model is not None and request.model != cfg.served_model_name:
+            message = f"The model `{request.model}` does not exist."
+            await _error(send, 404, message, "NotFoundError", id_header, param="model")
+            return
+
+        record = self.log.start(
+            request_id, received_ns=received_ns, prompt_tokens=request.prompt_tokens
+        )
+        plan = self._faults.decide(request_id)
+        if plan.kind is FaultKind.RATE_LIMITED:
+            record.outcome = "rate_limited"
+            self.metrics.fault("rate_limited")
+            headers = [*id_header, (b"retry-after", b"1")]
+            await _error(send, 429, "rate limited (simulated)", "RateLimitError", headers)
+            return
+        if plan.kind is FaultKind.ERROR:
+            record.outcome = "error"
+            self.metrics.fault("error")
+            await _error(send, 500, "internal error (simulated)", "InternalServerError", id_header)
+            return
+
+        stall = None
+        if plan.stall:
+            self.metrics.fault("stall")
+            chunks = -(-request.max_tokens // cfg.tokens_per_chunk)
+            stall = Stall(from_chunk=chunks // 2, stall_ns=round(cfg.stall_ms * 1e6))
+        drop_after = request.max_tokens // 2 if plan.kind is FaultKind.DROP else None
+        self.metrics.prompt_tokens(request.prompt_tokens)
+        response = _Response(
+            app=self,
+            send=send,
+            request=request,
+            record=record,
+            formatter=ResponseFormatter(
+                request, model=cfg.served_model_name, request_id=request_id
+            ),
+            headers=id_header,
+            drop_after=drop_after,
+        )
+        emissions = self.engine.generate(request, received_ns=received_ns, stall=stall)
+        write = response.stream(emissions) if request.stream else response.whole(emissions)
+        outcome = await _unless_disconnected(receive, write)
+        if outcome is None:
+            record.outcome = "client_disconnected"
+        elif outcome == "dropped":
+            record.outcome = "dropped"
+            self.metrics.fault("drop")
+            raise DroppedConnection(f"request {request_id}: connection dropped (simulated)")
+        else:
+            record.outcome = outcome
+
+
+class _Response:
+    """Writes one generation response, streaming or whole, and keeps its record."""
+
+    def __init__(
+        self,
+        *,
+        app: SimApp,
+        send: Send,
+        request: SimRequest,
+        record: RequestRecord,
+        formatter: ResponseFormatter,
+        headers: list[tuple[bytes, bytes]],
+        drop_after: int | None,
+    ) -> None:
+        self._app = app
+        self._send = send
+        self._request = request
+        self._record = record
+        self._fmt = formatter
+        self._headers = headers
+        self._drop_after = drop_after
+
+    def _truth(self, phases: Phases, first_ns: int, last_ns: int, tokens: int) -> GroundTruth:
+        return GroundTruth.measure(
+            phases,
+            received_ns=self._record.received_ns,
+            first_ns=first_ns,
+            last_ns=last_ns,
+            completion_tokens=tokens,
+            instance=self._app.engine.instance,
+        )
+
+    def _drops_at(self, emitted: int, emission: Emission) -> bool:
+        return self._drop_after is not None and emitted + emission.tokens > self._drop_after
+
+    async def stream(self, emissions: AsyncGenerator[Emission, None]) -> str:
+        """Write the SSE response; returns the outcome: ``ok`` or ``dropped``."""
+        send, record, fmt, metrics = self._send, self._record, self._fmt, self._app.metrics
+        headers = [(b"content-type", _SSE), (b"cache-control", b"no-cache"), *self._headers]
+        record.headers_ns = time.perf_counter_ns()
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        role = fmt.role_chunk()
+        if role is not None:
+            await send({"type": "http.response.body", "body": role, "more_body": True})
+        emitted = 0
+        phases: Phases | None = None
+        try:
+            async with aclosing(emissions) as events:
+                async for emission in events:
+                    if self._drops_at(emitted, emission):
+                        return "dropped"
+                    emitted += emission.tokens
+                    phases = emission.phases
+                    truth = None
+                    if emission.last and not self._request.include_usage:
+                        now = time.perf_counter_ns()
+                        first = record.chunk_write_ns[0] if record.chunk_write_ns else now
+                        truth = self._truth(phases, first, now, emitted)
+                    body = fmt.content_chunk(
+                        token_text(emission.first_token, emission.tokens),
+                        completion_tokens=emitted,
+                        last=emission.last,
+                        truth=truth,
+                    )
+                    write_ns = time.perf_counter_ns()
+                    record.chunk(write_ns, emission.tokens)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    if emission.index == 0:
+                        metrics.first_token((write_ns - record.received_ns) / 1e9)
+        finally:
+            metrics.generated(emitted)
+        if self._request.include_usage and phases is not None:
+            writes = record.chunk_write_ns
+            truth = self._truth(phases, writes[0], writes[-1], emitted)
+            body = fmt.usage_chunk(completion_tokens=emitted, truth=truth)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": DONE, "more_body": False})
+        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9)
+        return "ok"
+
+    async def whole(self, emissions: AsyncGenerator[Emission, None]) -> str:
+        """Write the non-streaming response once the last token is due; ``ok`` or ``dropped``."""
+        record, metrics = self._record, self._app.metrics
+        emitted = 0
+        first_ns = 0
+        phases: Phases | None = None
+        try:
+            async with aclosing(emissions) as events:
+                async for emission in events:
+                    if self._drops_at(emitted, emission):
+                        await self._partial_body()
+                        return "dropped"
+                    if emission.index == 0:
+                        first_ns = time.perf_counter_ns()
+                        metrics.first_token((first_ns - record.received_ns) / 1e9)
+                    emitted += emission.tokens
+                    phases = emission.phases
+        finally:
+            metrics.generated(emitted)
+        if phases is None:
+            raise RuntimeError("the engine emitted no tokens")
+        now = time.perf_counter_ns()
+        body = self._fmt.full_response(
+            token_text(0, emitted),
+            completion_tokens=emitted,
+            truth=self._truth(phases, first_ns, now, emitted),
+        )
+        headers = [
+            (b"content-type", _JSON),
+            (b"content-length", str(len(body)).encode()),
+            *self._headers,
+        ]
+        record.headers_ns = time.perf_counter_ns()
+        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+        write_ns = time.perf_counter_ns()
+        record.chunk(write_ns, emitted)
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9)
+        return "ok"
+
+    async def _partial_body(self) -> None:
+        # No content-length: the body is chunked, so closing now leaves it visibly incomplete.
+        headers = [(b"content-type", _JSON), *self._headers]
+        self._record.headers_ns = time.perf_counter_ns()
+        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self._send({"type": "http.response.body", "body": b'{"id": "', "more_body": True})
+
+
+async def _unless_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) -> T | None:
+    """Run ``work`` until done, or cancel it and return None if the client disconnects."""
+    async with asyncio.TaskGroup() as group:
+        worker = group.create_task(work)
+        watcher = group.create_task(_cancel_on_disconnect(receive, worker))
+        await asyncio.wait({worker})
+        watcher.cancel()
+    # The worker is cancelled only by the watcher; our own cancellation propagates above.
+    return None if worker.cancelled() else worker.result()
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            task.cancel()
+            return
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None if the client disconnected first."""
+    parts: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+async def _respond(
+    send: Send,
+    status: int,
+    body: bytes,
+    *,
+    content_type: bytes = _JSON,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    all_headers = [
+        (b"content-type", content_type),
+        (b"content-length", str(len(body)).encode()),
+        *(headers or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _error(
+    send: Send,
+    status: int,
+    message: str,
+    kind: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    *,
+    param: str | None = None,
+) -> None:
+    body = error_body(message, kind=kind, code=status, param=param)
+    await _respond(send, status, body, headers=headers)

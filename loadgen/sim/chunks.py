@@ -1,0 +1,180 @@
+"""Response bodies shaped like vLLM's OpenAI server, serialised with orjson.
+
+Streaming (``text/event-stream``), each event is ``data: {json}\\n\\n``:
+
+- chat: one role-only chunk ``delta {"role": "assistant", "content": ""}``, then content
+  chunks ``delta {"content": "..."}``; the chunk with the last tokens carries
+  ``finish_reason: "length"`` (vLLM puts it on the last content chunk, not on an empty one);
+- completions: content chunks with ``choices[0].text``, the last one with the finish reason;
+- with ``stream_options.include_usage``: a usage-only chunk, ``"choices": []``;
+- with ``continuous_usage_stats`` too: every chunk carries cumulative ``usage``;
+- finally ``data: [DONE]\\n\\n``.
+
+The last event before ``[DONE]`` (the usage chunk if requested, else the finishing chunk)
+carries the simulator's ground truth as a top-level ``metrics`` object. Non-streaming bodies
+carry ``usage`` and ``metrics`` too. Errors are OpenAI-style ``{"error": {...}}``.
+
+Must not import the replay client (loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from loadgen.sim.engine import GroundTruth
+from loadgen.sim.request import SimRequest
+
+DONE = b"data: [DONE]\n\n"
+FINISH_REASON = "length"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token counts of one response."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    def as_json(self, *, details: bool) -> dict[str, Any]:
+        """The OpenAI ``usage`` object; ``details`` adds ``prompt_tokens_details``."""
+        usage: dict[str, Any] = {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+        if details:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+class ResponseFormatter:
+    """Builds every body of one request's response; holds its id, model and options."""
+
+    def __init__(self, request: SimRequest, *, model: str, request_id: str) -> None:
+        self._request = request
+        self._chat = request.api == "chat"
+        self._id = ("chatcmpl-" if self._chat else "cmpl-") + request_id
+        self._model = model
+        self._created = int(time.time())
+        self._object = "chat.completion.chunk" if self._chat else "text_completion"
+
+    def _header(self, obj: str) -> dict[str, Any]:
+        return {"id": self._id, "object": obj, "created": self._created, "model": self._model}
+
+    def _usage(self, completion_tokens: int) -> dict[str, Any]:
+        usage = Usage(
+            prompt_tokens=self._request.prompt_tokens, completion_tokens=completion_tokens
+        )
+        return usage.as_json(details=False)
+
+    def role_chunk(self) -> bytes | None:
+        """The chat role-only chunk, or None for completions (which have none)."""
+        if not self._chat:
+            return None
+        chunk = self._header(self._object)
+        chunk["choices"] = [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        ]
+        if self._request.continuous_usage:
+            chunk["usage"] = self._usage(0)
+        return _event(chunk)
+
+    def content_chunk(
+        self,
+        text: str,
+        *,
+        completion_tokens: int,
+        last: bool,
+        truth: GroundTruth | None = None,
+    ) -> bytes:
+        """A content chunk; ``completion_tokens`` is the cumulative count including it."""
+        finish = FINISH_REASON if last else None
+        chunk = self._header(self._object)
+        if self._chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": text},
+                "logprobs": None,
+                "finish_reason": finish,
+            }
+            if last:
+                choice["stop_reason"] = None
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+        chunk["choices"] = [choice]
+        if self._request.continuous_usage:
+            chunk["usage"] = self._usage(completion_tokens)
+        elif not self._chat:
+            chunk["usage"] = None  # vLLM serialises completions chunks with unset fields
+        if truth is not None:
+            chunk["metrics"] = truth.as_json()
+        return _event(chunk)
+
+    def usage_chunk(self, *, completion_tokens: int, truth: GroundTruth) -> bytes:
+        """The final usage-only chunk (``"choices": []``) with the ground truth."""
+        chunk = self._header(self._object)
+        chunk["choices"] = []
+        chunk["usage"] = Usage(
+            prompt_tokens=self._request.prompt_tokens, completion_tokens=completion_tokens
+        ).as_json(details=True)
+        chunk["metrics"] = truth.as_json()
+        return _event(chunk)
+
+    def full_response(self, text: str, *, completion_tokens: int, truth: GroundTruth) -> bytes:
+        """The whole non-streaming response body."""
+        if self._chat:
+            body = self._header("chat.completion")
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": FINISH_REASON,
+                "stop_reason": None,
+            }
+        else:
+            body = self._header("text_completion")
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": FINISH_REASON,
+                "stop_reason": None,
+            }
+        body["choices"] = [choice]
+        body["usage"] = Usage(
+            prompt_tokens=self._request.prompt_tokens, completion_tokens=completion_tokens
+        ).as_json(details=True)
+        body["metrics"] = truth.as_json()
+        return orjson.dumps(body)
+
+
+def error_body(message: str, *, kind: str, code: int, param: str | None = None) -> bytes:
+    """An OpenAI-style error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
+
+
+def models_body(model: str, *, created: int) -> bytes:
+    """The ``GET /v1/models`` body listing the one served model."""
+    card = {"id": model, "object": "model", "created": created, "owned_by": "loadgen-sim"}
+    card["root"] = model
+    return orjson.dumps({"object": "list", "data": [card]})

@@ -1,0 +1,106 @@
+"""The ``loadgen sim`` command: parse options into a SimConfig and serve.
+
+Thin by design: validation lives in click types and SimConfig; serving in
+:mod:`loadgen.sim.server`. Bad options exit 2 with one line on stderr. Must not import the
+replay client (loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from loadgen.errors import ConfigError
+from loadgen.sim.config import DEFAULT_MODEL_NAME, DEFAULT_PORT, SimConfig
+
+_RATE = click.FloatRange(0.0, 1.0)
+_MS = click.FloatRange(0.0, max_open=False)
+
+
+class _OptionError(click.ClickException):
+    """A bad option, shown as one ``Error: ...`` line (no usage block), exit status 2."""
+
+    exit_code = 2
+
+
+class _OneLineErrors(click.Command):
+    """A command whose usage errors print one line instead of usage + hint + message."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise _OptionError(exc.format_message()) from exc
+
+
+@click.command(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="TCP port; 0 picks a free one (see the READY line).",
+)
+@click.option(
+    "--served-model-name",
+    default=DEFAULT_MODEL_NAME,
+    show_default=True,
+    help="Model name served at /v1/models and required in requests (when they name one).",
+)
+@click.option(
+    "--ttft-ms", type=_MS, default=20.0, show_default=True, help="Fixed time to first token."
+)
+@click.option(
+    "--prefill-us-per-token",
+    type=_MS,
+    default=0.0,
+    show_default=True,
+    help="Extra time to first token per prompt token, in microseconds.",
+)
+@click.option("--itl-ms", type=_MS, default=10.0, show_default=True, help="Inter-token latency.")
+@click.option(
+    "--tokens-per-chunk",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Tokens per streamed content chunk; chunks come every itl-ms x this.",
+)
+@click.option(
+    "--image-tokens",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Prompt tokens counted per image_url content part.",
+)
+@click.option(
+    "--error-rate", type=_RATE, default=0.0, show_default=True, help="Share answered 500."
+)
+@click.option("--rate-429", type=_RATE, default=0.0, show_default=True, help="Share answered 429.")
+@click.option(
+    "--drop-rate",
+    type=_RATE,
+    default=0.0,
+    show_default=True,
+    help="Share whose connection drops after half of max_tokens.",
+)
+@click.option(
+    "--stall-rate", type=_RATE, default=0.0, show_default=True, help="Share that stall mid-stream."
+)
+@click.option("--stall-ms", type=_MS, default=500.0, show_default=True, help="Length of a stall.")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the per-request fault draws."
+)
+def sim(**options: Any) -> None:
+    """Serve the built-in OpenAI-compatible engine simulator (fixed-delay engine, v0).
+
+    Prints one line "READY http://HOST:PORT" once serving; stops on SIGTERM or SIGINT.
+    """
+    try:
+        config = SimConfig(**options)
+    except ConfigError as exc:
+        raise _OptionError(str(exc)) from exc
+    from loadgen.sim.server import serve  # deferred: uvicorn is not needed for --help
+
+    serve(config)

@@ -1,0 +1,102 @@
+"""Start the simulator as a subprocess, wait for its READY line, stop it afterwards.
+
+Used by ``loadgen demo`` and the test suite::
+
+    with start_sim(["--itl-ms", "5"]) as sim:
+        httpx.post(f"{sim.base_url}/completions", json={...})
+
+Must not import the replay client (loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO
+
+from loadgen.errors import EndpointError
+
+_READY = "READY "
+_STOP_TIMEOUT_S = 10.0
+_STDERR_TAIL = 4000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimProcess:
+    """A running simulator: ``base_url`` ends in ``/v1``; ``root_url`` has /health, /metrics."""
+
+    base_url: str
+    root_url: str
+    port: int
+    pid: int
+
+
+@contextmanager
+def start_sim(args: Sequence[str] = (), *, timeout_s: float = 30.0) -> Iterator[SimProcess]:
+    """Run ``python -m loadgen.sim --port 0 *args`` until the block exits.
+
+    Raises EndpointError, with the process's stderr, if it does not print its READY line
+    within ``timeout_s``. On exit the process gets SIGTERM, then SIGKILL if it lingers.
+    """
+    command = [sys.executable, "-m", "loadgen.sim", "--port", "0", *args]
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr
+        )
+        try:
+            assert proc.stdout is not None
+            root_url = _wait_ready(proc, proc.stdout, stderr, time.monotonic() + timeout_s)
+            port = int(root_url.rsplit(":", 1)[1])
+            yield SimProcess(base_url=f"{root_url}/v1", root_url=root_url, port=port, pid=proc.pid)
+        finally:
+            _stop(proc)
+
+
+def _wait_ready(
+    proc: subprocess.Popen[bytes], stdout: IO[bytes], stderr: IO[bytes], deadline: float
+) -> str:
+    buffer = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(stdout, selectors.EVENT_READ)
+        while b"\n" not in buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _not_ready(proc, stderr, "did not print READY in time")
+            if not selector.select(remaining):
+                continue
+            data = os.read(stdout.fileno(), 4096)
+            if not data:
+                proc.wait(timeout=_STOP_TIMEOUT_S)
+                raise _not_ready(proc, stderr, f"exited with status {proc.returncode}")
+            buffer += data
+    line = buffer.split(b"\n", 1)[0].decode(errors="replace").strip()
+    if not line.startswith(_READY):
+        raise _not_ready(proc, stderr, f"printed {line!r} instead of READY")
+    return line[len(_READY) :]
+
+
+def _not_ready(proc: subprocess.Popen[bytes], stderr: IO[bytes], why: str) -> EndpointError:
+    _stop(proc)
+    stderr.seek(0)
+    text = stderr.read().decode(errors="replace")[-_STDERR_TAIL:].strip()
+    return EndpointError(f"simulator {why}: {text or '(no stderr)'}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()

@@ -1,0 +1,78 @@
+"""Server-side record of every request's timing, for tests: bounded, keyed by X-Request-Id.
+
+All instants are ``time.perf_counter_ns()`` values (CLOCK_MONOTONIC on Linux, comparable
+across processes on one machine). Must not import the replay client
+(loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import orjson
+
+
+class RequestRecord:
+    """What the server did for one request; appended to while the response is written."""
+
+    __slots__ = (
+        "chunk_tokens",
+        "chunk_write_ns",
+        "headers_ns",
+        "outcome",
+        "prompt_tokens",
+        "received_ns",
+        "request_id",
+    )
+
+    def __init__(self, request_id: str, *, received_ns: int, prompt_tokens: int) -> None:
+        self.request_id = request_id
+        self.received_ns = received_ns
+        self.prompt_tokens = prompt_tokens
+        self.headers_ns: int | None = None
+        self.chunk_write_ns: list[int] = []
+        self.chunk_tokens: list[int] = []
+        self.outcome = "running"
+
+    def chunk(self, write_ns: int, tokens: int) -> None:
+        """Note one content chunk, stamped immediately before its ``send``."""
+        self.chunk_write_ns.append(write_ns)
+        self.chunk_tokens.append(tokens)
+
+    def to_json(self) -> bytes:
+        """The record as served by ``GET /debug/requests/{id}``."""
+        return orjson.dumps(
+            {
+                "request_id": self.request_id,
+                "received_ns": self.received_ns,
+                "headers_ns": self.headers_ns,
+                "prompt_tokens": self.prompt_tokens,
+                "chunk_write_ns": self.chunk_write_ns,
+                "chunk_tokens": self.chunk_tokens,
+                "outcome": self.outcome,
+            }
+        )
+
+
+class RequestLog:
+    """The last ``capacity`` records, oldest evicted first; a reused id replaces its record."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._records: OrderedDict[str, RequestRecord] = OrderedDict()
+
+    def start(self, request_id: str, *, received_ns: int, prompt_tokens: int) -> RequestRecord:
+        """Open the record of a request whose body was fully received at ``received_ns``."""
+        record = RequestRecord(request_id, received_ns=received_ns, prompt_tokens=prompt_tokens)
+        self._records.pop(request_id, None)
+        self._records[request_id] = record
+        while len(self._records) > self._capacity:
+            self._records.popitem(last=False)
+        return record
+
+    def get(self, request_id: str) -> RequestRecord | None:
+        """The record of ``request_id``, or None if unknown or evicted."""
+        return self._records.get(request_id)
+
+    def __len__(self) -> int:
+        return len(self._records)

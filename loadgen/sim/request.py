@@ -1,0 +1,112 @@
+"""Parse an OpenAI completions or chat request body into the one value the engine needs.
+
+Only the fields that shape the simulated response are read; unknown fields are ignored, as an
+OpenAI-compatible server does. Must not import the replay client
+(loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from loadgen.sim.tokens import PromptError, count_chat_prompt, count_completion_prompt
+
+Api = Literal["chat", "completions"]
+
+
+class RequestError(ValueError):
+    """The body is not a valid request; ``str()`` is the message for the 400 answer."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimRequest:
+    """One parsed generation request.
+
+    ``max_tokens`` is what will be generated: the simulator always runs to the limit
+    (as with ``ignore_eos``), so ``finish_reason`` is ``"length"``.
+    """
+
+    api: Api
+    model: str | None
+    stream: bool
+    max_tokens: int
+    prompt_tokens: int
+    include_usage: bool
+    continuous_usage: bool
+
+
+def parse_request(
+    body: object, *, api: Api, image_tokens: int, default_max_tokens: int
+) -> SimRequest:
+    """Validate ``body`` (decoded JSON) as a request of ``api``; raise RequestError if not."""
+    if not isinstance(body, Mapping):
+        raise RequestError("the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError("model must be a string", param="model")
+    try:
+        if api == "chat":
+            prompt_tokens = count_chat_prompt(body.get("messages"), image_tokens=image_tokens)
+        else:
+            if "prompt" not in body:
+                raise PromptError("prompt is required")
+            prompt_tokens = count_completion_prompt(body["prompt"])
+    except PromptError as exc:
+        raise RequestError(str(exc), param="messages" if api == "chat" else "prompt") from exc
+
+    stream = _bool(body, "stream", default=False)
+    _bool(body, "ignore_eos", default=False)
+    max_tokens = _max_tokens(body, default_max_tokens)
+    min_tokens = _int(body, "min_tokens", minimum=0)
+    if min_tokens is not None and min_tokens > max_tokens:
+        raise RequestError(
+            f"min_tokens ({min_tokens}) must be less than or equal to max_tokens ({max_tokens})",
+            param="min_tokens",
+        )
+
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, Mapping):
+        raise RequestError("stream_options must be an object", param="stream_options")
+    include_usage = bool(options and _bool(options, "include_usage", default=False))
+    # vLLM only reports continuous usage when the final usage is requested too.
+    continuous = bool(include_usage and options and _bool(options, "continuous_usage_stats"))
+    return SimRequest(
+        api=api,
+        model=model,
+        stream=stream,
+        max_tokens=max_tokens,
+        prompt_tokens=prompt_tokens,
+        include_usage=include_usage,
+        continuous_usage=continuous,
+    )
+
+
+def _max_tokens(body: Mapping[str, object], default: int) -> int:
+    value = _int(body, "max_completion_tokens", minimum=1)
+    if value is None:
+        value = _int(body, "max_tokens", minimum=1)
+    return default if value is None else value
+
+
+def _int(body: Mapping[str, object], name: str, *, minimum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise RequestError(f"{name} must be an integer >= {minimum}", param=name)
+    return value
+
+
+def _bool(body: Mapping[str, object], name: str, *, default: bool = False) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RequestError(f"{name} must be a boolean", param=name)
+    return value
