@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from loadgen.protocol import Chunk, Kind, ServerTimings, Usage, classify
+from loadgen.protocol import ServerTimings, Usage, summarize_stream
 from loadgen.sse import SSEDecoder
 from loadgen.transport import STAMPED
 from traces import schema as s
@@ -200,7 +200,7 @@ class StreamingClient:
         outcome: str,
         error: str | None,
     ) -> RequestRecord:
-        parsed = _parse_events(events, sent_ns)
+        parsed = summarize_stream(events, sent_ns)
         if outcome == s.OUTCOME_OK:
             if parsed.error is not None:
                 outcome, error = s.OUTCOME_PROTOCOL_ERROR, parsed.error
@@ -257,85 +257,6 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=timings.instance,
         )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Parsed:
-    content_offsets_us: list[int]
-    chunk_tokens: list[int] | None
-    reasoning_offsets_us: list[int]
-    first_token_ns: int | None
-    first_reasoning_ns: int | None
-    usage: Usage | None
-    timings: ServerTimings | None
-    finish_reason: str | None
-    done: bool
-    error: str | None
-
-
-def _parse_events(events: list[tuple[int, bytes]], sent_ns: int) -> _Parsed:
-    """Classify the recorded events (deferred JSON decoding) into the record's fields.
-
-    Tokens per content chunk come from cumulative ``usage.completion_tokens`` when the server
-    sends usage on every chunk (vLLM's ``continuous_usage_stats``); otherwise they are unknown.
-    """
-    content: list[int] = []
-    reasoning: list[int] = []
-    tokens: list[int] = []
-    tokens_known = True
-    last_completion = 0
-    first_token: int | None = None
-    first_reasoning: int | None = None
-    usage: Usage | None = None
-    timings: ServerTimings | None = None
-    finish: str | None = None
-    done = False
-    error: str | None = None
-    for ts, payload in events:
-        try:
-            chunk: Chunk = classify(payload)
-        except ValueError as exc:
-            error = error or str(exc)
-            continue
-        kind = chunk.kind
-        if chunk.usage is not None:
-            usage = chunk.usage
-        if chunk.timings is not None:
-            timings = chunk.timings
-        if chunk.finish_reason is not None:
-            finish = chunk.finish_reason
-        if kind is Kind.CONTENT:
-            if first_token is None:
-                first_token = ts
-            content.append((ts - sent_ns) // 1000)
-            completion = chunk.usage.completion_tokens if chunk.usage is not None else None
-            if completion is None:
-                tokens_known = False
-            else:
-                tokens.append(completion - last_completion)
-                last_completion = completion
-        elif kind is Kind.REASONING:
-            if first_reasoning is None:
-                first_reasoning = ts
-            reasoning.append((ts - sent_ns) // 1000)
-            if chunk.usage is not None and chunk.usage.completion_tokens is not None:
-                last_completion = chunk.usage.completion_tokens
-        elif kind is Kind.DONE:
-            done = True
-        elif kind is Kind.ERROR:
-            error = error or f"server error in stream: {chunk.error}"
-    return _Parsed(
-        content_offsets_us=content,
-        chunk_tokens=tokens if tokens_known and content else None,
-        reasoning_offsets_us=reasoning,
-        first_token_ns=first_token,
-        first_reasoning_ns=first_reasoning,
-        usage=usage,
-        timings=timings,
-        finish_reason=finish,
-        done=done,
-        error=error,
-    )
 
 
 def _error_text(status: int, body: bytes) -> str:

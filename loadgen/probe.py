@@ -107,9 +107,14 @@ async def _probe(
     """One one-token probe; retried a few times on 429/5xx or a dropped stream, which are
     the server's transient state rather than a verdict on the request's fields."""
     body = build_body(api=api, model=model, prompt=Prompt(text="ping"), max_tokens=1, caps=caps)
-    probe_headers = {**headers, "content-type": "application/json", "x-request-id": x_request_id}
     url = base + endpoint_path(api)
     for attempt in range(_PROBE_TRIES):
+        # A fresh id per try: servers (and the simulator) may decide faults per request id.
+        probe_headers = {
+            **headers,
+            "content-type": "application/json",
+            "x-request-id": f"{x_request_id}-{attempt}",
+        }
         try:
             async with http.stream("POST", url, content=body, headers=probe_headers) as r:
                 await r.aread()

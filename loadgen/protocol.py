@@ -175,41 +175,142 @@ def parse_timings(obj: dict[str, Any]) -> ServerTimings | None:
     return None
 
 
-def classify(payload: bytes) -> Chunk:
-    """Classify the data of one SSE event. Raises ``ValueError`` on malformed JSON."""
-    if payload == b"[DONE]":
-        return _DONE
+def _decode(payload: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"malformed chunk: {payload[:80]!r}") from exc
     if not isinstance(obj, dict):
         raise ValueError(f"chunk is not a JSON object: {payload[:80]!r}")
-    error = obj.get("error")
-    if error is not None:
-        message = error.get("message") if isinstance(error, dict) else str(error)
-        return Chunk(kind=Kind.ERROR, error=str(message))
-    usage = parse_usage(obj.get("usage"))
-    timings = parse_timings(obj)
-    kind = Kind.USAGE if usage is not None else Kind.OTHER
-    finish: str | None = None
+    return obj
+
+
+def _kind(obj: dict[str, Any]) -> tuple[Kind, str | None]:
+    """The kind of a decoded chunk and its ``finish_reason`` (no allocation on the common path)."""
+    if obj.get("error") is not None:
+        return Kind.ERROR, None
     choices = obj.get("choices")
-    if isinstance(choices, list) and choices:
-        choice = choices[0]
-        if isinstance(choice, dict):
-            finish = choice.get("finish_reason")
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                if delta.get("content") or delta.get("tool_calls"):
-                    kind = Kind.CONTENT
-                elif delta.get("reasoning_content") or delta.get("reasoning"):
-                    kind = Kind.REASONING
-                elif "role" in delta:
-                    kind = Kind.ROLE
-                else:
-                    kind = Kind.OTHER
-            elif choice.get("text"):
-                kind = Kind.CONTENT
+    if not choices or not isinstance(choices, list):
+        return (Kind.USAGE if isinstance(obj.get("usage"), dict) else Kind.OTHER), None
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        return Kind.OTHER, None
+    finish = choice.get("finish_reason")
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        if delta.get("content") or delta.get("tool_calls"):
+            return Kind.CONTENT, finish
+        if delta.get("reasoning_content") or delta.get("reasoning"):
+            return Kind.REASONING, finish
+        if "role" in delta:
+            return Kind.ROLE, finish
+    elif choice.get("text"):
+        return Kind.CONTENT, finish
+    return (Kind.USAGE if isinstance(obj.get("usage"), dict) else Kind.OTHER), finish
+
+
+def _error_message(obj: dict[str, Any]) -> str:
+    error = obj.get("error")
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message)
+
+
+def classify(payload: bytes) -> Chunk:
+    """Classify the data of one SSE event. Raises ``ValueError`` on malformed JSON."""
+    if payload == b"[DONE]":
+        return _DONE
+    obj = _decode(payload)
+    kind, finish = _kind(obj)
+    if kind is Kind.ERROR:
+        return Chunk(kind=Kind.ERROR, error=_error_message(obj))
+    return Chunk(
+        kind=kind,
+        usage=parse_usage(obj.get("usage")),
+        finish_reason=finish,
+        timings=parse_timings(obj),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamSummary:
+    """What a whole SSE response said, with content chunk arrivals relative to ``sent_ns``."""
+
+    content_offsets_us: list[int]
+    chunk_tokens: list[int] | None
+    reasoning_offsets_us: list[int]
+    first_token_ns: int | None
+    first_reasoning_ns: int | None
+    usage: Usage | None
+    timings: ServerTimings | None
+    finish_reason: str | None
+    done: bool
+    error: str | None
+
+
+def summarize_stream(events: list[tuple[int, bytes]], sent_ns: int) -> StreamSummary:
+    """Classify a response's recorded ``(arrival_ns, data)`` events, after the stream ended.
+
+    JSON decoding happens here, never while bytes are arriving. Tokens per content chunk
+    come from cumulative ``usage.completion_tokens`` when the server sends usage on every
+    chunk (vLLM's ``continuous_usage_stats``); otherwise they are unknown (None).
+    """
+    content: list[int] = []
+    reasoning: list[int] = []
+    tokens: list[int] = []
+    tokens_known = True
+    last_completion = 0
+    first_token: int | None = None
+    first_reasoning: int | None = None
+    usage_raw: Any = None
+    timings: ServerTimings | None = None
+    finish: str | None = None
+    done = False
+    error: str | None = None
+    for ts, payload in events:
+        if payload == b"[DONE]":
+            done = True
+            continue
+        try:
+            obj = _decode(payload)
+        except ValueError as exc:
+            error = error or str(exc)
+            continue
+        kind, chunk_finish = _kind(obj)
+        raw = obj.get("usage")
+        if raw is not None:
+            usage_raw = raw
+        if "metrics" in obj or "timings" in obj:
+            timings = parse_timings(obj) or timings
+        if chunk_finish is not None:
+            finish = chunk_finish
+        if kind is Kind.CONTENT:
+            if first_token is None:
+                first_token = ts
+            content.append((ts - sent_ns) // 1000)
+            completion = raw.get("completion_tokens") if isinstance(raw, dict) else None
+            if isinstance(completion, int):
+                tokens.append(completion - last_completion)
+                last_completion = completion
             else:
-                kind = Kind.OTHER
-    return Chunk(kind=kind, usage=usage, finish_reason=finish, timings=timings)
+                tokens_known = False
+        elif kind is Kind.REASONING:
+            if first_reasoning is None:
+                first_reasoning = ts
+            reasoning.append((ts - sent_ns) // 1000)
+            completion = raw.get("completion_tokens") if isinstance(raw, dict) else None
+            if isinstance(completion, int):
+                last_completion = completion
+        elif kind is Kind.ERROR:
+            error = error or f"server error in stream: {_error_message(obj)}"
+    return StreamSummary(
+        content_offsets_us=content,
+        chunk_tokens=tokens if tokens_known and content else None,
+        reasoning_offsets_us=reasoning,
+        first_token_ns=first_token,
+        first_reasoning_ns=first_reasoning,
+        usage=parse_usage(usage_raw),
+        timings=timings,
+        finish_reason=finish,
+        done=done,
+        error=error,
+    )
