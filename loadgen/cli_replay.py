@@ -167,6 +167,13 @@ def print_summary(result: SessionResult, console: Console) -> None:
 @click.option("--overwrite", is_flag=True, help="Reuse a non-empty run directory.")
 @click.option("--no-progress", is_flag=True, help="No live display.")
 @click.option("--run-id", default=None, help="Run id [default: time plus random suffix].")
+@click.option(
+    "--transport",
+    type=click.Choice(["fast", "httpx"]),
+    default="fast",
+    show_default=True,
+    help="fast: asyncio + httptools HTTP/1.1; httpx: httpx's own (HTTP/2, proxies).",
+)
 def replay(
     trace: Path,
     base_url: str,
@@ -189,6 +196,7 @@ def replay(
     overwrite: bool,
     no_progress: bool,
     run_id: str | None,
+    transport: str,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
@@ -222,6 +230,7 @@ def replay(
         prompt_seed=prompt_seed,
         overwrite=overwrite,
         run_id=run_id,
+        transport=transport,
     )
     console = Console(stderr=False)
     result = run_with_display(

@@ -24,6 +24,7 @@ from loadgen import __version__
 from loadgen.client import StreamingClient
 from loadgen.clock import Clock
 from loadgen.errors import ConfigError, RunDirError
+from loadgen.fasttransport import FastTransport
 from loadgen.live import LiveStats
 from loadgen.prepare import Preparer
 from loadgen.probe import preflight
@@ -32,6 +33,7 @@ from loadgen.recorder import RunRecorder
 from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.runinfo import redact_headers, versions, write_run_json
 from loadgen.schedule import time_factor
+from loadgen.transport import default_transport
 from traces import schema as s
 from traces.io import read_metadata, read_trace
 from traces.prompts import PromptMaker
@@ -65,6 +67,8 @@ class SessionOptions:
     prompt_seed: int = 0
     overwrite: bool = False
     run_id: str | None = None
+    transport: str = "fast"
+    """``fast`` (asyncio.Protocol + httptools) or ``httpx`` (httpx's own, stamped)."""
 
     def public_config(self) -> dict[str, Any]:
         """The options as recorded in run.json: no API key, credentials redacted."""
@@ -86,6 +90,20 @@ class SessionResult:
     rows: int
     client_bound: bool
     warnings: tuple[str, ...]
+
+
+TRANSPORTS = ("fast", "httpx")
+
+
+def make_transport(
+    kind: str, now_ns: Callable[[], int], *, max_connections: int
+) -> httpx.AsyncBaseTransport:
+    """The HTTP transport under the client; both stamp every body read on arrival."""
+    if kind == "fast":
+        return FastTransport(now_ns, max_connections=max_connections)
+    if kind == "httpx":
+        return default_transport(now_ns, max_connections=max_connections)
+    raise ConfigError(f"--transport {kind!r}: expected one of {', '.join(TRANSPORTS)}")
 
 
 def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
@@ -138,9 +156,7 @@ async def run_session(
     if opts.api_key:
         headers["authorization"] = f"Bearer {opts.api_key}"
     max_conn = opts.concurrency or opts.max_inflight or max(64, len(requests))
-    from loadgen.transport import default_transport
-
-    transport = default_transport(clock.now_ns, max_connections=max_conn)
+    transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
     timeout = httpx.Timeout(
         connect=min(30.0, opts.request_timeout_s),
         read=opts.request_timeout_s,

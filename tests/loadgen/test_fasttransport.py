@@ -1,0 +1,251 @@
+"""The fast transport against real loopback servers that misbehave on purpose.
+
+A raw asyncio server writes scripted response bytes, split at chosen points, so the
+parser sees the same splits a real network produces; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loadgen.clock import Clock
+from loadgen.fasttransport import FastTransport
+from loadgen.transport import STAMPED
+
+SSE = b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
+
+
+def chunked(body: bytes, sizes: Sequence[int]) -> bytes:
+    out = b""
+    pos = 0
+    for n in sizes:
+        part = body[pos : pos + n]
+        pos += n
+        if part:
+            out += f"{len(part):x}\r\n".encode() + part + b"\r\n"
+    if pos < len(body):
+        rest = body[pos:]
+        out += f"{len(rest):x}\r\n".encode() + rest + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+def response(body: bytes, *, sizes: Sequence[int] = (), close: bool = False) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+    if close:
+        head += b"connection: close\r\n"
+    return head + b"\r\n" + chunked(body, sizes)
+
+
+@asynccontextmanager
+async def scripted_server(
+    replies: list[bytes],
+    *,
+    splits: Sequence[int] = (),
+    close_after: bool = False,
+    ssl_ctx: ssl.SSLContext | None = None,
+) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """Serve ``replies`` in order, one per request on any connection; record requests."""
+    requests: list[bytes] = []
+    queue = list(replies)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while queue:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                requests.append(head + body)
+                data = queue.pop(0)
+                pos = 0
+                for cut in [*splits, len(data)]:
+                    writer.write(data[pos:cut])
+                    await writer.drain()
+                    await asyncio.sleep(0.002)
+                    pos = cut
+                if close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ssl_ctx)
+    port = server.sockets[0].getsockname()[1]
+    scheme = "https" if ssl_ctx else "http"
+    try:
+        yield f"{scheme}://127.0.0.1:{port}", requests
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def fetch(client: httpx.AsyncClient, url: str) -> tuple[int, list[tuple[int, bytes]]]:
+    async with client.stream("POST", url + "/v1/x", content=b'{"a":1}') as resp:
+        stamped = resp.extensions[STAMPED]
+        pieces = [item async for item in stamped.stamped()]
+        return resp.status_code, pieces
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_chunked_stream_is_decoded_and_stamped_in_order() -> None:
+    async def main() -> None:
+        clock = Clock()
+        async with scripted_server([response(SSE, sizes=(5, 7, 3))], splits=(10, 40, 60)) as (
+            url,
+            reqs,
+        ):
+            async with httpx.AsyncClient(transport=FastTransport(clock.now_ns)) as client:
+                status, pieces = await fetch(client, url)
+        assert status == 200
+        assert b"".join(p for _, p in pieces) == SSE
+        stamps = [t for t, _ in pieces]
+        assert stamps == sorted(stamps)
+        assert abs(stamps[0] - clock.now_ns()) < 5_000_000_000
+        assert reqs[0].startswith(b"POST /v1/x HTTP/1.1\r\n")
+        assert b"content-length: 7" in reqs[0].lower()
+
+    run(main())
+
+
+def test_keep_alive_reuses_one_connection() -> None:
+    async def main() -> None:
+        connects = 0
+
+        async def trace(event: str, info: object) -> None:
+            nonlocal connects
+            if event == "connection.connect_tcp.complete":
+                connects += 1
+
+        async with scripted_server([response(SSE)] * 3) as (url, reqs):
+            async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
+                for _ in range(3):
+                    async with client.stream(
+                        "POST", url + "/v1/x", content=b"{}", extensions={"trace": trace}
+                    ) as resp:
+                        assert await resp.aread() == SSE
+        assert len(reqs) == 3
+        assert connects == 1
+
+    run(main())
+
+
+def test_early_close_is_a_remote_protocol_error() -> None:
+    async def main() -> None:
+        truncated = response(SSE)[:-20]
+        async with scripted_server([truncated], close_after=True) as (url, _):
+            async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
+                with pytest.raises(httpx.RemoteProtocolError, match="complete message body"):
+                    await fetch(client, url)
+
+    run(main())
+
+
+def test_malformed_chunk_size_is_a_remote_protocol_error() -> None:
+    async def main() -> None:
+        bad = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"
+        async with scripted_server([bad]) as (url, _):
+            async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
+                with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
+                    await fetch(client, url)
+
+    run(main())
+
+
+def test_refused_connection_is_a_connect_error() -> None:
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
+            with pytest.raises(httpx.ConnectError):
+                await client.post("http://127.0.0.1:9/v1/x", content=b"{}")
+
+    run(main())
+
+
+def test_read_timeout_between_chunks() -> None:
+    async def main() -> None:
+        head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
+        async with scripted_server([head + b"0\r\n\r\n"], splits=(len(head),)) as (url, _):
+            transport = FastTransport(Clock().now_ns)
+            async with httpx.AsyncClient(
+                transport=transport, timeout=httpx.Timeout(0.001)
+            ) as client:
+                with pytest.raises(httpx.ReadTimeout):
+                    await fetch(client, url)
+
+    run(main())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 12), max_size=6),
+    splits=st.lists(st.integers(1, 150), max_size=5, unique=True),
+)
+def test_any_chunking_and_split_gives_the_same_body(sizes: list[int], splits: list[int]) -> None:
+    async def main() -> bytes:
+        data = response(SSE, sizes=sizes)
+        cuts = sorted(c for c in splits if c < len(data))
+        async with scripted_server([data], splits=cuts) as (url, _):
+            async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
+                _, pieces = await fetch(client, url)
+        return b"".join(p for _, p in pieces)
+
+    assert run(main()) == SSE
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl command not available")
+def test_tls_against_a_self_signed_server(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.create_default_context(cafile=str(cert))
+
+    async def main() -> None:
+        async with scripted_server([response(SSE)], ssl_ctx=server_ctx) as (url, _):
+            transport = FastTransport(Clock().now_ns, verify=client_ctx)
+            async with httpx.AsyncClient(transport=transport) as client:
+                status, pieces = await fetch(client, url)
+            assert status == 200 and b"".join(p for _, p in pieces) == SSE
+            strict = FastTransport(Clock().now_ns)  # system CAs: the self-signed cert fails
+            async with httpx.AsyncClient(transport=strict) as client:
+                with pytest.raises(httpx.ConnectError):
+                    await fetch(client, url)
+
+    run(main())
