@@ -45,7 +45,7 @@ def run_with_display(opts: SessionOptions, *, progress: bool, console: Console) 
 
 
 def print_summary(result: SessionResult, console: Console) -> None:
-    """The end-of-run table (exact percentiles from Polars) and where the run went."""
+    """The end-of-run table (exact percentiles from Polars), validity, and where the run went."""
     from analyzers.metrics import summarize
     from reports.console import summary_table, totals_lines
 
@@ -60,6 +60,10 @@ def print_summary(result: SessionResult, console: Console) -> None:
     )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+    # The session already warned about a client-bound run; add the analyzers' other flags.
+    for flag in summary.validity.flags:
+        if flag.kind != "client_bound":
+            console.print(f"[yellow]warning:[/yellow] {flag.reason}")
     console.print(f"run written to {result.run_dir}")
 
 
@@ -174,6 +178,13 @@ def print_summary(result: SessionResult, console: Console) -> None:
     show_default=True,
     help="fast: asyncio + httptools HTTP/1.1; httpx: httpx's own (HTTP/2, proxies).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1, max=64),
+    default=1,
+    show_default=True,
+    help="Processes, each replaying every N-th request from one start time.",
+)
 def replay(
     trace: Path,
     base_url: str,
@@ -197,6 +208,7 @@ def replay(
     no_progress: bool,
     run_id: str | None,
     transport: str,
+    workers: int,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
@@ -231,6 +243,7 @@ def replay(
         overwrite=overwrite,
         run_id=run_id,
         transport=transport,
+        workers=workers,
     )
     console = Console(stderr=False)
     result = run_with_display(

@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from hdrh.histogram import HdrHistogram
 
@@ -37,6 +38,26 @@ class LiveSnapshot:
     ttft_p99_ms: float | None
     output_tokens: int
     elapsed_s: float
+
+
+class StatsView(Protocol):
+    """Anything a progress display can poll."""
+
+    def snapshot(self) -> LiveSnapshot: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerReport:
+    """A worker's counters and its TTFT histogram in HdrHistogram's mergeable encoding,
+    sent to the parent process for the aggregated live view."""
+
+    shard: int
+    dispatched: int
+    done: int
+    ok: int
+    errors: int
+    output_tokens: int
+    ttft_us_encoded: bytes
 
 
 class LiveStats:
@@ -74,6 +95,18 @@ class LiveStats:
         else:
             self.output_tokens += len(record.chunk_offsets_us)
 
+    def report(self, shard: int) -> WorkerReport:
+        """The counters and the encoded TTFT histogram, for the parent process."""
+        return WorkerReport(
+            shard=shard,
+            dispatched=self.dispatched,
+            done=self.done,
+            ok=self.ok,
+            errors=self.errors,
+            output_tokens=self.output_tokens,
+            ttft_us_encoded=self.ttft_us.encode(),
+        )
+
     def snapshot(self) -> LiveSnapshot:
         have = self.ttft_us.get_total_count() > 0
         return LiveSnapshot(
@@ -85,6 +118,38 @@ class LiveStats:
             ttft_p50_ms=self.ttft_us.get_value_at_percentile(50) / 1000 if have else None,
             ttft_p99_ms=self.ttft_us.get_value_at_percentile(99) / 1000 if have else None,
             output_tokens=self.output_tokens,
+            elapsed_s=(self._now_ns() - self._start_ns) / 1e9,
+        )
+
+
+class AggregateStats:
+    """The live view of several workers, merged from their latest reports."""
+
+    def __init__(self, now_ns: Callable[[], int]) -> None:
+        self._now_ns = now_ns
+        self._start_ns = now_ns()
+        self._latest: dict[int, WorkerReport] = {}
+
+    def update(self, report: WorkerReport) -> None:
+        self._latest[report.shard] = report
+
+    def snapshot(self) -> LiveSnapshot:
+        reports = list(self._latest.values())
+        merged = _histogram()
+        for r in reports:
+            merged.decode_and_add(r.ttft_us_encoded)
+        have = merged.get_total_count() > 0
+        dispatched = sum(r.dispatched for r in reports)
+        done = sum(r.done for r in reports)
+        return LiveSnapshot(
+            dispatched=dispatched,
+            done=done,
+            ok=sum(r.ok for r in reports),
+            errors=sum(r.errors for r in reports),
+            in_flight=dispatched - done,
+            ttft_p50_ms=merged.get_value_at_percentile(50) / 1000 if have else None,
+            ttft_p99_ms=merged.get_value_at_percentile(99) / 1000 if have else None,
+            output_tokens=sum(r.output_tokens for r in reports),
             elapsed_s=(self._now_ns() - self._start_ns) / 1e9,
         )
 

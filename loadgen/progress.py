@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from loadgen.live import LiveSnapshot, LiveStats
+from loadgen.live import LiveSnapshot, StatsView
 
 
 def describe(snap: LiveSnapshot) -> str:
@@ -29,15 +29,15 @@ def describe(snap: LiveSnapshot) -> str:
 
 
 class ProgressFeed:
-    """Connects a session's ``LiveStats`` to the display once the session has them."""
+    """Connects a session's live statistics to the display once the session has them."""
 
     def __init__(self, progress: Progress | None, task_id: TaskID | None) -> None:
         self._progress = progress
         self._task_id = task_id
-        self._stats: LiveStats | None = None
+        self._stats: StatsView | None = None
         self._total = 0
 
-    def attach(self, stats: LiveStats, total: int) -> None:
+    def attach(self, stats: StatsView, total: int) -> None:
         self._stats = stats
         self._total = total
 

@@ -77,8 +77,15 @@ class Replayer:
         sink: Callable[[RequestRecord], None],
         stats: LiveStats,
         clock: Clock,
+        ordinals: Sequence[int] | None = None,
+        origin_s: float | None = None,
     ) -> None:
+        """``ordinals`` are the requests' places in the whole trace (warm-up counts from
+        them; default: their order here); ``origin_s`` is the arrival time that maps to the
+        start (default: the first request's), so shards share one time axis."""
         self._requests = requests
+        self._ordinals = list(ordinals) if ordinals is not None else list(range(len(requests)))
+        self._origin_s = origin_s
         self._shape = shape
         self._client = client
         self._preparer = preparer
@@ -103,9 +110,12 @@ class Replayer:
         self._sink(record)
         self._stats.on_record(record)
 
-    async def run(self) -> ReplayResult:
+    async def run(self, start_ns: int | None = None) -> ReplayResult:
+        """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for."""
         monitor = LoopLagMonitor()
-        start = self._clock.now_ns()
+        if start_ns is not None:
+            await self._sleep_until(start_ns)
+        start = start_ns if start_ns is not None else self._clock.now_ns()
         async with asyncio.TaskGroup() as tg:
             monitor_task = tg.create_task(monitor.run())
             try:
@@ -179,7 +189,9 @@ class Replayer:
         self._stats.on_dispatch()
 
     async def _open_loop(self, tg: asyncio.TaskGroup, start: int) -> None:
-        offsets = due_offsets_ns([r.arrival_s for r in self._requests], self._shape.time_factor)
+        offsets = due_offsets_ns(
+            [r.arrival_s for r in self._requests], self._shape.time_factor, self._origin_s
+        )
         deadline = self._deadline(start)
         cap = self._shape.max_inflight
         slot = asyncio.Semaphore(cap) if cap is not None else None
@@ -189,7 +201,7 @@ class Replayer:
                 self._stop_reason = "duration"
                 return
             # Built before it is due, while the previous request's time is still running.
-            job = await self._preparer.prepare_async(req, ordinal)
+            job = await self._preparer.prepare_async(req, self._ordinals[ordinal])
             if not await self._sleep_until(due):
                 return
             if slot is not None:
@@ -214,7 +226,7 @@ class Replayer:
                 if deadline is not None and now_ns() >= deadline:
                     self._stop_reason = "duration"
                     return
-                job = await self._preparer.prepare_async(req, ordinal)
+                job = await self._preparer.prepare_async(req, self._ordinals[ordinal])
                 if throttler is not None:
                     async with throttler:
                         pass

@@ -44,14 +44,17 @@ def time_factor(
     return 1.0
 
 
-def due_offsets_ns(arrivals_s: Sequence[float], factor: float) -> list[int]:
+def due_offsets_ns(
+    arrivals_s: Sequence[float], factor: float, origin_s: float | None = None
+) -> list[int]:
     """Offsets from the run start at which each request is due, in ns.
 
-    The first request is due at 0: a trace sliced from the middle of a day does not wait
-    for its own start time.
+    Offsets count from ``origin_s``, by default the first arrival: a trace sliced from the
+    middle of a day does not wait for its own start time. A shard passes the whole trace's
+    first arrival so that all shards share one time axis.
     """
     if not arrivals_s:
         return []
-    first = arrivals_s[0]
+    first = arrivals_s[0] if origin_s is None else origin_s
     scale = factor * 1e9
     return [round((a - first) * scale) for a in arrivals_s]

@@ -1,9 +1,10 @@
-"""One replay session, start to finish: read the trace, preflight the endpoint, replay,
-record rows and ``run.json``. The CLI and the demo both call ``run_session``.
+"""One replay session, start to finish: read the trace, preflight the endpoint, replay (in
+this process or in N shard processes), record rows and ``run.json``. The CLI and the demo
+both call ``run_session``.
 
-Sets up the process-wide pieces exactly once: the clock anchor, one ``httpx.AsyncClient``
-sized to the run, the recorder thread, and SIGINT/SIGTERM handlers that stop the replay
-gracefully (a second signal cancels in-flight requests at once).
+A shard (``replay_shard``) sets up its process's pieces exactly once: the clock anchor, one
+``httpx.AsyncClient`` sized to its share of the run, the recorder thread, and SIGINT/SIGTERM
+handlers that stop the replay gracefully (a second signal cancels in-flight requests).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from loadgen.client import StreamingClient
 from loadgen.clock import Clock
 from loadgen.errors import ConfigError, RunDirError
 from loadgen.fasttransport import FastTransport
-from loadgen.live import LiveStats
+from loadgen.live import LagSummary, LiveStats, StatsView
 from loadgen.prepare import Preparer
 from loadgen.probe import preflight
 from loadgen.protocol import Capabilities
@@ -33,6 +34,7 @@ from loadgen.recorder import RunRecorder
 from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.runinfo import redact_headers, versions, write_run_json
 from loadgen.schedule import time_factor
+from loadgen.shards import select_shard, split_evenly
 from loadgen.transport import default_transport
 from traces import schema as s
 from traces.io import read_metadata, read_trace
@@ -41,6 +43,11 @@ from traces.records import TraceRequest
 
 CLIENT_BOUND_LAG_MS = 5.0
 """p99 schedule lag above which the client, not the server, may be limiting the run."""
+CLIENT_BOUND_CPU = 0.7
+"""Share of one core a worker may use before the run is flagged client-bound."""
+TRANSPORTS = ("fast", "httpx")
+START_DELAY_S = 1.0
+"""With several workers, how far ahead the common start time is set, so all can be ready."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +76,8 @@ class SessionOptions:
     run_id: str | None = None
     transport: str = "fast"
     """``fast`` (asyncio.Protocol + httptools) or ``httpx`` (httpx's own, stamped)."""
+    workers: int = 1
+    """Processes, each replaying ``index % workers == k`` (sessions kept whole)."""
 
     def public_config(self) -> dict[str, Any]:
         """The options as recorded in run.json: no API key, credentials redacted."""
@@ -77,6 +86,33 @@ class SessionOptions:
         cfg["headers"] = redact_headers(self.headers)
         cfg["api_key_set"] = self.api_key is not None
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardPlan:
+    """What one process replays: its slice of the trace, from a common start time."""
+
+    opts: SessionOptions
+    run_id: str
+    model: str
+    capabilities: Capabilities
+    time_factor: float
+    block_size: int
+    shard: int = 0
+    shards: int = 1
+    start_ns: int | None = None
+    """Common start in epoch ns (all workers share CLOCK_MONOTONIC); None: start now."""
+    out_dir: Path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardOutcome:
+    """What one shard did."""
+
+    shard: int
+    replay: ReplayResult
+    rows: int
+    by_outcome: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,9 +126,6 @@ class SessionResult:
     rows: int
     client_bound: bool
     warnings: tuple[str, ...]
-
-
-TRANSPORTS = ("fast", "httpx")
 
 
 def make_transport(
@@ -116,11 +149,13 @@ def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
     if overwrite and run_dir.exists():
         for name in (s.REQUESTS_FILE, s.RUN_JSON, s.SERVER_METRICS_FILE):
             (run_dir / name).unlink(missing_ok=True)
-        parts = run_dir / s.PARTS_DIR
-        if parts.exists():
-            for p in parts.iterdir():
-                p.unlink()
-            parts.rmdir()
+        for parts in [run_dir / s.PARTS_DIR, *run_dir.glob("shard-*/" + s.PARTS_DIR)]:
+            if parts.exists():
+                for p in parts.iterdir():
+                    p.unlink()
+                parts.rmdir()
+        for merged in run_dir.glob("shard-*/" + s.REQUESTS_FILE):
+            merged.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
@@ -132,115 +167,110 @@ def load_requests(opts: SessionOptions) -> tuple[list[TraceRequest], dict[str, A
     return requests, read_metadata(opts.trace_path)
 
 
-async def run_session(
-    opts: SessionOptions,
-    *,
-    on_start: Callable[[LiveStats, int], None] | None = None,
-    install_signal_handlers: bool = True,
-) -> SessionResult:
-    """Run one replay session. ``on_start(stats, total)`` lets a UI follow progress."""
+def _check_options(opts: SessionOptions) -> None:
     if opts.concurrency is not None and (opts.time_scale is not None or opts.rate is not None):
         raise ConfigError(
             "--concurrency (closed loop) cannot be combined with --time-scale or --rate"
         )
     if opts.max_rate is not None and opts.concurrency is None:
         raise ConfigError("--max-rate applies to closed loop only (use --rate for open loop)")
-    requests, trace_meta = load_requests(opts)
-    factor = time_factor(
-        [r.arrival_s for r in requests], time_scale=opts.time_scale, rate=opts.rate
-    )
-    _prepare_run_dir(opts.run_dir, opts.overwrite)
-    run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
-    clock = Clock()
+    if opts.transport not in TRANSPORTS:
+        raise ConfigError(
+            f"--transport {opts.transport!r}: expected one of {', '.join(TRANSPORTS)}"
+        )
+    if opts.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {opts.workers}")
+    if opts.concurrency is not None and opts.concurrency < opts.workers:
+        raise ConfigError(
+            f"--concurrency {opts.concurrency} is below --workers {opts.workers}: "
+            "every worker needs at least one slot"
+        )
+
+
+def _http_client(opts: SessionOptions, clock: Clock, max_connections: int) -> httpx.AsyncClient:
     headers = dict(opts.headers)
     if opts.api_key:
         headers["authorization"] = f"Bearer {opts.api_key}"
-    max_conn = opts.concurrency or opts.max_inflight or max(64, len(requests))
-    transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
     timeout = httpx.Timeout(
         connect=min(30.0, opts.request_timeout_s),
         read=opts.request_timeout_s,
         write=opts.request_timeout_s,
         pool=None,
     )
-    api = requests[0].api if requests else s.API_CHAT
-    block_size = int(trace_meta.get("block_size", 512) or 512)
-    async with httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers) as http:
-        if opts.preflight:
-            info = await preflight(
-                http,
-                base_url=opts.base_url,
-                model=opts.model,
-                api=api,
-                headers={},
-                x_request_id=f"{run_id}-preflight",
-            )
-            model, caps, served = info.model, info.capabilities, list(info.served_models)
-        else:
-            if opts.model is None:
-                raise ConfigError("--model is required with --no-preflight")
-            model, caps, served = opts.model, Capabilities(), []
-        preparer = Preparer(
-            prompts=PromptMaker(block_size=block_size, seed=opts.prompt_seed),
-            model=model,
-            run_id=run_id,
-            capabilities=caps,
-            warmup_requests=opts.warmup_requests,
-        )
-        shape = LoadShape(
-            concurrency=opts.concurrency,
-            time_factor=factor,
-            max_rate=opts.max_rate,
-            max_inflight=opts.max_inflight,
-            duration_s=opts.duration_s,
-            grace_s=opts.grace_s,
-        )
-        base_info: dict[str, Any] = {
-            "run_id": run_id,
-            "generator": {"name": "llm-loadgen", "version": __version__},
-            "config": opts.public_config(),
-            "endpoint": {
-                "base_url": opts.base_url,
-                "model": model,
-                "served_models": served,
-                "capabilities": asdict(caps),
-            },
-            "load": {"mode": shape.mode, "time_factor": factor, "requests": len(requests)},
-            "trace": {"path": str(opts.trace_path), "metadata": trace_meta},
-            "prompts": {"strategy": "words", "block_size": block_size, "seed": opts.prompt_seed},
-            "clock": {
-                "anchor_wall_ns": clock.anchor.wall_ns,
-                "anchor_mono_ns": clock.anchor.mono_ns,
-                "source": "perf_counter_ns (CLOCK_MONOTONIC)",
-            },
-            "versions": versions(),
-            "status": "running",
-        }
-        write_run_json(opts.run_dir, base_info)
-        recorder = RunRecorder(opts.run_dir, provenance={"run_id": run_id})
-        stats = LiveStats(clock.now_ns)
+    transport = make_transport(opts.transport, clock.now_ns, max_connections=max_connections)
+    return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
+
+
+def _shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) -> LoadShape:
+    """This shard's share of the load: closed-loop slots, rate ceiling and in-flight cap."""
+    concurrency = (
+        split_evenly(opts.concurrency, shards)[shard] if opts.concurrency is not None else None
+    )
+    return LoadShape(
+        concurrency=concurrency,
+        time_factor=factor,
+        max_rate=opts.max_rate / shards if opts.max_rate is not None else None,
+        max_inflight=(
+            max(1, split_evenly(opts.max_inflight, shards)[shard])
+            if opts.max_inflight is not None
+            else None
+        ),
+        duration_s=opts.duration_s,
+        grace_s=opts.grace_s,
+    )
+
+
+async def replay_shard(
+    plan: ShardPlan,
+    *,
+    on_start: Callable[[StatsView, int], None] | None = None,
+    install_signal_handlers: bool = True,
+    stop_signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+) -> ShardOutcome:
+    """Replay one shard of the trace into ``plan.out_dir`` (in the calling process);
+    ``stop_signals`` stop it gracefully (a second one cancels in-flight requests)."""
+    opts = plan.opts
+    requests, _ = load_requests(opts)
+    mine = select_shard(requests, plan.shard, plan.shards)
+    clock = Clock()
+    shape = _shard_shape(opts, plan.time_factor, plan.shard, plan.shards)
+    max_conn = shape.concurrency or shape.max_inflight or max(64, len(mine))
+    preparer = Preparer(
+        prompts=PromptMaker(block_size=plan.block_size, seed=opts.prompt_seed),
+        model=plan.model,
+        run_id=plan.run_id,
+        capabilities=plan.capabilities,
+        warmup_requests=opts.warmup_requests,
+    )
+    recorder = RunRecorder(plan.out_dir, provenance={"run_id": plan.run_id, "shard": plan.shard})
+    stats = LiveStats(clock.now_ns)
+    async with _http_client(opts, clock, max_conn) as http:
         client = StreamingClient(
             http,
             base_url=opts.base_url,
             now_ns=clock.now_ns,
-            run_id=run_id,
+            run_id=plan.run_id,
+            worker=plan.shard,
             timeout_s=opts.request_timeout_s,
         )
         replayer = Replayer(
-            requests=requests,
+            requests=mine,
             shape=shape,
             client=client,
             preparer=preparer,
             sink=recorder.add,
             stats=stats,
             clock=clock,
+            # Warm-up and due times count from the whole trace, shared by all shards.
+            ordinals=[r.index for r in mine],
+            origin_s=requests[0].arrival_s if requests else None,
         )
         if on_start is not None:
-            on_start(stats, len(requests))
+            on_start(stats, len(mine))
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if install_signal_handlers:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in stop_signals:
                 try:
                     loop.add_signal_handler(sig, replayer.stop, "interrupted")
                     installed.append(sig)
@@ -249,36 +279,186 @@ async def run_session(
         gc.collect()
         gc.freeze()  # set-up objects never need scanning again; keeps GC pauses short
         try:
-            result = await replayer.run()
+            result = await replayer.run(start_ns=plan.start_ns)
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
             gc.unfreeze()
-            path_rows = await asyncio.to_thread(recorder.close)
-    del path_rows
-    warnings: list[str] = []
-    client_bound = result.schedule_lag.p99_ms > CLIENT_BOUND_LAG_MS
-    if client_bound:
-        warnings.append(
-            f"p99 schedule lag {result.schedule_lag.p99_ms:.1f} ms exceeds {CLIENT_BOUND_LAG_MS:g} ms: "
-            "the client, not the server, may be limiting this run"
+            await asyncio.to_thread(recorder.close)
+    return ShardOutcome(
+        shard=plan.shard,
+        replay=result,
+        rows=recorder.rows_written,
+        by_outcome=tuple(sorted(stats.by_outcome.items())),
+    )
+
+
+async def run_session(
+    opts: SessionOptions,
+    *,
+    on_start: Callable[[StatsView, int], None] | None = None,
+    install_signal_handlers: bool = True,
+) -> SessionResult:
+    """Run one replay session. ``on_start(stats, total)`` lets a UI follow progress."""
+    _check_options(opts)
+    requests, trace_meta = load_requests(opts)
+    factor = time_factor(
+        [r.arrival_s for r in requests], time_scale=opts.time_scale, rate=opts.rate
+    )
+    _prepare_run_dir(opts.run_dir, opts.overwrite)
+    run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+    api = requests[0].api if requests else s.API_CHAT
+    block_size = int(trace_meta.get("block_size", 512) or 512)
+    clock = Clock()
+    if opts.preflight:
+        async with _http_client(opts, clock, 4) as http:
+            info = await preflight(
+                http,
+                base_url=opts.base_url,
+                model=opts.model,
+                api=api,
+                headers={},
+                x_request_id=f"{run_id}-preflight",
+            )
+        model, caps, served = info.model, info.capabilities, list(info.served_models)
+    else:
+        if opts.model is None:
+            raise ConfigError("--model is required with --no-preflight")
+        model, caps, served = opts.model, Capabilities(), []
+    mode = "closed" if opts.concurrency is not None else "open"
+    base_info: dict[str, Any] = {
+        "run_id": run_id,
+        "generator": {"name": "llm-loadgen", "version": __version__},
+        "config": opts.public_config(),
+        "endpoint": {
+            "base_url": opts.base_url,
+            "model": model,
+            "served_models": served,
+            "capabilities": asdict(caps),
+        },
+        "load": {
+            "mode": mode,
+            "time_factor": factor,
+            "requests": len(requests),
+            "workers": opts.workers,
+        },
+        "trace": {"path": str(opts.trace_path), "metadata": trace_meta},
+        "prompts": {"strategy": "words", "block_size": block_size, "seed": opts.prompt_seed},
+        "clock": {
+            "anchor_wall_ns": clock.anchor.wall_ns,
+            "anchor_mono_ns": clock.anchor.mono_ns,
+            "source": "perf_counter_ns (CLOCK_MONOTONIC)",
+            "assumption": "one host: every worker reads the same CLOCK_MONOTONIC",
+        },
+        "versions": versions(),
+        "status": "running",
+    }
+    write_run_json(opts.run_dir, base_info)
+    plan = ShardPlan(
+        opts=opts,
+        run_id=run_id,
+        model=model,
+        capabilities=caps,
+        time_factor=factor,
+        block_size=block_size,
+        out_dir=opts.run_dir,
+    )
+    if opts.workers == 1:
+        outcomes = [
+            await replay_shard(
+                plan, on_start=on_start, install_signal_handlers=install_signal_handlers
+            )
+        ]
+    else:
+        from loadgen.workers import run_workers
+
+        start_ns = clock.now_ns() + int(START_DELAY_S * 1e9)
+        plans = [
+            replace(
+                plan,
+                shard=k,
+                shards=opts.workers,
+                start_ns=start_ns,
+                out_dir=opts.run_dir / f"shard-{k}",
+            )
+            for k in range(opts.workers)
+        ]
+        outcomes = await run_workers(
+            plans, on_start=on_start, install_signal_handlers=install_signal_handlers
         )
+    return _finish(opts, base_info, run_id, model, outcomes)
+
+
+def _merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
+    """One view of all shards: sums, the earliest start, the latest end, the worst lags."""
+    replays = [o.replay for o in outcomes]
+
+    def worst(lags: list[LagSummary]) -> LagSummary:
+        return max(lags, key=lambda lag: lag.p99_ms)
+
+    reasons = {r.stop_reason for r in replays}
+    return ReplayResult(
+        dispatched=sum(r.dispatched for r in replays),
+        stop_reason="interrupted" if "interrupted" in reasons else sorted(reasons)[0],
+        start_ns=min(r.start_ns for r in replays),
+        end_ns=max(r.end_ns for r in replays),
+        loop_lag=worst([r.loop_lag for r in replays]),
+        schedule_lag=worst([r.schedule_lag for r in replays]),
+        cpu_utilisation=max(r.cpu_utilisation for r in replays),
+    )
+
+
+def _finish(
+    opts: SessionOptions,
+    base_info: dict[str, Any],
+    run_id: str,
+    model: str,
+    outcomes: list[ShardOutcome],
+) -> SessionResult:
+    result = _merge_results(outcomes)
+    warnings: list[str] = []
+    if result.schedule_lag.p99_ms > CLIENT_BOUND_LAG_MS:
+        warnings.append(
+            f"p99 schedule lag {result.schedule_lag.p99_ms:.1f} ms exceeds "
+            f"{CLIENT_BOUND_LAG_MS:g} ms: the client, not the server, may be limiting this run"
+        )
+    if result.cpu_utilisation > CLIENT_BOUND_CPU:
+        warnings.append(
+            f"a worker used {result.cpu_utilisation:.0%} of a core (over "
+            f"{CLIENT_BOUND_CPU:.0%}): the client may be limiting this run; try --workers"
+        )
+    by_outcome: dict[str, int] = {}
+    for o in outcomes:
+        for name, count in o.by_outcome:
+            by_outcome[name] = by_outcome.get(name, 0) + count
+    rows = sum(o.rows for o in outcomes)
     final = dict(base_info)
     final["status"] = result.stop_reason
     final["result"] = {
         "dispatched": result.dispatched,
-        "rows": recorder.rows_written,
+        "rows": rows,
         "start_ns": result.start_ns,
         "end_ns": result.end_ns,
         "duration_s": (result.end_ns - result.start_ns) / 1e9,
-        "by_outcome": dict(stats.by_outcome),
+        "by_outcome": by_outcome,
     }
     final["health"] = {
         "schedule_lag_ms": asdict(result.schedule_lag),
         "loop_lag_ms": asdict(result.loop_lag),
         "cpu_utilisation": result.cpu_utilisation,
-        "client_bound": client_bound,
+        "client_bound": bool(warnings),
         "warnings": warnings,
+        "workers": [
+            {
+                "shard": o.shard,
+                "dispatched": o.replay.dispatched,
+                "rows": o.rows,
+                "schedule_lag_ms": asdict(o.replay.schedule_lag),
+                "loop_lag_ms": asdict(o.replay.loop_lag),
+                "cpu_utilisation": o.replay.cpu_utilisation,
+            }
+            for o in outcomes
+        ],
     }
     write_run_json(opts.run_dir, final)
     return SessionResult(
@@ -286,7 +466,7 @@ async def run_session(
         run_id=run_id,
         model=model,
         replay=result,
-        rows=recorder.rows_written,
-        client_bound=client_bound,
+        rows=rows,
+        client_bound=bool(warnings),
         warnings=tuple(warnings),
     )

@@ -328,3 +328,32 @@ def test_clock_is_monotonic_epoch_ns() -> None:
     assert b >= a
     assert abs(a - time.time_ns()) < 50_000_000
     assert clock.from_mono_ns(clock.to_mono_ns(a)) == a
+
+
+@pytest.mark.slow
+def test_two_workers_replay_exactly_the_same_request_set(tmp_path: Path, sim: SimFactory) -> None:
+    server = sim("--ttft-ms", "2", "--itl-ms", "1")
+    trace = make_trace(tmp_path / "t.parquet", 41, rate=40.0, output_tokens=3)
+    one = replay(
+        SessionOptions(trace_path=trace, run_dir=tmp_path / "one", base_url=server.base_url)
+    )
+    two = replay(
+        SessionOptions(
+            trace_path=trace, run_dir=tmp_path / "two", base_url=server.base_url, workers=2
+        )
+    )
+    from traces.io import read_run_table
+
+    t1, t2 = read_run_table(one.run_dir), read_run_table(two.run_dir)
+    assert sorted(t1.column(s.REQUEST_ID).to_pylist()) == sorted(
+        t2.column(s.REQUEST_ID).to_pylist()
+    )
+    assert set(t2.column(s.WORKER).to_pylist()) == {0, 1}
+    assert set(t2.column(s.OUTCOME).to_pylist()) == {s.OUTCOME_OK}
+    # Both shards share one time axis: due times are the trace's own offsets from one start.
+    dues = sorted(t2.column(s.DUE_NS).to_pylist())
+    gaps = {round((b - a) / 1e6, 3) for a, b in zip(dues, dues[1:], strict=False)}
+    assert gaps == {25.0}
+    info = read_run_json(two.run_dir)
+    assert len(info["health"]["workers"]) == 2
+    assert info["result"]["rows"] == 41
