@@ -73,7 +73,7 @@ class _Connection(asyncio.Protocol):
         self.reused = False
         self._exchange: _Exchange | None = None
         self._parser: httptools.HttpResponseParser | None = None
-        self._stamp = 0
+        self._pieces: list[bytes] = []
         self._paused = False
 
     # -- asyncio.Protocol
@@ -82,15 +82,29 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self._stamp = self._now_ns()  # before any parsing: the arrival time of these bytes
+        stamp = self._now_ns()  # before any parsing: the arrival time of these bytes
         parser = self._parser
         if parser is None:
             self._fail(httpx.RemoteProtocolError("unexpected bytes with no request in flight"))
             return
+        pieces = self._pieces
         try:
             parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+            return
+        ex = self._exchange
+        if not pieces or ex is None:
+            return
+        # One stamped piece per socket read, however many HTTP chunks it carried.
+        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        pieces.clear()
+        ex.chunks.append((stamp, body))
+        ex.buffered += len(body)
+        if ex.buffered > _HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        ex.wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -126,17 +140,10 @@ class _Connection(asyncio.Protocol):
             ex.headers_done.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        ex = self._exchange
-        if ex is None:
-            return
-        ex.chunks.append((self._stamp, body))
-        ex.buffered += len(body)
-        if ex.buffered > _HIGH_WATER and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
-        ex.wake()
+        self._pieces.append(body)
 
     def on_message_complete(self) -> None:
+        # Runs inside feed_data: data_received hands this read's body on right after.
         ex = self._exchange
         if ex is None or self._parser is None:
             return

@@ -9,6 +9,7 @@ timings (the simulator's ``metrics``, llama.cpp's ``timings``) are read from any
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,6 +248,26 @@ class StreamSummary:
     error: str | None
 
 
+_PLAIN_CONTENT = re.compile(rb'"(?:delta":\{"content|text)":"(?!")')
+"""A compact (vLLM-style) content chunk: ``"delta":{"content":"<non-empty>`` or ``"text":"..``."""
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens":(\d+)')
+
+
+def _plain_content_tokens(payload: bytes) -> int | None:
+    """For a chunk that is certainly plain content with no finish reason, its
+    cumulative completion tokens (-1 when it carries no usage); None for anything else.
+
+    The byte checks cost a fraction of a JSON decode and are exact for compactly
+    serialised chunks; any other shape falls through to the full decode.
+    """
+    # Errors carry no content delta, and server timings ride on the final chunk (whose
+    # finish_reason is set), so these two checks are enough.
+    if b'"finish_reason":null' not in payload or _PLAIN_CONTENT.search(payload) is None:
+        return None
+    match = _COMPLETION_TOKENS.search(payload)
+    return int(match.group(1)) if match is not None else -1
+
+
 def summarize_stream(events: list[tuple[int, bytes]], sent_ns: int) -> StreamSummary:
     """Classify a response's recorded ``(arrival_ns, data)`` events, after the stream ended.
 
@@ -269,6 +290,17 @@ def summarize_stream(events: list[tuple[int, bytes]], sent_ns: int) -> StreamSum
     for ts, payload in events:
         if payload == b"[DONE]":
             done = True
+            continue
+        plain = _plain_content_tokens(payload)
+        if plain is not None:
+            if first_token is None:
+                first_token = ts
+            content.append((ts - sent_ns) // 1000)
+            if plain >= 0:
+                tokens.append(plain - last_completion)
+                last_completion = plain
+            else:
+                tokens_known = False
             continue
         try:
             obj = _decode(payload)

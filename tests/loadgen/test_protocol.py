@@ -11,7 +11,9 @@ from traces.prompts import Prompt
 
 def test_chat_body_with_all_extras() -> None:
     body = orjson.loads(
-        build_body(api="chat", model="m", prompt=Prompt(text="hi there"), max_tokens=7, caps=Capabilities())
+        build_body(
+            api="chat", model="m", prompt=Prompt(text="hi there"), max_tokens=7, caps=Capabilities()
+        )
     )
     assert body["messages"] == [{"role": "user", "content": "hi there"}]
     assert body["stream"] is True
@@ -35,7 +37,9 @@ def test_completions_body_without_extras() -> None:
 
 def test_images_become_content_parts() -> None:
     prompt = Prompt(text="describe", images=("data:image/png;base64,AAAA",))
-    body = orjson.loads(build_body(api="chat", model="m", prompt=prompt, max_tokens=1, caps=Capabilities()))
+    body = orjson.loads(
+        build_body(api="chat", model="m", prompt=prompt, max_tokens=1, caps=Capabilities())
+    )
     parts = body["messages"][0]["content"]
     assert parts[0] == {"type": "text", "text": "describe"}
     assert parts[1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
@@ -44,7 +48,13 @@ def test_images_become_content_parts() -> None:
 def test_literal_messages_are_sent_as_given() -> None:
     msgs = '[{"role":"system","content":"s"},{"role":"user","content":"u"}]'
     body = orjson.loads(
-        build_body(api="chat", model="m", prompt=Prompt(messages_json=msgs), max_tokens=1, caps=Capabilities())
+        build_body(
+            api="chat",
+            model="m",
+            prompt=Prompt(messages_json=msgs),
+            max_tokens=1,
+            caps=Capabilities(),
+        )
     )
     assert body["messages"] == orjson.loads(msgs)
 
@@ -76,7 +86,11 @@ def test_usage_with_cached_tokens_and_finish_reason() -> None:
     assert chunk.kind is Kind.CONTENT
     assert chunk.finish_reason == "length"
     assert chunk.usage is not None
-    assert (chunk.usage.prompt_tokens, chunk.usage.completion_tokens, chunk.usage.cached_tokens) == (10, 3, 8)
+    assert (
+        chunk.usage.prompt_tokens,
+        chunk.usage.completion_tokens,
+        chunk.usage.cached_tokens,
+    ) == (10, 3, 8)
 
 
 def test_llama_cpp_timings_are_read() -> None:
@@ -92,3 +106,80 @@ def test_llama_cpp_timings_are_read() -> None:
 def test_malformed_json_raises_value_error() -> None:
     with pytest.raises(ValueError, match="malformed"):
         classify(b'{"choices": [')
+
+
+def _vllm_stream(api: str, n: int, *, usage_every_chunk: bool, reasoning: int = 0) -> list[bytes]:
+    """A realistic compact stream; each chunk as vLLM serialises it."""
+    out: list[dict[str, object]] = []
+
+    def usage(k: int) -> dict[str, int]:
+        return {"prompt_tokens": 5, "completion_tokens": k, "total_tokens": 5 + k}
+
+    if api == "chat":
+        out.append(
+            {
+                "id": "c",
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
+    for k in range(1, reasoning + n + 1):
+        last = k == reasoning + n
+        if api == "chat":
+            delta = {"reasoning_content": "hm"} if k <= reasoning else {"content": f" t{k}"}
+            choice: dict[str, object] = {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": "length" if last else None,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": f" t{k}",
+                "logprobs": None,
+                "finish_reason": "length" if last else None,
+                "stop_reason": None,
+            }
+        chunk: dict[str, object] = {"id": "c", "choices": [choice]}
+        if usage_every_chunk:
+            chunk["usage"] = usage(k)
+        out.append(chunk)
+    out.append(
+        {
+            "id": "c",
+            "choices": [],
+            "usage": usage(reasoning + n),
+            "metrics": {"queue_ms": 1.0, "prefill_ms": 2.0, "first_token_ms": 0.5},
+        }
+    )
+    return [orjson.dumps(c) for c in out] + [b"[DONE]"]
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize("usage_every_chunk", [True, False])
+@pytest.mark.parametrize("reasoning", [0, 3])
+def test_fast_path_equals_full_decode(api: str, usage_every_chunk: bool, reasoning: int) -> None:
+    import json
+
+    from loadgen.protocol import summarize_stream
+
+    compact = _vllm_stream(
+        api, 6, usage_every_chunk=usage_every_chunk, reasoning=reasoning if api == "chat" else 0
+    )
+    # The same chunks with spaces after separators never take the byte-level fast path.
+    spaced = [p if p == b"[DONE]" else json.dumps(orjson.loads(p)).encode() for p in compact]
+    events_a = [(1000 * (i + 1), p) for i, p in enumerate(compact)]
+    events_b = [(1000 * (i + 1), p) for i, p in enumerate(spaced)]
+    fast, full = summarize_stream(events_a, 0), summarize_stream(events_b, 0)
+    assert fast == full
+    assert len(fast.content_offsets_us) == 6
+    assert fast.chunk_tokens == ([1] * 6 if usage_every_chunk else None)
+    assert fast.finish_reason == "length" and fast.done
+    assert fast.timings is not None and fast.timings.prefill_ms == 2.0
