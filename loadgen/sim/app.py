@@ -5,8 +5,10 @@ Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
 Unknown paths answer 404, wrong methods 405, bad bodies 400, an unknown model 404, all with
 OpenAI-style ``{"error": {...}}`` bodies. Timing belongs to the engine
 (:mod:`loadgen.sim.engine`); this module stamps each content chunk immediately before its
-``send`` and writes it. A dropped connection (fault) is raised as :class:`DroppedConnection`,
-which makes uvicorn close the transport without the terminating chunk.
+``send`` and writes it (:mod:`loadgen.sim.response`). A dropped connection (fault) is
+raised as :class:`DroppedConnection`, which makes uvicorn close the transport without the
+terminating chunk. Every generation response carries ``x-sim-time-scale`` (wall seconds per
+model second; ``/v1/models`` reports it too), so a harness can convert.
 
 Must not import the replay client (loadgen.client/replay/transport/recorder).
 """
@@ -16,21 +18,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, MutableMapping
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any, TypeVar
 
 import orjson
 
-from loadgen.sim.chunks import DONE, ResponseFormatter, error_body, models_body
+from loadgen.sim.chunks import ResponseFormatter, error_body, models_body
 from loadgen.sim.config import SimConfig
-from loadgen.sim.engine import Emission, Engine, FixedDelayEngine, GroundTruth, Phases, Stall
+from loadgen.sim.engine import Engine, FixedDelayEngine, Stall
 from loadgen.sim.faults import FaultInjector, FaultKind
 from loadgen.sim.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from loadgen.sim.metrics import SimMetrics
-from loadgen.sim.records import RequestLog, RequestRecord
-from loadgen.sim.request import Api, RequestError, SimRequest, parse_request
-from loadgen.sim.tokens import token_text
+from loadgen.sim.records import RequestLog
+from loadgen.sim.request import Api, RequestError, parse_request
+from loadgen.sim.response import JSON_TYPE, ResponseWriter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,8 +39,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 T = TypeVar("T")
 
-_JSON = b"application/json"
-_SSE = b"text/event-stream; charset=utf-8"
+_JSON = JSON_TYPE
 _API_PATHS: dict[str, Api] = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 _GET_PATHS = frozenset({"/health", "/v1/models", "/metrics"})
 _DEBUG_PREFIX = "/debug/requests/"
@@ -54,12 +54,16 @@ class SimApp:
 
     def __init__(self, config: SimConfig, *, engine: Engine | None = None) -> None:
         self.config = config
-        self.engine: Engine = engine if engine is not None else FixedDelayEngine(config)
+        self.engine: Engine = engine if engine is not None else _default_engine(config)
         self.metrics = SimMetrics(self.engine, model_name=config.served_model_name)
         self.log = RequestLog(config.max_records)
         self._faults = FaultInjector(config)
         self._counter = itertools.count(1)
         self._created = int(time.time())
+        self._started_ns = time.perf_counter_ns()
+        scale = self.engine.time_scale
+        self._scale_header = (b"x-sim-time-scale", f"{scale:g}".encode())
+        self._models_meta = _models_meta(config, scale)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -75,6 +79,7 @@ class SimApp:
         try:
             async with self.engine.running():
                 started = True
+                self._started_ns = time.perf_counter_ns()
                 await send({"type": "lifespan.startup.complete"})
                 await receive()  # lifespan.shutdown
         except Exception as exc:
@@ -99,7 +104,9 @@ class SimApp:
             elif path == "/health":
                 await _respond(send, 200, b"", content_type=b"text/plain")
             elif path == "/v1/models":
-                body = models_body(self.config.served_model_name, created=self._created)
+                body = models_body(
+                    self.config.served_model_name, created=self._created, meta=self._models_meta
+                )
                 await _respond(send, 200, body)
             elif path == "/metrics":
                 body = self.metrics.exposition()
@@ -114,19 +121,27 @@ class SimApp:
         await _error(send, 404, f"no route for {method} {path}", "NotFoundError")
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
+        cfg = self.config
+        raw_id = _header(scope, b"x-request-id")
+        request_id = raw_id.decode("latin-1") if raw_id else f"sim-{next(self._counter)}"
+        if self._faults.accept_delays(request_id):
+            self.metrics.fault("accept_delay")
+            await asyncio.sleep(cfg.accept_delay_ms / 1e3)  # slow accept: ms grain is enough
         raw = await _read_body(receive)
         received_ns = time.perf_counter_ns()
         if raw is None:
             return  # the client went away before sending its whole body
-        raw_id = _header(scope, b"x-request-id")
-        request_id = raw_id.decode("latin-1") if raw_id else f"sim-{next(self._counter)}"
-        id_header = [(b"x-request-id", request_id.encode("latin-1"))]
+        id_header = [(b"x-request-id", request_id.encode("latin-1")), self._scale_header]
+        if received_ns - self._started_ns < cfg.loading_s * 1e9:
+            self.metrics.fault("loading")
+            headers = [*id_header, (b"retry-after", b"1")]
+            await _error(send, 503, "model is loading (simulated)", "ServiceUnavailable", headers)
+            return
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             await _error(send, 400, f"invalid JSON body: {exc}", "BadRequestError", id_header)
             return
-        cfg = self.config
         try:
             request = parse_request(
                 doc,
@@ -134,6 +149,7 @@ class SimApp:
                 image_tokens=cfg.image_tokens,
                 default_max_tokens=cfg.default_max_tokens,
             )
+            request = self.engine.prepare(request, doc)
         except RequestError as exc:
             await _error(send, 400, str(exc), "BadRequestError", id_header, param=exc.param)
             return
@@ -164,9 +180,14 @@ class SimApp:
             chunks = -(-request.max_tokens // cfg.tokens_per_chunk)
             stall = Stall(from_chunk=chunks // 2, stall_ns=round(cfg.stall_ms * 1e6))
         drop_after = request.max_tokens // 2 if plan.kind is FaultKind.DROP else None
+        malformed_at = None
+        if plan.malformed:
+            self.metrics.fault("malformed")
+            malformed_at = -(-request.max_tokens // cfg.tokens_per_chunk) // 2
         self.metrics.prompt_tokens(request.prompt_tokens)
-        response = _Response(
-            app=self,
+        response = ResponseWriter(
+            engine=self.engine,
+            metrics=self.metrics,
             send=send,
             request=request,
             record=record,
@@ -175,6 +196,7 @@ class SimApp:
             ),
             headers=id_header,
             drop_after=drop_after,
+            malformed_at=malformed_at,
         )
         emissions = self.engine.generate(request, received_ns=received_ns, stall=stall)
         write = response.stream(emissions) if request.stream else response.whole(emissions)
@@ -187,134 +209,6 @@ class SimApp:
             raise DroppedConnection(f"request {request_id}: connection dropped (simulated)")
         else:
             record.outcome = outcome
-
-
-class _Response:
-    """Writes one generation response, streaming or whole, and keeps its record."""
-
-    def __init__(
-        self,
-        *,
-        app: SimApp,
-        send: Send,
-        request: SimRequest,
-        record: RequestRecord,
-        formatter: ResponseFormatter,
-        headers: list[tuple[bytes, bytes]],
-        drop_after: int | None,
-    ) -> None:
-        self._app = app
-        self._send = send
-        self._request = request
-        self._record = record
-        self._fmt = formatter
-        self._headers = headers
-        self._drop_after = drop_after
-
-    def _truth(self, phases: Phases, first_ns: int, last_ns: int, tokens: int) -> GroundTruth:
-        return GroundTruth.measure(
-            phases,
-            received_ns=self._record.received_ns,
-            first_ns=first_ns,
-            last_ns=last_ns,
-            completion_tokens=tokens,
-            instance=self._app.engine.instance,
-        )
-
-    def _drops_at(self, emitted: int, emission: Emission) -> bool:
-        return self._drop_after is not None and emitted + emission.tokens > self._drop_after
-
-    async def stream(self, emissions: AsyncGenerator[Emission, None]) -> str:
-        """Write the SSE response; returns the outcome: ``ok`` or ``dropped``."""
-        send, record, fmt, metrics = self._send, self._record, self._fmt, self._app.metrics
-        headers = [(b"content-type", _SSE), (b"cache-control", b"no-cache"), *self._headers]
-        record.headers_ns = time.perf_counter_ns()
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        role = fmt.role_chunk()
-        if role is not None:
-            await send({"type": "http.response.body", "body": role, "more_body": True})
-        emitted = 0
-        phases: Phases | None = None
-        try:
-            async with aclosing(emissions) as events:
-                async for emission in events:
-                    if self._drops_at(emitted, emission):
-                        return "dropped"
-                    emitted += emission.tokens
-                    phases = emission.phases
-                    truth = None
-                    if emission.last and not self._request.include_usage:
-                        now = time.perf_counter_ns()
-                        first = record.chunk_write_ns[0] if record.chunk_write_ns else now
-                        truth = self._truth(phases, first, now, emitted)
-                    body = fmt.content_chunk(
-                        token_text(emission.first_token, emission.tokens),
-                        completion_tokens=emitted,
-                        last=emission.last,
-                        truth=truth,
-                    )
-                    write_ns = time.perf_counter_ns()
-                    record.chunk(write_ns, emission.tokens)
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-                    if emission.index == 0:
-                        metrics.first_token((write_ns - record.received_ns) / 1e9)
-        finally:
-            metrics.generated(emitted)
-        if self._request.include_usage and phases is not None:
-            writes = record.chunk_write_ns
-            truth = self._truth(phases, writes[0], writes[-1], emitted)
-            body = fmt.usage_chunk(completion_tokens=emitted, truth=truth)
-            await send({"type": "http.response.body", "body": body, "more_body": True})
-        await send({"type": "http.response.body", "body": DONE, "more_body": False})
-        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9)
-        return "ok"
-
-    async def whole(self, emissions: AsyncGenerator[Emission, None]) -> str:
-        """Write the non-streaming response once the last token is due; ``ok`` or ``dropped``."""
-        record, metrics = self._record, self._app.metrics
-        emitted = 0
-        first_ns = 0
-        phases: Phases | None = None
-        try:
-            async with aclosing(emissions) as events:
-                async for emission in events:
-                    if self._drops_at(emitted, emission):
-                        await self._partial_body()
-                        return "dropped"
-                    if emission.index == 0:
-                        first_ns = time.perf_counter_ns()
-                        metrics.first_token((first_ns - record.received_ns) / 1e9)
-                    emitted += emission.tokens
-                    phases = emission.phases
-        finally:
-            metrics.generated(emitted)
-        if phases is None:
-            raise RuntimeError("the engine emitted no tokens")
-        now = time.perf_counter_ns()
-        body = self._fmt.full_response(
-            token_text(0, emitted),
-            completion_tokens=emitted,
-            truth=self._truth(phases, first_ns, now, emitted),
-        )
-        headers = [
-            (b"content-type", _JSON),
-            (b"content-length", str(len(body)).encode()),
-            *self._headers,
-        ]
-        record.headers_ns = time.perf_counter_ns()
-        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
-        write_ns = time.perf_counter_ns()
-        record.chunk(write_ns, emitted)
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
-        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9)
-        return "ok"
-
-    async def _partial_body(self) -> None:
-        # No content-length: the body is chunked, so closing now leaves it visibly incomplete.
-        headers = [(b"content-type", _JSON), *self._headers]
-        self._record.headers_ns = time.perf_counter_ns()
-        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
-        await self._send({"type": "http.response.body", "body": b'{"id": "', "more_body": True})
 
 
 async def _unless_disconnected(receive: Receive, work: Coroutine[Any, Any, T]) -> T | None:
@@ -383,3 +277,36 @@ async def _error(
 ) -> None:
     body = error_body(message, kind=kind, code=status, param=param)
     await _respond(send, status, body, headers=headers)
+
+
+def _default_engine(config: SimConfig) -> Engine:
+    if config.engine is None:
+        return FixedDelayEngine(config)
+    from loadgen.sim.topology import PhysicsEngine  # deferred: the budget model is not free
+
+    return PhysicsEngine(config)
+
+
+def _models_meta(config: SimConfig, scale: float) -> dict[str, object]:
+    """The simulator's own ``/v1/models`` card fields: engine, time scale, deployment."""
+    meta: dict[str, object] = {"sim_time_scale": scale}
+    spec = config.engine
+    if spec is None:
+        meta["sim_engine"] = "fixed-delay"
+        return meta
+    meta["sim_engine"] = "physics"
+    meta["sim_deployment"] = {
+        "model": spec.model,
+        "gpu": spec.gpu,
+        "topology": spec.topology,
+        "gpus": spec.gpus,
+        "replicas": spec.replicas,
+        "prefill": [spec.prefill_instances, spec.prefill_gpus],
+        "decode": [spec.decode_instances, spec.decode_gpus],
+        "link_gbps": spec.link_gbps,
+        "max_num_seqs": spec.max_num_seqs,
+        "max_batched_tokens": spec.max_batched_tokens,
+        "kv_block_size": spec.kv_block_size,
+        "prefix_cache": spec.prefix_cache,
+    }
+    return meta

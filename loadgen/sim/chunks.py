@@ -29,6 +29,8 @@ from loadgen.sim.engine import GroundTruth
 from loadgen.sim.request import SimRequest
 
 DONE = b"data: [DONE]\n\n"
+MALFORMED = b'data: {"id": "malformed", "choices": [{"delta": {"content": "\n\n'
+"""A chunk that is not valid JSON (a truncated object), sent by the malformed fault."""
 FINISH_REASON = "length"
 
 
@@ -135,7 +137,9 @@ class ResponseFormatter:
         chunk = self._header(self._object)
         chunk["choices"] = []
         chunk["usage"] = Usage(
-            prompt_tokens=self._request.prompt_tokens, completion_tokens=completion_tokens
+            prompt_tokens=self._request.prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=truth.cached_tokens,
         ).as_json(details=True)
         chunk["metrics"] = truth.as_json()
         return _event(chunk)
@@ -162,7 +166,9 @@ class ResponseFormatter:
             }
         body["choices"] = [choice]
         body["usage"] = Usage(
-            prompt_tokens=self._request.prompt_tokens, completion_tokens=completion_tokens
+            prompt_tokens=self._request.prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=truth.cached_tokens,
         ).as_json(details=True)
         body["metrics"] = truth.as_json()
         return orjson.dumps(body)
@@ -173,8 +179,11 @@ def error_body(message: str, *, kind: str, code: int, param: str | None = None) 
     return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
-def models_body(model: str, *, created: int) -> bytes:
-    """The ``GET /v1/models`` body listing the one served model."""
-    card = {"id": model, "object": "model", "created": created, "owned_by": "loadgen-sim"}
+def models_body(model: str, *, created: int, meta: dict[str, object] | None = None) -> bytes:
+    """The ``GET /v1/models`` body listing the one served model (plus ``meta`` fields)."""
+    card: dict[str, object] = {
+        "id": model, "object": "model", "created": created, "owned_by": "loadgen-sim"
+    }  # fmt: skip
     card["root"] = model
+    card.update(meta or {})
     return orjson.dumps({"object": "list", "data": [card]})

@@ -7,11 +7,81 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 from loadgen.errors import ConfigError
 
 DEFAULT_PORT = 8000
 DEFAULT_MODEL_NAME = "sim-model"
+
+Topology = Literal["monolith", "disagg"]
+TOPOLOGIES: tuple[Topology, ...] = ("monolith", "disagg")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """The physics-driven engine: a catalog model on catalog GPUs, batched like vLLM.
+
+    ``monolith``: ``replicas`` instances of ``gpus`` GPUs each behind ``router``.
+    ``disagg``: ``prefill_instances`` of ``prefill_gpus`` GPUs and ``decode_instances`` of
+    ``decode_gpus`` GPUs; each prefill instance ships KV caches over its own link of
+    ``link_gbps`` Gbit/s plus ``link_latency_us``. ``time_scale`` multiplies every model
+    duration to get wall time (10 runs the physics at a tenth of real speed); reported
+    times are model times. ``kv_capacity_tokens`` overrides the budget model's KV capacity
+    per instance.
+    """
+
+    model: str
+    gpu: str = "h100"
+    gpus: int = 1
+    topology: Topology = "monolith"
+    replicas: int = 1
+    router: str = "least-loaded"
+    prefill_instances: int = 1
+    prefill_gpus: int = 1
+    decode_instances: int = 1
+    decode_gpus: int = 1
+    link_gbps: float = 400.0
+    link_latency_us: float = 0.0
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 2048
+    kv_block_size: int = 16
+    prefix_cache: bool = True
+    preempt: bool = False
+    time_scale: float = 1.0
+    efficiency_prefill: float = 0.6
+    efficiency_decode: float = 0.6
+    step_overhead_us: float = 0.0
+    memory_fraction: float = 0.9
+    kv_capacity_tokens: int | None = None
+    tokenizer: Path | None = None
+
+    def __post_init__(self) -> None:
+        _check(bool(self.model), "model", self.model, "must not be empty")
+        _check(self.topology in TOPOLOGIES, "topology", self.topology, "must be monolith|disagg")
+        _check(
+            self.router in ("round-robin", "least-loaded"),
+            "router",
+            self.router,
+            "must be round-robin|least-loaded",
+        )
+        for name in (
+            "gpus", "replicas", "prefill_instances", "prefill_gpus", "decode_instances",
+            "decode_gpus", "max_num_seqs", "max_batched_tokens", "kv_block_size",
+        ):  # fmt: skip
+            _check(getattr(self, name) >= 1, name, getattr(self, name), "must be >= 1")
+        for name in ("link_gbps", "time_scale"):
+            value = getattr(self, name)
+            _check(math.isfinite(value) and value > 0, name, value, "must be a number > 0")
+        for name in ("link_latency_us", "step_overhead_us"):
+            value = getattr(self, name)
+            _check(math.isfinite(value) and value >= 0, name, value, "must be a number >= 0")
+        for name in ("efficiency_prefill", "efficiency_decode", "memory_fraction"):
+            value = getattr(self, name)
+            _check(0 < value <= 1, name, value, "must be in (0, 1]")
+        cap = self.kv_capacity_tokens
+        _check(cap is None or cap >= 1, "kv_capacity_tokens", cap, "must be >= 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,7 +94,14 @@ class SimConfig:
 
     Faults are drawn per request from ``(seed, X-Request-Id)``, each with its own rate:
     ``rate_429`` answers 429, ``error_rate`` answers 500, ``drop_rate`` drops the connection
-    after half of ``max_tokens`` tokens, ``stall_rate`` pauses the stream ``stall_ms`` mid-way.
+    after half of ``max_tokens`` tokens, ``stall_rate`` pauses the stream ``stall_ms`` mid-way,
+    ``malformed_rate`` replaces one mid-stream chunk by invalid JSON, ``accept_delay_rate``
+    holds a request ``accept_delay_ms`` before reading it (slow accept). For ``loading_s``
+    seconds after start every generation request is answered 503 (model loading).
+
+    With ``engine`` set, timing comes from the physics-driven engine (:class:`EngineConfig`)
+    instead of ``ttft_ms``/``itl_ms``; ``image_tokens`` is then the count for images whose
+    size cannot be read or for a text-only model.
     """
 
     host: str = "127.0.0.1"
@@ -44,14 +121,24 @@ class SimConfig:
     instance: str = "r0"
     max_records: int = 100_000
     default_max_tokens: int = 16
+    loading_s: float = 0.0
+    malformed_rate: float = 0.0
+    accept_delay_ms: float = 0.0
+    accept_delay_rate: float = 1.0
+    engine: EngineConfig | None = None
 
     def __post_init__(self) -> None:
         _check(0 <= self.port <= 65535, "port", self.port, "must be in 0..65535")
         _check(bool(self.served_model_name), "served_model_name", "", "must not be empty")
-        for name in ("ttft_ms", "prefill_us_per_token", "itl_ms", "stall_ms"):
+        for name in (
+            "ttft_ms", "prefill_us_per_token", "itl_ms", "stall_ms", "loading_s", "accept_delay_ms"
+        ):  # fmt: skip
             value = getattr(self, name)
             _check(math.isfinite(value) and value >= 0, name, value, "must be a finite number >= 0")
-        for name in ("error_rate", "rate_429", "drop_rate", "stall_rate"):
+        for name in (
+            "error_rate", "rate_429", "drop_rate", "stall_rate", "malformed_rate",
+            "accept_delay_rate",
+        ):  # fmt: skip
             value = getattr(self, name)
             _check(0.0 <= value <= 1.0, name, value, "must be a rate in [0, 1]")
         _check(
@@ -65,6 +152,11 @@ class SimConfig:
             self.default_max_tokens,
             "must be >= 1",
         )
+
+    @property
+    def time_scale(self) -> float:
+        """Wall seconds per model second (1.0 for the fixed-delay engine)."""
+        return self.engine.time_scale if self.engine is not None else 1.0
 
     @property
     def fixed_ttft_ns(self) -> int:

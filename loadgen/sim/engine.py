@@ -30,7 +30,7 @@ Must not import the replay client (loadgen.client/replay/transport/recorder).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -42,12 +42,17 @@ from loadgen.sim.request import SimRequest
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Phases:
-    """Ground-truth phase durations of one request before its first token, in ns."""
+    """Ground truth of one request known at its first token: phase durations in model ns,
+    the prompt tokens the prefix cache supplied, and which instances served it (None: the
+    engine's own ``instance``)."""
 
     queue_ns: int
     prefill_ns: int
     transfer_ns: int
     first_token_ns: int
+    cached_tokens: int = 0
+    instance: str | None = None
+    prefill_instance: str | None = None
 
     @property
     def planned_ttft_ns(self) -> int:
@@ -88,6 +93,19 @@ class EngineLoad:
     waiting: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceStats:
+    """What ``/metrics`` reports of one instance (vLLM's ``engine`` label is ``name``)."""
+
+    name: str
+    running: int
+    waiting: int
+    kv_usage: float = 0.0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    preemptions: int = 0
+
+
 class Engine(Protocol):
     """The seam between the HTTP layer and the simulated inference engine."""
 
@@ -95,8 +113,19 @@ class Engine(Protocol):
     def instance(self) -> str:
         """The replica's name, reported as ``metrics.instance``."""
 
+    @property
+    def time_scale(self) -> float:
+        """Wall seconds per model second; every reported time is in model time."""
+
     def load(self) -> EngineLoad:
         """How many requests run and wait now."""
+
+    def stats(self) -> Sequence[InstanceStats]:
+        """Per-instance state for ``/metrics``."""
+
+    def prepare(self, request: SimRequest, body: Mapping[str, object]) -> SimRequest:
+        """The request as this engine counts it (prompt tokens, cache keys); raises
+        :class:`~loadgen.sim.request.RequestError` for one it can never serve."""
 
     def running(self) -> AbstractAsyncContextManager[None]:
         """Scope in which the engine serves (owns its timers and any step loop)."""
@@ -119,8 +148,18 @@ class FixedDelayEngine:
     def instance(self) -> str:
         return self._config.instance
 
+    @property
+    def time_scale(self) -> float:
+        return 1.0
+
     def load(self) -> EngineLoad:
         return EngineLoad(running=self._running, waiting=0)
+
+    def stats(self) -> list[InstanceStats]:
+        return [InstanceStats(name=self.instance, running=self._running, waiting=0)]
+
+    def prepare(self, request: SimRequest, body: Mapping[str, object]) -> SimRequest:
+        return request
 
     @asynccontextmanager
     async def _scope(self) -> AsyncIterator[None]:
@@ -196,6 +235,8 @@ class GroundTruth:
     decode_ms: float
     completion_tokens: int
     instance: str
+    cached_tokens: int = 0
+    prefill_instance: str | None = None
 
     @classmethod
     def measure(
@@ -207,9 +248,10 @@ class GroundTruth:
         last_ns: int,
         completion_tokens: int,
         instance: str,
+        time_scale: float = 1.0,
     ) -> GroundTruth:
         """Combine the engine's planned phases with the measured first and last writes."""
-        ttft_ns = first_ns - received_ns
+        ttft_ns = (first_ns - received_ns) / time_scale
         before_first = phases.queue_ns + phases.prefill_ns + phases.transfer_ns
         return cls(
             queue_ms=phases.queue_ns / 1e6,
@@ -217,15 +259,20 @@ class GroundTruth:
             transfer_ms=phases.transfer_ns / 1e6,
             first_token_ms=(ttft_ns - before_first) / 1e6,
             ttft_ms=ttft_ns / 1e6,
-            decode_ms=(last_ns - first_ns) / 1e6,
+            decode_ms=(last_ns - first_ns) / time_scale / 1e6,
             completion_tokens=completion_tokens,
-            instance=instance,
+            instance=phases.instance or instance,
+            cached_tokens=phases.cached_tokens,
+            prefill_instance=phases.prefill_instance,
         )
 
-    def as_json(self) -> dict[str, float | str]:
+    def as_json(self) -> dict[str, float | int | str]:
         """The ``metrics`` object, our keys first, then vLLM's."""
         total_s = (self.ttft_ms + self.decode_ms) / 1e3
         itl = self.decode_ms / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
+        extra: dict[str, float | int | str] = {"cached_tokens": self.cached_tokens}
+        if self.prefill_instance is not None:
+            extra["prefill_instance"] = self.prefill_instance
         return {
             "queue_ms": self.queue_ms,
             "prefill_ms": self.prefill_ms,
@@ -234,6 +281,7 @@ class GroundTruth:
             "ttft_ms": self.ttft_ms,
             "decode_ms": self.decode_ms,
             "instance": self.instance,
+            **extra,
             "time_to_first_token_ms": self.ttft_ms,
             "queue_time_ms": self.queue_ms,
             "generation_time_ms": self.decode_ms,

@@ -3,7 +3,9 @@
 Each request's fate is a pure function of ``(seed, key)`` where the key is its
 ``X-Request-Id`` (or, when it sends none, the request's arrival counter), so a replayed trace
 meets the same faults whatever its timing. Every kind has its own independent draw; when more
-than one hits, the first in the order 429, 500, drop wins; a stall combines with a drop.
+than one hits, the first in the order 429, 500, drop wins; a stall and a malformed chunk
+combine with a drop. The slow-accept delay is drawn per request too (``accept_delays``).
+Loading (503 for ``loading_s`` after start) is not drawn: it depends only on the time.
 
 Must not import the replay client (loadgen.client/replay/transport/recorder).
 """
@@ -32,6 +34,7 @@ class FaultPlan:
 
     kind: FaultKind
     stall: bool
+    malformed: bool = False
 
     @property
     def is_rejection(self) -> bool:
@@ -59,7 +62,18 @@ class FaultInjector:
             (FaultKind.DROP, config.drop_rate),
         )
         self._stall_rate = config.stall_rate
-        self._active = any(rate > 0 for _, rate in self._rates) or config.stall_rate > 0
+        self._malformed_rate = config.malformed_rate
+        self._accept_rate = config.accept_delay_rate if config.accept_delay_ms > 0 else 0.0
+        self._active = (
+            any(rate > 0 for _, rate in self._rates)
+            or config.stall_rate > 0
+            or config.malformed_rate > 0
+        )
+
+    def accept_delays(self, key: str) -> bool:
+        """Whether the request identified by ``key`` is held by the slow-accept delay."""
+        rate = self._accept_rate
+        return rate > 0 and (rate >= 1.0 or uniform(self._seed, key, "accept") < rate)
 
     def decide(self, key: str) -> FaultPlan:
         """The faults of the request identified by ``key``."""
@@ -71,6 +85,8 @@ class FaultInjector:
                 kind = candidate
                 break
         stall = self._stall_rate > 0 and uniform(self._seed, key, "stall") < self._stall_rate
-        if kind is FaultKind.NONE and not stall:
+        rate = self._malformed_rate
+        malformed = rate > 0 and uniform(self._seed, key, "malformed") < rate
+        if kind is FaultKind.NONE and not stall and not malformed:
             return NO_FAULT
-        return FaultPlan(kind=kind, stall=stall)
+        return FaultPlan(kind=kind, stall=stall, malformed=malformed)

@@ -1,16 +1,28 @@
 """The simulator's Prometheus metrics, named like vLLM's, in a registry owned by one app.
 
-No metric touches prometheus_client's global registry, so several apps can live in one
-process (tests) without clashing. Must not import the replay client
+Names follow vLLM's v1 ``PrometheusStatLogger`` (``vllm/v1/metrics/loggers.py``): per
+instance (label ``engine``) the gauges ``vllm:num_requests_running``,
+``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` and the counters
+``vllm:prefix_cache_queries``/``vllm:prefix_cache_hits`` (tokens) and
+``vllm:num_preemptions``, read from the engine at scrape time; per request the histograms
+``vllm:time_to_first_token_seconds``, ``vllm:e2e_request_latency_seconds``,
+``vllm:request_queue_time_seconds``, ``vllm:request_prefill_time_seconds``,
+``vllm:request_decode_time_seconds``, ``vllm:request_inference_time_seconds``, all in
+model time. No metric touches prometheus_client's global registry, so several apps can live
+in one process (tests) without clashing. Must not import the replay client
 (loadgen.client/replay/transport/recorder).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from collections.abc import Iterator
 
-from loadgen.sim.engine import Engine
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from loadgen.sim.engine import Engine, GroundTruth
 
 # vLLM's buckets for vllm:time_to_first_token_seconds and vllm:e2e_request_latency_seconds.
 _TTFT_BUCKETS = (
@@ -22,7 +34,57 @@ _E2E_BUCKETS = (
     40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 
+# vLLM's buckets for the request phase histograms (queue, prefill, decode, inference).
+_PHASE_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+    40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class _EngineCollector(Collector):
+    """Per-instance gauges and counters read from the engine at scrape time."""
+
+    def __init__(self, engine: Engine, model_name: str) -> None:
+        self._engine = engine
+        self._model = model_name
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["model_name", "engine"]
+        running = GaugeMetricFamily(
+            "vllm:num_requests_running", "Number of requests in model execution batches.",
+            labels=labels,
+        )  # fmt: skip
+        waiting = GaugeMetricFamily(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+            labels=labels,
+        )  # fmt: skip
+        kv = GaugeMetricFamily(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+            labels=labels,
+        )  # fmt: skip
+        queries = CounterMetricFamily(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.", labels=labels,
+        )  # fmt: skip
+        hits = CounterMetricFamily(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+            labels=labels,
+        )  # fmt: skip
+        preempt = CounterMetricFamily(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+            labels=labels,
+        )  # fmt: skip
+        for stat in self._engine.stats():
+            values = [self._model, stat.name]
+            running.add_metric(values, stat.running)
+            waiting.add_metric(values, stat.waiting)
+            kv.add_metric(values, stat.kv_usage)
+            queries.add_metric(values, stat.prefix_queries)
+            hits.add_metric(values, stat.prefix_hits)
+            preempt.add_metric(values, stat.preemptions)
+        yield from (running, waiting, kv, queries, hits, preempt)
 
 
 class SimMetrics:
@@ -32,16 +94,7 @@ class SimMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["model_name"]
         reg = self.registry
-        running = Gauge(
-            "vllm:num_requests_running", "Requests in model execution batches.", labels,
-            registry=reg,
-        )  # fmt: skip
-        waiting = Gauge(
-            "vllm:num_requests_waiting", "Requests waiting to be processed.", labels, registry=reg
-        )
-        # Read the engine's own counts at scrape time: no bookkeeping to drift.
-        running.labels(model_name).set_function(lambda: engine.load().running)
-        waiting.labels(model_name).set_function(lambda: engine.load().waiting)
+        reg.register(_EngineCollector(engine, model_name))
         self._ttft = Histogram(
             "vllm:time_to_first_token_seconds", "Time to first token, in seconds.", labels,
             buckets=_TTFT_BUCKETS, registry=reg,
@@ -60,6 +113,18 @@ class SimMetrics:
             "vllm:request_success", "Successfully processed requests.",
             [*labels, "finished_reason"], registry=reg,
         ).labels(model_name, "length")  # fmt: skip
+        self._phases = {
+            name: Histogram(
+                f"vllm:request_{name}_time_seconds", f"Histogram of time spent in {doc}.",
+                labels, buckets=_PHASE_BUCKETS, registry=reg,
+            ).labels(model_name)
+            for name, doc in (
+                ("queue", "WAITING phase for request"),
+                ("prefill", "PREFILL phase for request"),
+                ("decode", "DECODE phase for request"),
+                ("inference", "RUNNING phase for request"),
+            )
+        }  # fmt: skip
         self._faults = Counter(
             "sim:faults", "Faults injected by the simulator, by kind.", [*labels, "kind"],
             registry=reg,
@@ -69,6 +134,14 @@ class SimMetrics:
     def first_token(self, ttft_s: float) -> None:
         """Observe one request's time to first token, in seconds."""
         self._ttft.observe(ttft_s)
+
+    def request_phases(self, truth: GroundTruth) -> None:
+        """Observe one request's queue, prefill, decode and inference times (model s)."""
+        phases = self._phases
+        phases["queue"].observe(truth.queue_ms / 1e3)
+        phases["prefill"].observe(truth.prefill_ms / 1e3)
+        phases["decode"].observe(truth.decode_ms / 1e3)
+        phases["inference"].observe((truth.ttft_ms - truth.queue_ms + truth.decode_ms) / 1e3)
 
     def prompt_tokens(self, n: int) -> None:
         """Count prompt tokens of an admitted request."""
@@ -84,7 +157,7 @@ class SimMetrics:
         self._e2e.observe(e2e_s)
 
     def fault(self, kind: str) -> None:
-        """Count one injected fault of ``kind`` (rate_limited, error, drop, stall)."""
+        """Count one injected fault of ``kind`` (rate_limited, error, drop, stall, ...)."""
         self._faults.labels(self._model, kind).inc()
 
     def exposition(self) -> bytes:

@@ -16,6 +16,7 @@ class RequestRecord:
     """What the server did for one request; appended to while the response is written."""
 
     __slots__ = (
+        "chunk_due_ns",
         "chunk_tokens",
         "chunk_write_ns",
         "headers_ns",
@@ -32,12 +33,16 @@ class RequestRecord:
         self.headers_ns: int | None = None
         self.chunk_write_ns: list[int] = []
         self.chunk_tokens: list[int] = []
+        self.chunk_due_ns: list[int] = []
         self.outcome = "running"
 
-    def chunk(self, write_ns: int, tokens: int) -> None:
-        """Note one content chunk, stamped immediately before its ``send``."""
+    def chunk(self, write_ns: int, tokens: int, due_ns: int | None = None) -> None:
+        """Note one content chunk, stamped immediately before its ``send``, and the instant
+        the engine scheduled it for (streaming only)."""
         self.chunk_write_ns.append(write_ns)
         self.chunk_tokens.append(tokens)
+        if due_ns is not None:
+            self.chunk_due_ns.append(due_ns)
 
     def to_json(self) -> bytes:
         """The record as served by ``GET /debug/requests/{id}``."""
@@ -49,6 +54,7 @@ class RequestRecord:
                 "prompt_tokens": self.prompt_tokens,
                 "chunk_write_ns": self.chunk_write_ns,
                 "chunk_tokens": self.chunk_tokens,
+                "chunk_due_ns": self.chunk_due_ns,
                 "outcome": self.outcome,
             }
         )

@@ -39,6 +39,10 @@ class SimRequest:
     prompt_tokens: int
     include_usage: bool
     continuous_usage: bool
+    block_hashes: tuple[int, ...] = ()
+    """Prefix-cache keys of the prompt's full blocks (set by the physics engine)."""
+    encoder_s: float = 0.0
+    """Vision-encoder model seconds for the prompt's images (set by the physics engine)."""
 
 
 def parse_request(

@@ -1,0 +1,139 @@
+"""One simulated engine instance in real time: the step loop around a pure Scheduler.
+
+:meth:`Instance.run` is the instance's only task. Each step is planned by the scheduler in
+model seconds and placed on the wall clock with absolute deadlines: a busy instance's step
+``k`` starts where step ``k-1`` ended (``end = start + duration x time_scale``), never "now
+plus a sleep", so late wake-ups never accumulate. An idle instance starts its next step at
+the arrival that woke it (or at the release that unblocked it), never earlier than its last
+step's end. Requests that arrive during a step join at the next step boundary. When a step
+ends the loop wakes (a shared :mod:`loadgen.sim.deadline` timer) and hands the
+:class:`~loadgen.sim.scheduler.StepResult` with its planned start and end to ``on_step``,
+which wakes the requests' handlers.
+
+Must not import the replay client (loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from loadgen.sim.deadline import DeadlineTimer
+from loadgen.sim.engine import InstanceStats
+from loadgen.sim.physics import Physics
+from loadgen.sim.scheduler import Role, Scheduler, SchedulerLimits, SeqSpec, StepResult
+
+StepCallback = Callable[["Instance", StepResult, int, int], None]
+
+
+class Instance:
+    """A replica (``mixed``), a prefill or a decode instance, stepping in real time."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        role: Role,
+        physics: Physics,
+        limits: SchedulerLimits,
+        time_scale: float,
+        timer: DeadlineTimer,
+        on_step: StepCallback,
+    ) -> None:
+        self.name = name
+        self.role: Role = role
+        self.physics = physics
+        self.scheduler = Scheduler(physics.step_s, limits, role=role)
+        self._scale = time_scale
+        self._timer = timer
+        self._on_step = on_step
+        self._pending: list[tuple[int, SeqSpec]] = []
+        self._wake = asyncio.Event()
+        self._kick_ns: int | None = None
+        self._steps = 0
+
+    def load(self) -> int:
+        """Sequences this instance holds or is about to (the least-loaded router's key)."""
+        return len(self._pending) + self.scheduler.num_running + self.scheduler.num_waiting
+
+    def stats(self) -> InstanceStats:
+        """A snapshot for ``/metrics``."""
+        sched = self.scheduler
+        return InstanceStats(
+            name=self.name,
+            running=sched.num_running,
+            waiting=sched.num_waiting + len(self._pending),
+            kv_usage=sched.pool.usage(),
+            prefix_queries=sched.prefix_queries,
+            prefix_hits=sched.prefix_hits,
+            preemptions=sched.preemptions,
+        )
+
+    def check(self, spec: SeqSpec) -> None:
+        """Raise CapacityError if ``spec`` can never fit here."""
+        self.scheduler.check(spec)
+
+    def submit(self, spec: SeqSpec, *, arrival_ns: int) -> None:
+        """Queue a sequence that arrived at ``arrival_ns`` (now or earlier)."""
+        self._pending.append((arrival_ns, spec))
+        self._wake.set()
+
+    def abort(self, seq_id: int, *, at_ns: int) -> None:
+        """Drop a sequence wherever it is; its blocks are free from ``at_ns``."""
+        before = len(self._pending)
+        self._pending = [(t, s) for t, s in self._pending if s.seq_id != seq_id]
+        if len(self._pending) == before:
+            self.scheduler.abort(seq_id)
+            self._kick(at_ns)
+
+    def release(self, seq_id: int, *, at_ns: int) -> None:
+        """Free a prefilled sequence's blocks once its KV cache has left, at ``at_ns``."""
+        self.scheduler.release(seq_id)
+        self._kick(at_ns)
+
+    def _kick(self, at_ns: int) -> None:
+        self._kick_ns = at_ns if self._kick_ns is None else min(self._kick_ns, at_ns)
+        self._wake.set()
+
+    def _idle_start(self, floor_ns: int) -> int | None:
+        times = [t for t, _ in self._pending]
+        if self._kick_ns is not None and self.scheduler.has_work():
+            times.append(self._kick_ns)
+        self._kick_ns = None
+        return max(floor_ns, min(times)) if times else None
+
+    def _admit_until(self, start_ns: int) -> None:
+        if not self._pending:
+            return
+        keep: list[tuple[int, SeqSpec]] = []
+        for arrival, spec in self._pending:
+            if arrival <= start_ns:
+                self.scheduler.add(spec)
+            else:
+                keep.append((arrival, spec))
+        self._pending = keep
+
+    async def run(self) -> None:
+        """Step forever (until cancelled), each step at its absolute wall-clock slot."""
+        busy_until: int | None = None  # end of the previous step while the batch is busy
+        floor_ns = 0
+        while True:
+            self._wake.clear()
+            start = busy_until if busy_until is not None else self._idle_start(floor_ns)
+            if start is None:
+                await self._wake.wait()
+                continue
+            self._admit_until(start)
+            result = self.scheduler.step()
+            if result is None:  # nothing runnable: idle, or blocked on KV memory
+                busy_until = None
+                floor_ns = start
+                if not any(t > start for t, _ in self._pending):
+                    await self._wake.wait()
+                continue
+            end = start + round(result.duration_s * self._scale * 1e9)
+            self._steps += 1
+            await self._timer.sleep_until(end)
+            self._on_step(self, result, start, end)
+            busy_until = end
+            floor_ns = end

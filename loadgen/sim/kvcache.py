@@ -1,0 +1,98 @@
+"""KV-cache blocks of one instance: allocation, reference counts and the prefix cache.
+
+The cache holds ``num_blocks`` blocks of ``block_size`` tokens (the budget model's KV
+capacity divided by the block size). A sequence owns the blocks its tokens occupy. With the
+prefix cache on, a full prompt block is registered under its chained hash
+(:mod:`loadgen.sim.prefix`) once computed; a later sequence whose prompt starts with the same
+blocks takes them (reference count + 1) instead of recomputing them. A block whose count
+drops to 0 becomes free but keeps its hash until it is reallocated, least recently freed
+first, so a shared prefix survives as long as memory allows (vLLM's eviction order).
+
+Pure and clock-free. Must not import the replay client
+(loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+
+class BlockPool:
+    """Fixed pool of KV blocks with reference counts and an LRU of free (cached) blocks."""
+
+    def __init__(self, num_blocks: int, *, caching: bool) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"a KV cache needs at least one block, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.caching = caching
+        self._refs = [0] * num_blocks
+        self._hash: list[int | None] = [None] * num_blocks
+        self._by_hash: dict[int, int] = {}
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        """Blocks no sequence holds (cached ones included: they can be reallocated)."""
+        return len(self._free)
+
+    def usage(self) -> float:
+        """Fraction of blocks held by sequences, 0..1 (vLLM's ``kv_cache_usage_perc``)."""
+        return 1.0 - len(self._free) / self.num_blocks
+
+    def match(self, hashes: Sequence[int]) -> list[int]:
+        """Blocks caching the longest prefix of ``hashes`` (does not take them)."""
+        if not self.caching:
+            return []
+        hits: list[int] = []
+        for key in hashes:
+            block = self._by_hash.get(key)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def can_allocate(self, new_blocks: int, matched: Sequence[int] = ()) -> bool:
+        """Whether ``new_blocks`` fresh blocks fit once the ``matched`` ones are taken."""
+        idle_hits = sum(1 for b in matched if self._refs[b] == 0)
+        return len(self._free) - idle_hits >= new_blocks
+
+    def take(self, blocks: Sequence[int]) -> None:
+        """Add a holder to cached ``blocks`` (from :meth:`match`)."""
+        for block in blocks:
+            if self._refs[block] == 0:
+                del self._free[block]
+            self._refs[block] += 1
+
+    def allocate(self, n: int) -> list[int]:
+        """``n`` fresh blocks, evicting the least recently freed cached ones first."""
+        if n > len(self._free):
+            raise RuntimeError(f"asked for {n} KV blocks, {len(self._free)} free")
+        out: list[int] = []
+        for _ in range(n):
+            block, _ = self._free.popitem(last=False)
+            key = self._hash[block]
+            if key is not None:
+                del self._by_hash[key]
+                self._hash[block] = None
+            self._refs[block] = 1
+            out.append(block)
+        return out
+
+    def free(self, blocks: Sequence[int]) -> None:
+        """Drop one holder of each block; the tail of a sequence is evicted before its head."""
+        for block in reversed(blocks):
+            self._refs[block] -= 1
+            if self._refs[block] == 0:
+                if self.caching and self._hash[block] is not None:
+                    self._free[block] = None
+                else:
+                    self._free[block] = None
+                    self._free.move_to_end(block, last=False)  # uncached: reuse first
+
+    def register(self, block: int, key: int) -> None:
+        """Note that ``block`` now holds the full prompt block with chained hash ``key``."""
+        if not self.caching or self._hash[block] is not None or key in self._by_hash:
+            return
+        self._hash[block] = key
+        self._by_hash[key] = block

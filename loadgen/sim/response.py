@@ -1,0 +1,172 @@
+"""Write one generation response, streaming (SSE) or whole, and keep its server record.
+
+Each content chunk is stamped immediately before its ``send``; the ground truth of the final
+chunk combines the engine's phases with the measured writes, in model time (wall durations
+divided by the engine's time scale). Faults that act inside a stream (drop, malformed chunk)
+are applied here; a drop is reported as the outcome ``dropped`` for the app to raise.
+
+Must not import the replay client (loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from contextlib import aclosing
+from typing import Any
+
+from loadgen.sim.chunks import DONE, MALFORMED, ResponseFormatter
+from loadgen.sim.engine import Emission, Engine, GroundTruth, Phases
+from loadgen.sim.metrics import SimMetrics
+from loadgen.sim.records import RequestRecord
+from loadgen.sim.request import SimRequest
+from loadgen.sim.tokens import token_text
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON_TYPE = b"application/json"
+SSE_TYPE = b"text/event-stream; charset=utf-8"
+
+
+class ResponseWriter:
+    """Writes one generation response, streaming or whole, and keeps its record."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        metrics: SimMetrics,
+        send: Send,
+        request: SimRequest,
+        record: RequestRecord,
+        formatter: ResponseFormatter,
+        headers: list[tuple[bytes, bytes]],
+        drop_after: int | None,
+        malformed_at: int | None = None,
+    ) -> None:
+        self._engine = engine
+        self._metrics = metrics
+        self._scale = engine.time_scale
+        self._malformed_at = malformed_at
+        self._send = send
+        self._request = request
+        self._record = record
+        self._fmt = formatter
+        self._headers = headers
+        self._drop_after = drop_after
+
+    def _truth(self, phases: Phases, first_ns: int, last_ns: int, tokens: int) -> GroundTruth:
+        truth = self._measure(phases, first_ns, last_ns, tokens)
+        self._metrics.request_phases(truth)
+        return truth
+
+    def _measure(self, phases: Phases, first_ns: int, last_ns: int, tokens: int) -> GroundTruth:
+        return GroundTruth.measure(
+            phases,
+            received_ns=self._record.received_ns,
+            first_ns=first_ns,
+            last_ns=last_ns,
+            completion_tokens=tokens,
+            instance=self._engine.instance,
+            time_scale=self._scale,
+        )
+
+    def _drops_at(self, emitted: int, emission: Emission) -> bool:
+        return self._drop_after is not None and emitted + emission.tokens > self._drop_after
+
+    async def stream(self, emissions: AsyncGenerator[Emission, None]) -> str:
+        """Write the SSE response; returns the outcome: ``ok`` or ``dropped``."""
+        send, record, fmt, metrics = self._send, self._record, self._fmt, self._metrics
+        headers = [(b"content-type", SSE_TYPE), (b"cache-control", b"no-cache"), *self._headers]
+        record.headers_ns = time.perf_counter_ns()
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        role = fmt.role_chunk()
+        if role is not None:
+            await send({"type": "http.response.body", "body": role, "more_body": True})
+        emitted = 0
+        phases: Phases | None = None
+        try:
+            async with aclosing(emissions) as events:
+                async for emission in events:
+                    if self._drops_at(emitted, emission):
+                        return "dropped"
+                    if emission.index == self._malformed_at:
+                        await send(
+                            {"type": "http.response.body", "body": MALFORMED, "more_body": True}
+                        )
+                    emitted += emission.tokens
+                    phases = emission.phases
+                    truth = None
+                    if emission.last and not self._request.include_usage:
+                        now = time.perf_counter_ns()
+                        first = record.chunk_write_ns[0] if record.chunk_write_ns else now
+                        truth = self._truth(phases, first, now, emitted)
+                    body = fmt.content_chunk(
+                        token_text(emission.first_token, emission.tokens),
+                        completion_tokens=emitted,
+                        last=emission.last,
+                        truth=truth,
+                    )
+                    write_ns = time.perf_counter_ns()
+                    record.chunk(write_ns, emission.tokens, emission.due_ns)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    if emission.index == 0:
+                        metrics.first_token((write_ns - record.received_ns) / 1e9 / self._scale)
+        finally:
+            metrics.generated(emitted)
+        if self._request.include_usage and phases is not None:
+            writes = record.chunk_write_ns
+            truth = self._truth(phases, writes[0], writes[-1], emitted)
+            body = fmt.usage_chunk(completion_tokens=emitted, truth=truth)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": DONE, "more_body": False})
+        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale)
+        return "ok"
+
+    async def whole(self, emissions: AsyncGenerator[Emission, None]) -> str:
+        """Write the non-streaming response once the last token is due; ``ok`` or ``dropped``."""
+        record, metrics = self._record, self._metrics
+        emitted = 0
+        first_ns = 0
+        phases: Phases | None = None
+        try:
+            async with aclosing(emissions) as events:
+                async for emission in events:
+                    if self._drops_at(emitted, emission):
+                        await self._partial_body()
+                        return "dropped"
+                    if emission.index == 0:
+                        first_ns = time.perf_counter_ns()
+                        metrics.first_token((first_ns - record.received_ns) / 1e9 / self._scale)
+                    emitted += emission.tokens
+                    phases = emission.phases
+        finally:
+            metrics.generated(emitted)
+        if phases is None:
+            raise RuntimeError("the engine emitted no tokens")
+        now = time.perf_counter_ns()
+        body = self._fmt.full_response(
+            token_text(0, emitted),
+            completion_tokens=emitted,
+            truth=self._truth(phases, first_ns, now, emitted),
+        )
+        headers = [
+            (b"content-type", JSON_TYPE),
+            (b"content-length", str(len(body)).encode()),
+            *self._headers,
+        ]
+        record.headers_ns = time.perf_counter_ns()
+        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+        write_ns = time.perf_counter_ns()
+        record.chunk(write_ns, emitted)
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale)
+        return "ok"
+
+    async def _partial_body(self) -> None:
+        # No content-length: the body is chunked, so closing now leaves it visibly incomplete.
+        headers = [(b"content-type", JSON_TYPE), *self._headers]
+        self._record.headers_ns = time.perf_counter_ns()
+        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self._send({"type": "http.response.body", "body": b'{"id": "', "more_body": True})
