@@ -102,13 +102,18 @@ def run_request_files(run_dir: Path) -> list[Path]:
     """The Parquet files holding a run's request rows.
 
     A closed run has ``requests.parquet``; a run killed before closing has only its flushed
-    parts under ``requests.parts/``, which are complete Parquet files on their own.
+    parts under ``requests.parts/``, which are complete Parquet files on their own. A run
+    with several workers keeps one such set per ``shard-K/`` directory.
     """
     run_dir = Path(run_dir)
-    merged = run_dir / s.REQUESTS_FILE
-    if merged.exists():
-        return [merged]
-    return sorted((run_dir / s.PARTS_DIR).glob("part-*.parquet"))
+    files: list[Path] = []
+    for directory in [run_dir, *sorted(run_dir.glob("shard-*"))]:
+        merged = directory / s.REQUESTS_FILE
+        if merged.exists():
+            files.append(merged)
+        else:
+            files.extend(sorted((directory / s.PARTS_DIR).glob("part-*.parquet")))
+    return files
 
 
 def read_run_table(run_dir: Path) -> pa.Table:
