@@ -15,7 +15,11 @@ from rich.console import Console
 from loadgen.cli_replay import print_summary, run_with_display
 from loadgen.session import SessionOptions
 
-DEMO_SIM_ARGS = ("--ttft-ms", "25", "--prefill-us-per-token", "40", "--itl-ms", "8", "--seed", "1")
+DEMO_SIM_ARGS = (
+    "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--max-num-seqs", "48",
+    "--seed", "1",
+)  # fmt: skip
+"""The engine simulator: an 8B model on one H100, batch capped so the tail queues."""
 
 
 def write_demo_trace(path: Path, *, requests: int, rate: float, seed: int) -> None:
