@@ -1,30 +1,76 @@
-"""Lazy Polars frames of run files: one run directory or a glob of shards.
+"""Lazy Polars frames of run files: one run directory, a Parquet file, or a glob of shards.
 
-Checks the schema on entry and never collects: callers compose expressions and collect once.
+``scan_run`` checks the schema on entry (``InvalidRunError`` naming the missing columns) and
+fills the optional run columns an older or hand-built file lacks with typed nulls, so that
+every expression downstream can name any column of ``RUN_SCHEMA``. ``select_rows`` applies
+warm-up exclusion, start/end trimming and a steady-state window. ``chunk_frame`` and
+``token_frame`` explode ``chunk_offsets_us`` into one row per content chunk or per token.
+Nothing here collects, except ``run_health`` which reads ``run.json`` files.
+
 Must not import loadgen or httpx.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Final
 
 import polars as pl
 
 from analyzers.errors import InvalidRunError
 from traces import schema as s
-from traces.io import run_request_files
+from traces.errors import TraceError
+from traces.io import read_run_json, run_request_files
+
+REQUIRED_COLUMNS: Final = (
+    s.REQUEST_ID,
+    s.DUE_NS,
+    s.SENT_NS,
+    s.FIRST_TOKEN_NS,
+    s.END_NS,
+    s.OUTCOME,
+    s.CHUNK_OFFSETS_US,
+)
+"""Columns without which a file is not a run; every other run column is filled when absent."""
+
+DEFAULT_WORKLOAD: Final = "text"
+
+# Columns of the exploded frames (derived, so named here rather than in traces.schema).
+CHUNK_INDEX: Final = "chunk_index"
+"""0-based index of a content chunk within its request."""
+TOKEN_INDEX: Final = "token_index"
+"""0-based index of a content token within its request."""
+ARRIVAL_NS: Final = "arrival_ns"
+"""Epoch ns at which the chunk (and every token in it) arrived: ``sent_ns + offset_us x 1000``."""
+TOKENS_IN_CHUNK: Final = "tokens_in_chunk"
+"""Tokens carried by the chunk (>= 1); see ``exprs.content_tokens`` for how it is known."""
+GAP_US: Final = "gap_us"
+"""µs since the previous content chunk of the request; null for the first chunk."""
+FIRST_TOKEN_INDEX: Final = "chunk_first_token_index"
+"""Token index of the chunk's first token."""
+ROW: Final = "_row"
+"""Row number of the request in the scanned frame (the explode key)."""
 
 
-def scan_run(run: Path | str) -> pl.LazyFrame:
-    """Scan the request rows of a run directory, a Parquet file, or a glob of either."""
+@functools.cache
+def run_polars_schema() -> pl.Schema:
+    """``RUN_SCHEMA`` as a Polars schema."""
+    frame = pl.from_arrow(s.RUN_SCHEMA.empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    return frame.schema
+
+
+def run_files(run: Path | str) -> list[Path]:
+    """The Parquet files of a run directory, a Parquet file, or a glob of either."""
     text = str(run)
     files: list[Path] = []
     if any(ch in text for ch in "*?["):
-        for match in (
-            sorted(Path().glob(text))
-            if not Path(text).is_absolute()
-            else sorted(Path("/").glob(text.lstrip("/")))
-        ):
+        root = Path("/") if Path(text).is_absolute() else Path()
+        pattern = text.lstrip("/") if Path(text).is_absolute() else text
+        for match in sorted(root.glob(pattern)):
             files.extend(run_request_files(match) if match.is_dir() else [match])
     else:
         path = Path(text)
@@ -32,17 +78,213 @@ def scan_run(run: Path | str) -> pl.LazyFrame:
             files = run_request_files(path)
         elif path.exists():
             files = [path]
+    return files
+
+
+def scan_run(run: Path | str) -> pl.LazyFrame:
+    """Scan the request rows of a run lazily, schema checked, optional columns filled.
+
+    Raises ``InvalidRunError`` when nothing matches, a file is not Parquet, or a required
+    column (``REQUIRED_COLUMNS``) is missing; the message names the missing columns.
+    """
+    files = run_files(run)
     if not files:
         raise InvalidRunError(
             f"{run}: no run rows found (expected a run directory with {s.REQUESTS_FILE})"
         )
-    lf = pl.scan_parquet([str(f) for f in files])
-    names = set(lf.collect_schema().names())
-    missing = [
-        c
-        for c in (s.DUE_NS, s.SENT_NS, s.FIRST_TOKEN_NS, s.END_NS, s.OUTCOME, s.CHUNK_OFFSETS_US)
-        if c not in names
-    ]
+    try:
+        lf = pl.scan_parquet([str(f) for f in files])
+        names = set(lf.collect_schema().names())
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise InvalidRunError(f"{run}: not a readable run file ({exc})") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise InvalidRunError(f"{run}: not a run file: missing column(s) {', '.join(missing)}")
+    fill: list[pl.Expr] = []
+    for name, dtype in run_polars_schema().items():
+        if name in names:
+            continue
+        default: Any = None
+        if name == s.WORKLOAD:
+            default = DEFAULT_WORKLOAD
+        elif name == s.WARMUP:
+            default = False
+        fill.append(pl.lit(default, dtype=dtype).alias(name))
+    return lf.with_columns(fill) if fill else lf
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowSelection:
+    """Which requests an analysis keeps, by their due time (seconds from the run's first due).
+
+    ``trim_start_s``/``trim_end_s`` drop requests due within that long of the first/last due
+    time (warm-up and cool-down); ``start_s``/``end_s`` keep only a steady-state window
+    ``[start_s, end_s)``. ``exclude_warmup`` drops rows flagged ``warmup``. Trimming is
+    measured on all rows, warm-up ones included.
+    """
+
+    exclude_warmup: bool = True
+    trim_start_s: float = 0.0
+    trim_end_s: float = 0.0
+    start_s: float | None = None
+    end_s: float | None = None
+
+
+def select_rows(lf: pl.LazyFrame, selection: RowSelection) -> pl.LazyFrame:
+    """Apply a ``RowSelection`` lazily (one pass; bounds are window expressions)."""
+    due = pl.col(s.DUE_NS)
+    first, last = due.min(), due.max()
+    keep: list[pl.Expr] = []
+    if selection.trim_start_s > 0:
+        keep.append(due >= first + int(selection.trim_start_s * 1e9))
+    if selection.trim_end_s > 0:
+        keep.append(due <= last - int(selection.trim_end_s * 1e9))
+    if selection.start_s is not None:
+        keep.append(due >= first + int(selection.start_s * 1e9))
+    if selection.end_s is not None:
+        keep.append(due < first + int(selection.end_s * 1e9))
+    if keep:
+        lf = lf.filter(pl.all_horizontal(keep))
+    if selection.exclude_warmup:
+        lf = lf.filter(~pl.col(s.WARMUP).fill_null(False))
     return lf
+
+
+def _known_chunk_tokens() -> pl.Expr:
+    """True where ``chunk_tokens`` gives a count for every content chunk."""
+    ct = pl.col(s.CHUNK_TOKENS)
+    return ct.is_not_null() & (ct.list.len() == pl.col(s.CHUNK_OFFSETS_US).list.len())
+
+
+def chunk_frame(lf: pl.LazyFrame, *, keep: Sequence[str] = ()) -> pl.LazyFrame:
+    """One row per content chunk: ``REQUEST_ID``, ``keep`` columns, ``CHUNK_INDEX``,
+    ``ARRIVAL_NS``, ``TOKENS_IN_CHUNK``, ``FIRST_TOKEN_INDEX``, ``GAP_US``.
+
+    Tokens per chunk are ``chunk_tokens`` where recorded (a null or zero entry counts as one
+    token); otherwise the request's content tokens (``exprs.content_tokens``) are spread as
+    evenly as integers allow over its ``m`` chunks: chunk ``i`` carries
+    ``floor((i+1) n / m) - floor(i n / m)``, so the counts sum to ``n``. Requests without
+    content chunks yield no rows. Requests with recorded counts come first.
+    """
+    # Imported here: exprs imports this module's column names.
+    from analyzers.exprs import content_tokens
+
+    offsets = pl.col(s.CHUNK_OFFSETS_US)
+    m = offsets.list.len()
+    common = [
+        pl.col(s.REQUEST_ID),
+        *(pl.col(c) for c in keep),
+        pl.col(s.SENT_NS),
+        offsets.alias("_off"),
+        offsets.list.diff().alias(GAP_US),
+        pl.int_ranges(0, m, dtype=pl.Int64).alias(CHUNK_INDEX),
+    ]
+    rows = lf.filter(m > 0)
+    known = _known_chunk_tokens()
+    counts = pl.col(s.CHUNK_TOKENS).list.eval(
+        pl.element().fill_null(1).clip(lower_bound=1).cast(pl.Int64)
+    )
+    recorded = (
+        rows.filter(known)
+        .select(*common, counts.alias("_k"), counts.list.eval(pl.element().cum_sum()).alias("_c"))
+        .explode(["_off", GAP_US, CHUNK_INDEX, "_k", "_c"])
+        .with_columns((pl.col("_c") - pl.col("_k")).alias("_start"))
+    )
+    i, n, mm = pl.col(CHUNK_INDEX), pl.col("_n"), pl.col("_m")
+    spread = (
+        rows.filter(~known)
+        .select(*common, content_tokens().alias("_n"), m.cast(pl.Int64).alias("_m"))
+        .explode(["_off", GAP_US, CHUNK_INDEX])
+        .with_columns(
+            (((i + 1) * n) // mm - (i * n) // mm).alias("_k"), ((i * n) // mm).alias("_start")
+        )
+    )
+    out = [
+        pl.col(s.REQUEST_ID),
+        *(pl.col(c) for c in keep),
+        i.cast(pl.Int32),
+        (pl.col(s.SENT_NS) + pl.col("_off").cast(pl.Int64) * 1000).alias(ARRIVAL_NS),
+        pl.col("_k").cast(pl.Int32).alias(TOKENS_IN_CHUNK),
+        pl.col("_start").cast(pl.Int32).alias(FIRST_TOKEN_INDEX),
+        pl.col(GAP_US).cast(pl.Int64),
+    ]
+    return pl.concat([recorded.select(out), spread.select(out)], how="vertical")
+
+
+def token_frame(lf: pl.LazyFrame, *, keep: Sequence[str] = ()) -> pl.LazyFrame:
+    """One row per content token: ``REQUEST_ID``, ``keep``, ``TOKEN_INDEX``, ``ARRIVAL_NS``,
+    ``CHUNK_INDEX``, ``TOKENS_IN_CHUNK``.
+
+    A chunk of ``k`` tokens yields ``k`` rows sharing its arrival; token indices run from 0
+    without gaps within a request.
+    """
+    chunks = chunk_frame(lf, keep=keep)
+    return (
+        chunks.with_columns(pl.int_ranges(0, pl.col(TOKENS_IN_CHUNK), dtype=pl.Int32).alias("_j"))
+        .explode("_j")
+        .select(
+            pl.col(s.REQUEST_ID),
+            *(pl.col(c) for c in keep),
+            (pl.col(FIRST_TOKEN_INDEX) + pl.col("_j")).alias(TOKEN_INDEX),
+            pl.col(ARRIVAL_NS),
+            pl.col(CHUNK_INDEX),
+            pl.col(TOKENS_IN_CHUNK),
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHealth:
+    """The generator's health as ``run.json`` recorded it (the worst over shards); None
+    where no ``run.json`` was found or it lacks the field."""
+
+    runs: int
+    schedule_lag_p99_ms: float | None
+    loop_lag_p99_ms: float | None
+    cpu_utilisation: float | None
+    client_bound: bool | None
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _max(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def run_health(run: Path | str) -> RunHealth:
+    """Read the ``health`` section of every ``run.json`` next to the run's files."""
+    dirs: list[Path] = []
+    for f in run_files(run):
+        d = f.parent.parent if f.parent.name == s.PARTS_DIR else f.parent
+        if d not in dirs:
+            dirs.append(d)
+    sched: list[float | None] = []
+    loop: list[float | None] = []
+    cpu: list[float | None] = []
+    bound: list[bool] = []
+    runs = 0
+    for d in dirs:
+        try:
+            info = read_run_json(d)
+        except TraceError as exc:
+            raise InvalidRunError(str(exc)) from exc
+        health = info.get("health")
+        if not isinstance(health, dict):
+            continue
+        runs += 1
+        sl, ll = health.get("schedule_lag_ms"), health.get("loop_lag_ms")
+        sched.append(_float(sl.get("p99_ms")) if isinstance(sl, dict) else None)
+        loop.append(_float(ll.get("p99_ms")) if isinstance(ll, dict) else None)
+        cpu.append(_float(health.get("cpu_utilisation")))
+        if isinstance(health.get("client_bound"), bool):
+            bound.append(bool(health["client_bound"]))
+    return RunHealth(
+        runs=runs,
+        schedule_lag_p99_ms=_max(sched),
+        loop_lag_p99_ms=_max(loop),
+        cpu_utilisation=_max(cpu),
+        client_bound=any(bound) if bound else None,
+    )

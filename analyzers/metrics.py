@@ -1,142 +1,521 @@
-"""Run summaries: latency percentiles, throughput and outcome counts, from Polars.
+"""Run metrics: exact latency percentiles, throughput, outcomes, fidelity and goodput.
 
-Definitions (all per request, over requests whose outcome is ``ok``):
-- TTFT (ms): first content chunk arrival - sent.
-- TTFT from due (ms): first content chunk arrival - due (includes generator lateness).
-- E2E (ms): end - sent.
-- TPOT (ms/token): (last content chunk - first content chunk) / (output tokens - 1), output
-  tokens being the server's ``completion_tokens`` (else the chunk count); undefined for 1.
-- ITL (ms): gap between consecutive content chunks divided by the tokens of the later
-  chunk when known (a chunk of k tokens counts as k tokens).
-Must not import loadgen or httpx.
+``analyze(run, options)`` returns one ``Analysis``: the run as a whole and, with
+``by_workload``, each workload class; throughput over time windows; and the run's
+``RunValidity``. Definitions (formula, unit, edge cases) are the builders' docstrings in
+``analyzers.exprs`` and docs/analysis.md. Latencies are over ``ok`` requests, the schedule
+lag over every sent request; ITL percentiles weight a chunk of ``k`` tokens ``k`` times.
+
+Two collects: the run's bounds (to size the throughput windows), then every aggregation in
+one ``pl.collect_all``. Must not import loadgen or httpx.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Final
 
 import polars as pl
 
-from analyzers.frames import scan_run
+from analyzers import exprs as e
+from analyzers import goodput as g
+from analyzers.frames import (
+    ARRIVAL_NS,
+    GAP_US,
+    TOKENS_IN_CHUNK,
+    RowSelection,
+    RunHealth,
+    chunk_frame,
+    run_health,
+    scan_run,
+    select_rows,
+)
+from analyzers.validity import ClassCount, RunValidity, ValidityThresholds, assess_validity
 from traces import schema as s
 
-DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
+DEFAULT_PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0, 99.9)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MetricRow:
-    """Percentiles of one latency metric, in ``unit``."""
+class MetricSpec:
+    """A per-request (or per-token) metric: its column, display name and unit."""
 
+    key: str
+    name: str
+    unit: str
+
+
+METRICS: Final = (
+    MetricSpec(key=e.TTFT_MS, name="TTFT", unit="ms"),
+    MetricSpec(key=e.TTFT_FROM_DUE_MS, name="TTFT from due", unit="ms"),
+    MetricSpec(key=e.TTFB_MS, name="Time to first byte", unit="ms"),
+    MetricSpec(key=e.TTFR_MS, name="Time to first reasoning", unit="ms"),
+    MetricSpec(key=e.TPOT_MS, name="TPOT", unit="ms"),
+    MetricSpec(key=e.ITL_MS, name="ITL", unit="ms"),
+    MetricSpec(key=e.E2E_MS, name="E2E", unit="ms"),
+    MetricSpec(key=e.SCHEDULE_LAG_MS, name="Schedule lag", unit="ms"),
+)
+_REQUEST_METRICS: Final = tuple(m for m in METRICS if m.key != e.ITL_MS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PercentileValue:
+    """The value of one percentile (None over no samples)."""
+
+    percentile: float
+    value: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricStats:
+    """Count, mean, max and exact percentiles of one metric, in ``unit``."""
+
+    key: str
     name: str
     unit: str
     count: int
     mean: float | None
-    percentiles: tuple[tuple[float, float | None], ...]
+    max: float | None
+    percentiles: tuple[PercentileValue, ...]
+
+    def value(self, percentile: float) -> float | None:
+        """The value at ``percentile`` (None when not computed or no samples)."""
+        for pv in self.percentiles:
+            if pv.percentile == percentile:
+                return pv.value
+        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunSummary:
-    """What the end-of-run table shows."""
+class OutcomeCount:
+    """Requests with one outcome and their share of the class."""
+
+    outcome: str
+    count: int
+    fraction: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fidelity:
+    """Requested against reported prompt (and cached) tokens, over requests with usage."""
 
     requests: int
+    requested_tokens_mean: float | None
+    reported_tokens_mean: float | None
+    ratio_median: float | None
+    abs_error_median: float | None
+    cached_tokens_mean: float | None
+    cached_fraction_mean: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClassSummary:
+    """Everything about one workload class (``exprs.ALL``: the whole run)."""
+
+    workload: str
+    requests: int
     ok: int
-    by_outcome: tuple[tuple[str, int], ...]
+    outcomes: tuple[OutcomeCount, ...]
+    error_rate: float
     duration_s: float
+    requests_per_s: float
     output_tokens: int
     output_tokens_per_s: float
+    total_tokens_per_s: float
+    metrics: tuple[MetricStats, ...]
+    fidelity: Fidelity
+    goodput: g.Goodput | None
+
+    def metric(self, key: str) -> MetricStats:
+        """The stats of metric ``key`` (an ``exprs`` column name, e.g. ``exprs.TTFT_MS``)."""
+        for m in self.metrics:
+            if m.key == key:
+                return m
+        raise KeyError(key)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThroughputWindow:
+    """One time window ``[start_s, end_s)`` from the first due time.
+
+    ``arrivals``: requests due in it; ``completed``: ok requests ending in it;
+    ``output_tokens``: content tokens arriving in it; ``total_tokens_per_s`` adds the prompt
+    tokens of ok requests whose first token arrived in it.
+    """
+
+    start_s: float
+    end_s: float
+    arrivals: int
+    completed: int
+    output_tokens: int
+    output_tokens_per_s: float
+    total_tokens_per_s: float
     requests_per_s: float
-    metrics: tuple[MetricRow, ...]
 
 
-def _ms(a: str, b: str) -> pl.Expr:
-    return (pl.col(a) - pl.col(b)) / 1e6
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnalysisOptions:
+    """What ``analyze`` computes. ``window_s`` None: about 30 windows over the run."""
+
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    by_workload: bool = True
+    selection: RowSelection = field(default_factory=RowSelection)
+    slo: g.SLOTargets = field(default_factory=g.SLOTargets)
+    window_s: float | None = None
+    thresholds: ValidityThresholds = field(default_factory=ValidityThresholds)
 
 
-def _row(
-    frame: pl.DataFrame, column: str, name: str, unit: str, percentiles: tuple[float, ...]
-) -> MetricRow:
-    series = frame.get_column(column).drop_nulls()
-    if series.len() == 0:
-        return MetricRow(
-            name=name,
-            unit=unit,
-            count=0,
-            mean=None,
-            percentiles=tuple((p, None) for p in percentiles),
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Analysis:
+    """The result of ``analyze``: the run, its classes, windows and validity."""
+
+    run: str
+    options: AnalysisOptions
+    overall: ClassSummary
+    classes: tuple[ClassSummary, ...]
+    window_s: float
+    windows: tuple[ThroughputWindow, ...]
+    health: RunHealth
+    validity: RunValidity
+
+
+_OUTCOME_OTHER: Final = "other"
+_NICE_WINDOWS: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def auto_window_s(duration_s: float, windows: int = 30) -> float:
+    """The smallest of 0.1, 0.2, 0.5, 1, 2, 5, ... s giving at most ``windows`` windows."""
+    for w in _NICE_WINDOWS:
+        if duration_s / w <= windows:
+            return w
+    return math.ceil(duration_s / windows / 600.0) * 600.0
+
+
+def request_frame(lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool) -> pl.LazyFrame:
+    """Per-request metric columns (latencies null unless ok), ``CLASS`` and goodput flags."""
+    ok = e.is_ok()
+    masked = [
+        pl.when(ok).then(expr)
+        for expr in (
+            e.ttft_ms(),
+            e.ttft_from_due_ms(),
+            e.ttfb_ms(),
+            e.time_to_first_reasoning_ms(),
+            e.tpot_ms(),
+            e.e2e_ms(),
         )
-    values = tuple(
-        (p, float(series.quantile(p / 100, interpolation="linear") or 0.0)) for p in percentiles
-    )
-    mean = series.mean()
-    return MetricRow(
-        name=name,
-        unit=unit,
-        count=series.len(),
-        mean=float(mean) if isinstance(mean, int | float) else None,
-        percentiles=values,
-    )
-
-
-def summarize(run: Path | str, percentiles: tuple[float, ...] = DEFAULT_PERCENTILES) -> RunSummary:
-    """Summarize a run directory (warm-up rows excluded)."""
-    lf = scan_run(run).filter(~pl.col(s.WARMUP))
-    offsets = pl.col(s.CHUNK_OFFSETS_US)
-    n_chunks = offsets.list.len()
-    out_tokens = pl.coalesce(pl.col(s.COMPLETION_TOKENS), n_chunks.cast(pl.Int32))
-    per_request = lf.select(
+    ]
+    prompt = pl.col(s.PROMPT_TOKENS).cast(pl.Int64)
+    return lf.select(
+        (pl.col(s.WORKLOAD) if by_workload else pl.lit(e.ALL)).cast(pl.String).alias(e.CLASS),
         pl.col(s.OUTCOME),
+        ok.alias("_ok"),
+        pl.col(s.DUE_NS),
         pl.col(s.SENT_NS),
+        pl.col(s.FIRST_TOKEN_NS),
         pl.col(s.END_NS),
-        out_tokens.alias("out_tokens"),
-        pl.when(pl.col(s.OUTCOME) == s.OUTCOME_OK)
-        .then(_ms(s.FIRST_TOKEN_NS, s.SENT_NS))
-        .alias("ttft_ms"),
-        pl.when(pl.col(s.OUTCOME) == s.OUTCOME_OK)
-        .then(_ms(s.FIRST_TOKEN_NS, s.DUE_NS))
-        .alias("ttft_due_ms"),
-        pl.when(pl.col(s.OUTCOME) == s.OUTCOME_OK).then(_ms(s.END_NS, s.SENT_NS)).alias("e2e_ms"),
-        pl.when((pl.col(s.OUTCOME) == s.OUTCOME_OK) & (out_tokens > 1))
-        .then((offsets.list.last() - offsets.list.first()) / 1e3 / (out_tokens - 1))
-        .alias("tpot_ms"),
-        _ms(s.SENT_NS, s.DUE_NS).alias("lag_ms"),
-    ).collect()
-    itl = (
-        lf.filter(pl.col(s.OUTCOME) == s.OUTCOME_OK)
-        .select(
-            offsets.list.diff().list.slice(1).alias("gap"),
-            pl.when(pl.col(s.CHUNK_TOKENS).is_not_null())
-            .then(pl.col(s.CHUNK_TOKENS).list.slice(1))
-            .otherwise(offsets.list.slice(1).list.eval(pl.lit(1, dtype=pl.Int16)))
-            .alias("k"),
-        )
-        .explode(["gap", "k"])
-        .select((pl.col("gap") / 1e3 / pl.col("k").clip(lower_bound=1)).alias("itl_ms"))
-        .collect()
+        *[m.alias(name) for m, name in zip(masked, _masked_names(), strict=True)],
+        e.schedule_lag_ms(),
+        e.content_tokens(),
+        pl.when(ok).then(prompt.fill_null(e.requested_prompt_tokens())).alias("_ok_prompt"),
+        e.requested_prompt_tokens(),
+        prompt.alias(s.PROMPT_TOKENS),
+        e.prompt_ratio(),
+        pl.col(s.CACHED_TOKENS).cast(pl.Int64),
+        e.cached_fraction(),
+        *g.goodput_columns(slo),
     )
-    counts = per_request.group_by(s.OUTCOME).len().sort(s.OUTCOME)
-    by_outcome = tuple((str(o), int(n)) for o, n in counts.iter_rows())
-    ok = dict(by_outcome).get(s.OUTCOME_OK, 0)
-    start = per_request.get_column(s.SENT_NS).min()
-    end = per_request.get_column(s.END_NS).max()
-    duration = ((end - start) / 1e9) if isinstance(start, int) and isinstance(end, int) else 0.0
-    ok_tokens = per_request.filter(pl.col(s.OUTCOME) == s.OUTCOME_OK).get_column("out_tokens").sum()
-    output_tokens = int(ok_tokens or 0)
-    rows = (
-        _row(per_request, "ttft_ms", "TTFT", "ms", percentiles),
-        _row(per_request, "ttft_due_ms", "TTFT from due", "ms", percentiles),
-        _row(per_request, "tpot_ms", "TPOT", "ms", percentiles),
-        _row(itl, "itl_ms", "ITL", "ms", percentiles),
-        _row(per_request, "e2e_ms", "E2E", "ms", percentiles),
-        _row(per_request, "lag_ms", "Schedule lag", "ms", percentiles),
+
+
+def _masked_names() -> tuple[str, ...]:
+    return (e.TTFT_MS, e.TTFT_FROM_DUE_MS, e.TTFB_MS, e.TTFR_MS, e.TPOT_MS, e.E2E_MS)
+
+
+def _stat_aggs(column: str, percentiles: tuple[float, ...]) -> list[pl.Expr]:
+    c = pl.col(column)
+    return [
+        c.count().alias(f"{column}__count"),
+        c.mean().alias(f"{column}__mean"),
+        c.max().cast(pl.Float64).alias(f"{column}__max"),
+        *(e.quantile(column, p) for p in percentiles),
+    ]
+
+
+def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
+    outcome = pl.col(s.OUTCOME)
+    ratio = pl.col(e.PROMPT_RATIO)
+    has_usage = pl.col(s.PROMPT_TOKENS).is_not_null()
+    aggs = [
+        pl.len().alias("_n"),
+        pl.col("_ok").sum().alias("_ok"),
+        *((outcome == o).sum().alias(f"_outcome_{o}") for o in s.OUTCOMES),
+        (~outcome.is_in(list(s.OUTCOMES))).sum().alias(f"_outcome_{_OUTCOME_OTHER}"),
+        pl.col(s.SENT_NS).min().alias("_first_sent"),
+        pl.col(s.END_NS).max().alias("_last_end"),
+        pl.col(e.CONTENT_TOKENS).sum().alias("_out_tokens"),
+        pl.col("_ok_prompt").sum().alias("_ok_prompt"),
+        ratio.count().alias("_fid_n"),
+        pl.col(e.REQUESTED_PROMPT_TOKENS).filter(has_usage).mean().alias("_fid_req"),
+        pl.col(s.PROMPT_TOKENS).mean().alias("_fid_rep"),
+        ratio.median().alias("_fid_ratio"),
+        (ratio - 1).abs().median().alias("_fid_err"),
+        pl.col(s.CACHED_TOKENS).filter(has_usage).mean().alias("_cached"),
+        pl.col(e.CACHED_FRACTION).mean().alias("_cached_frac"),
+        e.quantile(e.SCHEDULE_LAG_MS, 99.0).alias("_lag_p99"),
+        *g.goodput_aggs(),
+    ]
+    for m in _REQUEST_METRICS:
+        aggs.extend(_stat_aggs(m.key, percentiles))
+    return aggs
+
+
+def _itl_frame(lf: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
+    """Distinct (``CLASS``, gap, tokens) of ok requests' chunks after the first, with
+    ``ITL_MS`` = gap / tokens and ``_w`` the tokens they stand for (count x tokens)."""
+    rows = lf.filter(e.is_ok())
+    keys = [GAP_US, TOKENS_IN_CHUNK]
+    if by_workload:
+        rows = rows.with_columns(pl.col(s.WORKLOAD).cast(pl.String).alias(e.CLASS))
+        keys = [e.CLASS, *keys]
+    chunks = chunk_frame(rows, keep=keys[:-2]).filter(pl.col(GAP_US).is_not_null())
+    # Counting equal (gap, tokens) pairs keeps the percentiles exact at a fraction of the rows.
+    counted = chunks.group_by(keys).agg(pl.len().alias("_count"))
+    return counted.select(
+        pl.col(e.CLASS) if by_workload else pl.lit(e.ALL).alias(e.CLASS),
+        e.itl_ms(),
+        (pl.col("_count").cast(pl.Int64) * pl.col(TOKENS_IN_CHUNK).cast(pl.Int64)).alias("_w"),
     )
-    return RunSummary(
-        requests=per_request.height,
+
+
+def _itl_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
+    v, w = pl.col(e.ITL_MS), pl.col("_w")
+    key = e.ITL_MS
+    return [
+        w.sum().alias(f"{key}__count"),
+        pl.when(w.sum() > 0).then((v * w).sum() / w.sum()).alias(f"{key}__mean"),
+        v.max().alias(f"{key}__max"),
+        *(e.weighted_quantile(key, "_w", p) for p in percentiles),
+    ]
+
+
+def _stats(row: dict[str, Any], spec: MetricSpec, percentiles: tuple[float, ...]) -> MetricStats:
+    def f(key: str) -> float | None:
+        v = row.get(f"{spec.key}__{key}")
+        return float(v) if v is not None else None
+
+    return MetricStats(
+        key=spec.key,
+        name=spec.name,
+        unit=spec.unit,
+        count=int(row.get(f"{spec.key}__count") or 0),
+        mean=f("mean"),
+        max=f("max"),
+        percentiles=tuple(PercentileValue(percentile=p, value=f(f"p{p:g}")) for p in percentiles),
+    )
+
+
+def _class_summary(
+    row: dict[str, Any], itl: dict[str, Any] | None, options: AnalysisOptions
+) -> ClassSummary:
+    n = int(row["_n"])
+    ok = int(row["_ok"] or 0)
+    first, last = row["_first_sent"], row["_last_end"]
+    duration = (last - first) / 1e9 if first is not None and last is not None else 0.0
+    out_tokens = int(row["_out_tokens"] or 0)
+    prompt_tokens = int(row["_ok_prompt"] or 0)
+    per_s = 1 / duration if duration > 0 else 0.0
+    outcomes = tuple(
+        OutcomeCount(outcome=o, count=c, fraction=c / n if n else 0.0)
+        for o in (*s.OUTCOMES, _OUTCOME_OTHER)
+        if (c := int(row[f"_outcome_{o}"] or 0))
+    )
+    p = options.percentiles
+    metrics = []
+    for spec in METRICS:
+        if spec.key == e.ITL_MS:
+            metrics.append(_stats(itl or {}, spec, p))
+        else:
+            metrics.append(_stats(row, spec, p))
+
+    def opt(key: str) -> float | None:
+        v = row[key]
+        return float(v) if v is not None else None
+
+    return ClassSummary(
+        workload=str(row[e.CLASS]),
+        requests=n,
         ok=ok,
-        by_outcome=by_outcome,
+        outcomes=outcomes,
+        error_rate=(n - ok) / n if n else 0.0,
         duration_s=duration,
-        output_tokens=output_tokens,
-        output_tokens_per_s=output_tokens / duration if duration > 0 else 0.0,
-        requests_per_s=ok / duration if duration > 0 else 0.0,
-        metrics=rows,
+        requests_per_s=ok * per_s,
+        output_tokens=out_tokens,
+        output_tokens_per_s=out_tokens * per_s,
+        total_tokens_per_s=(out_tokens + prompt_tokens) * per_s,
+        metrics=tuple(metrics),
+        fidelity=Fidelity(
+            requests=int(row["_fid_n"] or 0),
+            requested_tokens_mean=opt("_fid_req"),
+            reported_tokens_mean=opt("_fid_rep"),
+            ratio_median=opt("_fid_ratio"),
+            abs_error_median=opt("_fid_err"),
+            cached_tokens_mean=opt("_cached"),
+            cached_fraction_mean=opt("_cached_frac"),
+        ),
+        goodput=g.goodput_from_counts(
+            requests=n,
+            ok=ok,
+            good=int(row[g.GOOD] or 0),
+            slo_requests=int(row[g.HAS_SLO] or 0),
+            ttft_misses=int(row[g.TTFT_MISS] or 0),
+            tpot_misses=int(row[g.TPOT_MISS] or 0),
+            duration_s=duration,
+        ),
     )
+
+
+def _window_queries(
+    lf: pl.LazyFrame, req: pl.LazyFrame, t0: int, window_ns: int
+) -> list[pl.LazyFrame]:
+    def idx(col: str) -> pl.Expr:
+        return ((pl.col(col) - t0) // window_ns).alias("_w")
+
+    tokens = (
+        chunk_frame(lf)
+        .group_by(idx(ARRIVAL_NS))
+        .agg(pl.col(TOKENS_IN_CHUNK).sum().cast(pl.Int64).alias("_tokens"))
+    )
+    arrivals = req.group_by(idx(s.DUE_NS)).agg(pl.len().cast(pl.Int64).alias("_arrivals"))
+    completed = (
+        req.filter(pl.col("_ok"))
+        .group_by(idx(s.END_NS))
+        .agg(pl.len().cast(pl.Int64).alias("_completed"))
+    )
+    prompts = (
+        req.filter(pl.col("_ok"))
+        .group_by(idx(s.FIRST_TOKEN_NS))
+        .agg(pl.col("_ok_prompt").sum().cast(pl.Int64).alias("_prompt"))
+    )
+    return [tokens, arrivals, completed, prompts]
+
+
+def _windows(frames: list[pl.DataFrame], window_s: float) -> tuple[ThroughputWindow, ...]:
+    merged: dict[int, list[int]] = {}
+    for slot, frame in enumerate(frames):
+        for w, value in frame.iter_rows():
+            if w is None or w < 0:
+                continue
+            merged.setdefault(int(w), [0, 0, 0, 0])[slot] += int(value or 0)
+    out = []
+    for w in range(max(merged) + 1 if merged else 0):
+        tokens, arrivals, completed, prompt = merged.get(w, [0, 0, 0, 0])
+        out.append(
+            ThroughputWindow(
+                start_s=w * window_s,
+                end_s=(w + 1) * window_s,
+                arrivals=arrivals,
+                completed=completed,
+                output_tokens=tokens,
+                output_tokens_per_s=tokens / window_s,
+                total_tokens_per_s=(tokens + prompt) / window_s,
+                requests_per_s=completed / window_s,
+            )
+        )
+    return tuple(out)
+
+
+def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis:
+    """Analyze a run directory, Parquet file or glob of shards (see ``AnalysisOptions``)."""
+    options = options or AnalysisOptions()
+    lf = select_rows(scan_run(run), options.selection)
+    bounds = lf.select(
+        pl.len().alias("n"), pl.col(s.DUE_NS).min().alias("t0"), pl.col(s.END_NS).max()
+    ).collect()
+    n, t0, t_end = bounds.row(0)
+    t0 = int(t0) if t0 is not None else 0
+    span_s = max(((t_end or t0) - t0) / 1e9, 0.0)
+    window_s = options.window_s or auto_window_s(span_s)
+    pcts = tuple(options.percentiles)
+    req = request_frame(lf, options.slo, options.by_workload)
+    aggs = _request_aggs(pcts)
+    itl_aggs = _itl_aggs(pcts)
+    queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
+    itl = _itl_frame(lf, options.by_workload)
+    queries.append(itl.select(pl.lit(e.ALL).alias(e.CLASS), *itl_aggs))
+    if options.by_workload:
+        queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))
+        queries.append(itl.group_by(e.CLASS).agg(itl_aggs))
+    queries.extend(_window_queries(lf, req, t0, max(1, int(window_s * 1e9))))
+    frames = pl.collect_all(queries)
+    overall_row = frames[0].row(0, named=True)
+    overall = _class_summary(overall_row, frames[1].row(0, named=True), options)
+    classes: tuple[ClassSummary, ...] = ()
+    rest = frames[2:]
+    if options.by_workload:
+        itl_by = {str(r[e.CLASS]): r for r in frames[3].iter_rows(named=True)}
+        classes = tuple(
+            _class_summary(r, itl_by.get(str(r[e.CLASS])), options)
+            for r in frames[2].iter_rows(named=True)
+        )
+        rest = frames[4:]
+    health = run_health(run)
+    counted = classes or (overall,)
+    lag = overall_row["_lag_p99"]
+    validity = assess_validity(
+        schedule_lag_p99_ms=float(lag) if lag is not None else None,
+        loop_lag_p99_ms=health.loop_lag_p99_ms,
+        prompt_error_median=overall.fidelity.abs_error_median,
+        class_counts=[ClassCount(workload=c.workload, requests=c.ok) for c in counted],
+        percentiles=pcts,
+        thresholds=options.thresholds,
+    )
+    del n
+    return Analysis(
+        run=str(run),
+        options=options,
+        overall=overall,
+        classes=classes,
+        window_s=window_s,
+        windows=_windows(list(rest), window_s),
+        health=health,
+        validity=validity,
+    )
+
+
+def summarize(run: Path | str, percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)) -> Analysis:
+    """The whole-run analysis the end-of-replay table shows (warm-up rows excluded)."""
+    return analyze(run, AnalysisOptions(percentiles=percentiles, by_workload=False))
+
+
+def run_validity(
+    run: Path | str,
+    lf: pl.LazyFrame,
+    *,
+    class_counts: list[ClassCount],
+    percentiles: tuple[float, ...],
+    thresholds: ValidityThresholds,
+) -> RunValidity:
+    """Validity of already-selected rows ``lf`` of ``run`` (for analyzers other than
+    ``analyze``, which computes the same inputs in its own pass)."""
+    lag, err = (
+        lf.select(
+            e.schedule_lag_ms().quantile(0.99, interpolation="linear").alias("lag"),
+            (e.prompt_ratio() - 1).abs().median().alias("err"),
+        )
+        .collect()
+        .row(0)
+    )
+    return assess_validity(
+        schedule_lag_p99_ms=_opt(lag),
+        loop_lag_p99_ms=run_health(run).loop_lag_p99_ms,
+        prompt_error_median=_opt(err),
+        class_counts=class_counts,
+        percentiles=percentiles,
+        thresholds=thresholds,
+    )
+
+
+def _opt(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None

@@ -29,6 +29,14 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "analyzers.budget.cli:plan",
         "Predict prefill, decode, KV and disaggregation budgets.",
     ),
+    "analyze": (
+        "analyzers.cli:analyze",
+        "Latency percentiles, throughput, errors, fidelity and goodput of a run.",
+    ),
+    "decompose": (
+        "analyzers.cli:decompose",
+        "Split TTFT into client, network, queue, prefill and first-token time.",
+    ),
 }
 
 

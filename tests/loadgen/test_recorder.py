@@ -15,9 +15,18 @@ from traces.records import RequestRecord
 
 def record(i: int) -> RequestRecord:
     return RequestRecord(
-        run_id="r", trace_index=i, request_id=str(i), x_request_id=f"r-{i}", workload="text",
-        api="chat", input_tokens=10, output_tokens=2, due_ns=i, sent_ns=i + 1,
-        chunk_offsets_us=[10, 20], outcome=s.OUTCOME_OK,
+        run_id="r",
+        trace_index=i,
+        request_id=str(i),
+        x_request_id=f"r-{i}",
+        workload="text",
+        api="chat",
+        input_tokens=10,
+        output_tokens=2,
+        due_ns=i,
+        sent_ns=i + 1,
+        chunk_offsets_us=[10, 20],
+        outcome=s.OUTCOME_OK,
     )
 
 

@@ -80,9 +80,19 @@ def test_missing_columns_and_files(tmp_path: Path) -> None:
 
 def test_records_to_batch_types() -> None:
     rec = RequestRecord(
-        run_id="r", trace_index=0, request_id="a", x_request_id="r-a", workload="text", api="chat",
-        input_tokens=1, output_tokens=2, due_ns=1, sent_ns=2, chunk_offsets_us=[5, 9],
-        chunk_tokens=[1, 1], outcome="ok",
+        run_id="r",
+        trace_index=0,
+        request_id="a",
+        x_request_id="r-a",
+        workload="text",
+        api="chat",
+        input_tokens=1,
+        output_tokens=2,
+        due_ns=1,
+        sent_ns=2,
+        chunk_offsets_us=[5, 9],
+        chunk_tokens=[1, 1],
+        outcome="ok",
     )
     batch = records_to_batch([rec])
     assert batch.schema == s.RUN_SCHEMA

@@ -1,0 +1,168 @@
+"""Rich tables for ``loadgen analyze`` and ``loadgen decompose``. Rendering only: every number
+comes from ``analyzers.metrics.Analysis`` or ``analyzers.decompose.Decomposition``."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from analyzers.decompose import TERMS, ClassDecomposition, Decomposition
+from analyzers.metrics import Analysis, ClassSummary
+from analyzers.validity import RunValidity
+
+
+def fmt(value: float | None) -> str:
+    """A number to three significant figures or so; ``-`` for None."""
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def metrics_table(c: ClassSummary, title: str) -> Table:
+    """One row per metric: count, mean, percentiles, max."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    table.add_column("n", justify="right")
+    table.add_column("mean", justify="right")
+    percentiles = c.metrics[0].percentiles if c.metrics else ()
+    for pv in percentiles:
+        table.add_column(f"p{pv.percentile:g}", justify="right")
+    table.add_column("max", justify="right")
+    for m in c.metrics:
+        if m.count == 0:
+            continue
+        table.add_row(
+            f"{m.name} ({m.unit})",
+            str(m.count),
+            fmt(m.mean),
+            *(fmt(pv.value) for pv in m.percentiles),
+            fmt(m.max),
+        )
+    return table
+
+
+def class_lines(c: ClassSummary) -> list[str]:
+    """Outcomes, throughput, prompt fidelity and goodput of one class."""
+    outcomes = ", ".join(f"{o.outcome} {o.count}" for o in c.outcomes) or "none"
+    lines = [
+        f"requests {c.requests} ({outcomes}; errors {c.error_rate:.1%}) over {c.duration_s:.1f} s",
+        f"throughput {c.requests_per_s:.2f} req/s, {c.output_tokens_per_s:,.0f} output tok/s, "
+        f"{c.total_tokens_per_s:,.0f} total tok/s ({c.output_tokens:,} output tokens)",
+    ]
+    f = c.fidelity
+    if f.requests:
+        lines.append(
+            f"prompt fidelity: requested {fmt(f.requested_tokens_mean)} vs reported "
+            f"{fmt(f.reported_tokens_mean)} tokens (mean), median |ratio - 1| "
+            f"{(f.abs_error_median or 0.0):.1%}; cached {fmt(f.cached_tokens_mean)} tokens "
+            f"({(f.cached_fraction_mean or 0.0):.0%})"
+        )
+    g = c.goodput
+    if g is not None:
+        lines.append(
+            f"goodput {g.fraction:.1%} ({g.good}/{g.requests}), {g.rate_per_s:.2f} req/s; "
+            f"misses: TTFT {g.ttft_misses}, TPOT {g.tpot_misses}, failed {g.failed}"
+        )
+    return lines
+
+
+def validity_lines(v: RunValidity) -> list[Text]:
+    """``valid`` or one warning line per flag."""
+    if v.valid:
+        return [Text("validity: ok", style="green")]
+    return [Text(f"warning: {reason}", style="yellow") for reason in v.reasons]
+
+
+def analysis_renderables(a: Analysis) -> list[RenderableType]:
+    """Everything ``loadgen analyze`` prints, in order."""
+    out: list[RenderableType] = []
+    for c in (a.overall, *a.classes):
+        title = "Run" if c is a.overall else f"Workload {c.workload}"
+        out.append(metrics_table(c, f"{title}: {a.run}" if c is a.overall else title))
+        out.extend(class_lines(c))
+    if a.windows:
+        rates = sorted(w.output_tokens_per_s for w in a.windows)
+        out.append(
+            f"output tok/s over {len(rates)} windows of {a.window_s:g} s: min {rates[0]:,.0f}, "
+            f"median {rates[len(rates) // 2]:,.0f}, max {rates[-1]:,.0f}"
+        )
+    out.extend(validity_lines(a.validity))
+    return out
+
+
+def _title(c: ClassDecomposition) -> str:
+    return "Run" if c.workload == "all" else f"Workload {c.workload}"
+
+
+def _percentile_table(c: ClassDecomposition, d: Decomposition) -> Table:
+    """Each term's own percentiles (they do not add up: different requests)."""
+    sources = {x.term: x.source for x in d.sources}
+    table = Table(
+        title=f"{_title(c)}: {c.requests} requests; each term's percentiles (ms)",
+        title_justify="left",
+    )
+    table.add_column("term")
+    table.add_column("source")
+    for t in c.tails:
+        table.add_column(f"p{t.percentile:g}", justify="right")
+    for term in TERMS:
+        table.add_row(
+            term, sources.get(term, ""), *(fmt(t.term(term).percentile_ms) for t in c.tails)
+        )
+    table.add_row(Text("TTFT from due", style="bold"), "", *(fmt(t.ttft_ms) for t in c.tails))
+    return table
+
+
+def _tail_table(c: ClassDecomposition) -> Table:
+    """Mean composition of the requests at or beyond each percentile (adds up), vs budget."""
+    table = Table(title=f"{_title(c)}: tail composition, mean ms (budget)", title_justify="left")
+    table.add_column("term")
+    for t in c.tails:
+        table.add_column(f">= p{t.percentile:g}", justify="right")
+    for term in TERMS:
+        cells = []
+        for t in c.tails:
+            st = t.term(term)
+            budget = f" ({fmt(st.budget_ms)})" if st.budget_ms is not None else ""
+            cells.append(f"{fmt(st.tail_mean_ms)}{budget}")
+        table.add_row(term, *cells)
+    if any(t.overshoot_mean_ms for t in c.tails):
+        table.add_row("overshoot", *(fmt(t.overshoot_mean_ms) for t in c.tails))
+    table.add_row(Text("TTFT from due", style="bold"), *(fmt(t.tail_mean_ttft_ms) for t in c.tails))
+    table.add_row("requests", *(str(t.tail_requests) for t in c.tails))
+    return table
+
+
+def decomposition_renderables(d: Decomposition) -> list[RenderableType]:
+    """Everything ``loadgen decompose`` prints, in order."""
+    out: list[RenderableType] = [
+        f"decomposition of {d.run}"
+        + (f" against {d.budget_source}" if d.budget_source else "")
+        + (" (server timings hidden)" if d.options.hide_server_timings else ""),
+        f"network round trip {fmt(d.network.value_ms)} ms ({d.network.source})",
+    ]
+    cal = d.calibration
+    if cal is not None:
+        line = f"calibration on {cal.samples} low-load requests (<= {cal.max_in_flight} in flight)"
+        if cal.b_us_per_token is not None:
+            line += (
+                f": prefill(n) = {fmt(cal.a_ms)} ms + {fmt(cal.b_us_per_token)} µs x n"
+                f" + {cal.c_ns_per_token2:.3g} ns x n²"
+            )
+        if cal.achieved_flops_per_s is not None and cal.fraction_of_peak is not None:
+            line += (
+                f"; achieved {cal.achieved_flops_per_s / 1e12:,.1f} TFLOP/s = "
+                f"{cal.fraction_of_peak:.1%} of peak"
+            )
+        out.append(line)
+    for c in (d.overall, *d.classes):
+        out.append(_percentile_table(c, d))
+        out.append(_tail_table(c))
+    out.extend(Text(f"verdict: {v}", style="bold") for v in d.verdicts)
+    out.extend(validity_lines(d.validity))
+    return out

@@ -1,0 +1,234 @@
+"""TTFT decomposition on hand-built runs whose true split is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analyzers.decompose import (
+    TERMS,
+    BudgetModel,
+    DecomposeOptions,
+    decompose,
+    request_terms,
+)
+from analyzers.decompose_terms import OVERSHOOT_MS, SERVER_SIDE_MS, TOTAL_MS, term_col
+from analyzers.errors import AnalyzerError
+from analyzers.jsonout import decomposition_json
+from traces import schema as s
+from traces.records import RequestRecord, records_to_batch
+
+T0 = 1_700_000_000_000_000_000
+MS = 1_000_000
+NET_MS = 0.5
+
+
+def rec(
+    i: int,
+    *,
+    prompt: int = 1000,
+    queue_ms: float = 0.0,
+    prefill_ms: float | None = None,
+    first_ms: float = 5.0,
+    gap_ms: float = 100.0,
+    **kw: Any,
+) -> RequestRecord:
+    """A request whose server spent queue + prefill (10 ms + 50 µs/token) + first token."""
+    prefill = prefill_ms if prefill_ms is not None else 10.0 + 0.05 * prompt
+    due = T0 + int(i * gap_ms * MS)
+    sent = due + MS // 10
+    written = sent + MS
+    ttft = queue_ms + prefill + first_ms
+    first = written + int((NET_MS + ttft) * MS)
+    base: dict[str, Any] = {
+        "run_id": "r",
+        "trace_index": i,
+        "request_id": f"q{i}",
+        "x_request_id": f"r-q{i}",
+        "workload": "long" if prompt >= 1000 else "short",
+        "api": "chat",
+        "input_tokens": prompt,
+        "output_tokens": 2,
+        "due_ns": due,
+        "sent_ns": sent,
+        "request_written_ns": written,
+        "headers_ns": written + MS // 4,
+        "first_byte_ns": written + MS // 4,
+        "first_token_ns": first,
+        "end_ns": first + 5 * MS,
+        "chunk_offsets_us": [(first - sent) // 1000, (first - sent) // 1000 + 5000],
+        "chunk_tokens": [1, 1],
+        "prompt_tokens": prompt,
+        "completion_tokens": 2,
+        "cached_tokens": 0,
+        "outcome": s.OUTCOME_OK,
+        "server_queue_ms": queue_ms,
+        "server_prefill_ms": prefill,
+        "server_transfer_ms": 0.0,
+        "server_first_token_ms": first_ms,
+        "server_ttft_ms": ttft,
+    }
+    base.update(kw)
+    return RequestRecord(**base)
+
+
+def write_run(path: Path, records: list[RequestRecord]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_batches([records_to_batch(records)]), path / s.REQUESTS_FILE)
+    return path
+
+
+LENGTHS = (100, 500, 1000, 2000)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    records = [rec(i, prompt=LENGTHS[i % 4], queue_ms=3.0 * (i % 3)) for i in range(40)]
+    return write_run(tmp_path / "run", records)
+
+
+@pytest.fixture(scope="module")
+def budget() -> BudgetModel:
+    return BudgetModel.from_catalog("llama-3.1-8b", "h200")
+
+
+def test_visible_server_timings_are_the_terms(run: Path) -> None:
+    t = request_terms(run, None, DecomposeOptions())
+    f = t.frame.sort("due_ns")
+    truth = pl.read_parquet(run / s.REQUESTS_FILE).sort(s.DUE_NS)
+    for term, column in [
+        ("queue", s.SERVER_QUEUE_MS),
+        ("prefill", s.SERVER_PREFILL_MS),
+        ("first_token", s.SERVER_FIRST_TOKEN_MS),
+    ]:
+        diff = (f.get_column(term_col(term)) - truth.get_column(column)).abs().max()
+        assert isinstance(diff, float)
+        assert diff < 1.0
+    assert f.get_column(term_col("network")).to_list() == pytest.approx([NET_MS] * 40, abs=1e-3)
+    assert f.get_column(term_col("client_delay")).to_list() == pytest.approx([0.1] * 40)
+    assert f.get_column(term_col("write")).to_list() == pytest.approx([1.0] * 40)
+    assert {x.term: x.source for x in t.sources}["prefill"] == "server"
+    # The parts add up to the whole, request by request.
+    parts = sum(f.get_column(term_col(x)) for x in TERMS) + f.get_column(OVERSHOOT_MS)
+    assert (parts - f.get_column(TOTAL_MS)).abs().max() < 1e-6  # type: ignore[operator]
+
+
+def test_tail_composition_adds_up(run: Path) -> None:
+    d = decompose(run, None, DecomposeOptions(percentiles=(50.0, 90.0)))
+    assert [c.workload for c in d.classes] == ["long", "short"]
+    for c in (d.overall, *d.classes):
+        for tail in c.tails:
+            total = sum(x.tail_mean_ms or 0.0 for x in tail.terms) + tail.overshoot_mean_ms
+            assert tail.tail_mean_ttft_ms == pytest.approx(total)
+            assert tail.tail_requests >= 1
+    top = d.overall.tails[-1]
+    assert top.term("prefill").tail_mean_ms == pytest.approx(10 + 0.05 * 2000)
+
+
+def test_hidden_timings_need_a_budget(run: Path) -> None:
+    with pytest.raises(AnalyzerError, match="needs a budget"):
+        decompose(run, None, DecomposeOptions(hide_server_timings=True))
+
+
+def test_hidden_timings_use_budget_and_remainder(run: Path, budget: BudgetModel) -> None:
+    t = request_terms(run, budget, DecomposeOptions(hide_server_timings=True))
+    sources = {x.term: x.source for x in t.sources}
+    assert sources == {
+        "client_delay": "measured",
+        "connect": "measured",
+        "write": "measured",
+        "network": "estimate",
+        "queue": "remainder",
+        "prefill": "budget",
+        "transfer": "budget",
+        "first_token": "budget",
+    }
+    assert t.network.source == "first_byte"
+    assert t.network.value_ms == pytest.approx(0.25)
+    f = t.frame
+    assert (f.get_column(term_col("queue")) >= 0).all()
+    parts = sum(f.get_column(term_col(x)) for x in TERMS) + f.get_column(OVERSHOOT_MS)
+    assert (parts - f.get_column(TOTAL_MS)).abs().max() < 1e-6  # type: ignore[operator]
+    assert (
+        f.get_column(term_col("prefill")).to_list() == f.get_column("budget_prefill_ms").to_list()
+    )
+
+
+def test_overshooting_prediction_is_clamped_and_flagged(
+    tmp_path: Path, budget: BudgetModel
+) -> None:
+    # 2000 tokens prefilled in 0.1 ms: faster than any budget allows.
+    records = [rec(i, prompt=2000, prefill_ms=0.1, first_ms=0.1) for i in range(5)]
+    run = write_run(tmp_path / "run", records)
+    d = decompose(run, budget, DecomposeOptions(hide_server_timings=True, percentiles=(50.0,)))
+    assert d.overall.overshoots == 5
+    assert d.overall.tails[0].term("queue").tail_mean_ms == 0.0
+    assert d.overall.tails[0].overshoot_mean_ms < 0
+    assert any("overshoot" in v for v in d.verdicts)
+
+
+def test_calibration_recovers_the_prefill_line(run: Path, budget: BudgetModel) -> None:
+    seen = decompose(run, budget, DecomposeOptions(calibrate=True))
+    cal = seen.calibration
+    assert cal is not None
+    assert cal.measured == "server"
+    assert cal.b_us_per_token == pytest.approx(50.0, rel=1e-6)
+    assert cal.a_ms == pytest.approx(10.0, abs=1e-6)
+    assert cal.fraction_of_peak is not None
+    assert 0 < cal.fraction_of_peak <= 1
+    # Hidden timings: the measured prefill is what network and first token leave, so the
+    # queue must be idle (as at low load) for the fit to see prefill alone.
+    idle = write_run(run.parent / "idle", [rec(i, prompt=LENGTHS[i % 4]) for i in range(20)])
+    hidden = decompose(idle, budget, DecomposeOptions(calibrate=True, hide_server_timings=True))
+    cal = hidden.calibration
+    assert cal is not None
+    assert cal.measured == "derived"
+    assert cal.b_us_per_token == pytest.approx(50.0, rel=0.01)
+    assert {x.term: x.source for x in hidden.sources}["prefill"] == "calibrated"
+
+
+def test_slo_verdicts_name_the_queue(tmp_path: Path) -> None:
+    records = [rec(i, prompt=100, queue_ms=300.0 if i % 10 == 9 else 0.0) for i in range(50)]
+    run = write_run(tmp_path / "run", records)
+    d = decompose(run, None, DecomposeOptions(slo_ttft_ms=100.0, percentiles=(50.0, 99.0)))
+    (brk,) = d.overall.slo_breaks
+    assert brk.percentile == 99.0
+    assert brk.term == "queue"
+    assert brk.term_ms == pytest.approx(300.0)
+    assert any("queue breaks it" in v for v in d.verdicts)
+    assert d.overall.max_prompt_tokens is None  # no budget, no calibration
+
+
+def test_max_prompt_from_the_calibrated_line(run: Path, budget: BudgetModel) -> None:
+    d = decompose(run, budget, DecomposeOptions(slo_ttft_ms=60.0, calibrate=True))
+    others = 0.1 + 1.0 + NET_MS + 5.0  # client delay, write, network, first token
+    expected = (60.0 - others - 10.0) / 0.05
+    assert d.overall.max_prompt_tokens == pytest.approx(expected, abs=2)
+
+
+def test_queueing_load_verdict(tmp_path: Path) -> None:
+    calm = [rec(i, prompt=100, gap_ms=500.0) for i in range(4)]  # 2 req/s in [0, 2) s
+    busy = [
+        rec(i, prompt=100, gap_ms=100.0, queue_ms=200.0, trace_index=i, request_id=f"b{i}")
+        for i in range(20, 40)
+    ]  # 10 req/s in [2, 4) s
+    run = write_run(tmp_path / "run", calm + busy)
+    d = decompose(run, None, DecomposeOptions(window_s=1.0, percentiles=(50.0,)))
+    assert d.queue_dominates_at_per_s == pytest.approx(10.0)
+    assert [w.arrival_rate_per_s for w in d.load] == [2.0, 2.0, 10.0, 10.0]
+    assert any("from 10.0 req/s" in v for v in d.verdicts)
+
+
+def test_json_has_units_in_keys(run: Path) -> None:
+    doc = decomposition_json(decompose(run, None, DecomposeOptions(percentiles=(50.0,))))
+    tail = doc["overall"]["tails"][0]
+    assert set(tail["terms"]) == set(TERMS)
+    assert "tail_mean_ms" in tail["terms"]["prefill"]
+    assert doc["network"]["value_ms"] == pytest.approx(NET_MS, abs=1e-3)
+    assert doc["validity"]["too_small"] is False
+    assert SERVER_SIDE_MS not in doc

@@ -1,0 +1,109 @@
+"""Run validity flags: client-bound, unfaithful, too small."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analyzers.metrics import AnalysisOptions, analyze
+from analyzers.validity import ClassCount, assess_validity, min_requests_for
+from traces import schema as s
+from traces.records import RequestRecord, records_to_batch
+
+T0 = 1_700_000_000_000_000_000
+MS = 1_000_000
+
+
+def rec(i: int, lag_ms: float = 0.0, **kw: Any) -> RequestRecord:
+    due = T0 + i * 100 * MS
+    sent = due + int(lag_ms * MS)
+    base: dict[str, Any] = {
+        "run_id": "r",
+        "trace_index": i,
+        "request_id": f"q{i}",
+        "x_request_id": f"r-q{i}",
+        "workload": "text",
+        "api": "chat",
+        "input_tokens": 10,
+        "output_tokens": 1,
+        "due_ns": due,
+        "sent_ns": sent,
+        "first_token_ns": sent + 10 * MS,
+        "end_ns": sent + 10 * MS,
+        "chunk_offsets_us": [10_000],
+        "prompt_tokens": 10,
+        "outcome": s.OUTCOME_OK,
+    }
+    base.update(kw)
+    return RequestRecord(**base)
+
+
+def write_run(path: Path, records: list[RequestRecord], health: Any = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_batches([records_to_batch(records)]), path / s.REQUESTS_FILE)
+    if health is not None:
+        (path / s.RUN_JSON).write_text(json.dumps({"health": health}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("p", "n"), [(50, 2), (90, 10), (95, 20), (99, 100), (99.9, 1000), (99.99, 10000)]
+)
+def test_min_requests_for(p: float, n: int) -> None:
+    assert min_requests_for(p) == n
+
+
+def test_nothing_wrong_is_valid() -> None:
+    v = assess_validity(
+        schedule_lag_p99_ms=1.0,
+        loop_lag_p99_ms=2.0,
+        prompt_error_median=0.01,
+        class_counts=[ClassCount(workload="text", requests=200)],
+        percentiles=(50.0, 99.0),
+    )
+    assert v.valid
+    assert v.reasons == ()
+
+
+def test_each_flag_has_a_reason() -> None:
+    v = assess_validity(
+        schedule_lag_p99_ms=12.0,
+        loop_lag_p99_ms=50.0,
+        prompt_error_median=0.2,
+        class_counts=[ClassCount(workload="long", requests=40)],
+        percentiles=(50.0, 99.0),
+    )
+    assert v.client_bound
+    assert v.unfaithful
+    assert v.too_small
+    assert not v.valid
+    assert [f.kind for f in v.flags] == ["client_bound", "client_bound", "unfaithful", "too_small"]
+    assert "schedule lag p99 12.0 ms" in v.reasons[0]
+    assert "event-loop lag p99 50.0 ms" in v.reasons[1]
+    assert "20.0%" in v.reasons[2]
+    assert "p99 of 'long' rest on 40 requests (p99 needs >= 100)" in v.reasons[3]
+
+
+def test_run_with_late_sends_is_client_bound(tmp_path: Path) -> None:
+    records = [rec(i, lag_ms=30.0 if i % 10 == 0 else 0.1) for i in range(100)]
+    a = analyze(write_run(tmp_path / "run", records), AnalysisOptions(percentiles=(50.0,)))
+    assert a.validity.client_bound
+    assert not a.validity.too_small
+    assert not a.validity.unfaithful
+    on_time = [rec(i, lag_ms=0.2) for i in range(100)]
+    b = analyze(write_run(tmp_path / "ok", on_time), AnalysisOptions(percentiles=(50.0,)))
+    assert b.validity.valid
+
+
+def test_event_loop_lag_from_run_json(tmp_path: Path) -> None:
+    health = {"loop_lag_ms": {"p99_ms": 80.0}, "schedule_lag_ms": {"p99_ms": 0.5}}
+    run = write_run(tmp_path / "run", [rec(i) for i in range(3)], health=health)
+    a = analyze(run, AnalysisOptions(percentiles=(50.0,)))
+    assert a.health.loop_lag_p99_ms == 80.0
+    assert a.validity.client_bound
+    assert "event-loop lag" in a.validity.reasons[0]
