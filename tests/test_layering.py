@@ -32,36 +32,33 @@ def imports_of(path: Path) -> set[str]:
     return names
 
 
+_SIM_MUST_NOT_USE = frozenset(
+    {"client", "replay", "transport", "fasttransport", "recorder", "session", "workers"}
+)
+_REPLAY_MUST_NOT_USE = frozenset({"polars", "matplotlib"})
+
+
 def allowed(module: str, target: str) -> bool:
+    """Whether ``module`` may import ``target`` under the project's arrows."""
     top = target.split(".")[0]
     pkg = module.split(".")[0]
+    in_sim = module.startswith("loadgen.sim")
     if module == "loadgen.cli" or module.startswith("loadgen.cli_"):
         return True
-    if (module == "analyzers.cli" or module.startswith("analyzers.cli_")) and top in {
-        "reports",
-        "analyzers",
-        "traces",
-    }:
-        return True  # the analyzers' commands render through reports, like the root CLI
+    if module == "analyzers.cli" or module.startswith("analyzers.cli_"):
+        # The analyzers' commands render through reports, like the root CLI.
+        return top in {"reports", "analyzers", "traces"} or top not in PACKAGES
     if top not in PACKAGES:
         if pkg == "analyzers" and top == "httpx":
             return False
-        if pkg == "loadgen" and not module.startswith("loadgen.sim") and top in {"polars", "matplotlib"}:
-            return False
-        return True
+        return not (pkg == "loadgen" and not in_sim and top in _REPLAY_MUST_NOT_USE)
     if top == pkg:
-        if pkg == "loadgen" and not module.startswith("loadgen.sim") and target.startswith("loadgen.sim"):
+        if pkg == "loadgen" and not in_sim and target.startswith("loadgen.sim"):
             return False
-        if module.startswith("loadgen.sim") and target.split(".")[1:2] in (
-            ["client"], ["replay"], ["transport"], ["recorder"], ["session"]
-        ):
-            return False
-        return True
-    if pkg == "traces":
-        return False
+        return not (in_sim and target.split(".")[1:2] and target.split(".")[1] in _SIM_MUST_NOT_USE)
     if pkg == "loadgen":
-        if module.startswith("loadgen.sim"):
-            return top == "traces" or target.startswith("analyzers.budget") or target == "analyzers.errors"
+        if in_sim:
+            return top == "traces" or target.startswith(("analyzers.budget", "analyzers.errors"))
         return top == "traces"
     if pkg == "analyzers":
         return top == "traces"

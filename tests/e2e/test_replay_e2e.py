@@ -6,6 +6,7 @@ Nothing here mocks the transport: the timing path is the one users run.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 import subprocess
@@ -91,10 +92,11 @@ def test_tokens_ttft_and_itl_match_the_simulator(tmp_path: Path, sim: SimFactory
         sent = row["sent_ns"]
         assert isinstance(sent, int)
         ttfts.append((row["first_token_ns"] - sent) / 1e6)  # type: ignore[operator]
-        itls.extend((b - a) / 1e3 for a, b in zip(offsets, offsets[1:], strict=False))
+        itls.extend((b - a) / 1e3 for a, b in itertools.pairwise(offsets))
         rec = server_record(server, str(row["x_request_id"]))
         writes = rec["chunk_write_ns"]
-        assert isinstance(writes, list) and len(writes) == len(offsets)
+        assert isinstance(writes, list)
+        assert len(writes) == len(offsets)
         for off, write in zip(offsets, writes, strict=True):
             lags.append((sent + off * 1000 - offset - write) / 1e6)
     # Client-measured TTFT = configured 40 ms plus loopback; ITL = 15 ms.
@@ -119,7 +121,7 @@ def test_open_loop_schedule_is_honoured(tmp_path: Path, sim: SimFactory) -> None
     assert lateness[0] >= 0
     assert lateness[int(0.99 * (len(lateness) - 1))] < 2.0, lateness[-5:]
     dues = sorted(r["due_ns"] for r in table)  # type: ignore[type-var]
-    gaps = [(b - a) / 1e6 for a, b in zip(dues, dues[1:], strict=False)]  # type: ignore[operator]
+    gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(dues)]  # type: ignore[operator]
     assert all(abs(g - 50.0) < 0.01 for g in gaps)  # due times are absolute, never drift
     assert not result.client_bound
 
@@ -156,7 +158,7 @@ def test_closed_loop_keeps_exactly_n_in_flight(tmp_path: Path, sim: SimFactory) 
     events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
     level, peak, area, window = 0, 0, 0, 0
     lo, hi = spans[n - 1][0], spans[len(spans) - n][0]
-    for (t, step), (t_next, _) in zip(events, events[1:], strict=False):
+    for (t, step), (t_next, _) in itertools.pairwise(events):
         level += step
         peak = max(peak, level)
         a, b = max(t, lo), min(t_next, hi)
@@ -190,13 +192,16 @@ def test_faults_become_rows_with_outcomes(tmp_path: Path, sim: SimFactory) -> No
     table = rows(result.run_dir)
     assert len(table) == 60  # a failed request is a row, never lost
     by = {o: [r for r in table if r["outcome"] == o] for o in s.OUTCOMES}
-    assert by[s.OUTCOME_HTTP_ERROR] and by[s.OUTCOME_DISCONNECT] and by[s.OUTCOME_OK]
+    assert by[s.OUTCOME_HTTP_ERROR]
+    assert by[s.OUTCOME_DISCONNECT]
+    assert by[s.OUTCOME_OK]
     assert {r["http_status"] for r in by[s.OUTCOME_HTTP_ERROR]} <= {500, 429}
     for r in by[s.OUTCOME_HTTP_ERROR]:
         assert str(r["error"]).startswith(f"HTTP {r['http_status']}")
     for r in by[s.OUTCOME_DISCONNECT]:
         chunks = r["chunk_offsets_us"]
-        assert isinstance(chunks, list) and 0 < len(chunks) < 10  # the partial stream is kept
+        assert isinstance(chunks, list)
+        assert 0 < len(chunks) < 10
     assert (
         len(by[s.OUTCOME_OK]) + len(by[s.OUTCOME_HTTP_ERROR]) + len(by[s.OUTCOME_DISCONNECT]) == 60
     )
@@ -232,7 +237,7 @@ def test_sigint_leaves_a_readable_run(tmp_path: Path, sim: SimFactory) -> None:
             time.sleep(0.05)
         time.sleep(1.5)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        _out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
@@ -296,7 +301,8 @@ def test_malformed_trace_exits_2_naming_row_and_column(tmp_path: Path) -> None:
     )
     res = CliRunner().invoke(cli, ["replay", str(path), "--no-progress"])
     assert res.exit_code == 2
-    assert "row 1" in res.output and "arrival_s" in res.output
+    assert "row 1" in res.output
+    assert "arrival_s" in res.output
     assert "Traceback" not in res.output
     missing = CliRunner().invoke(cli, ["replay", str(tmp_path / "nope.parquet")])
     assert missing.exit_code == 2
@@ -352,7 +358,7 @@ def test_two_workers_replay_exactly_the_same_request_set(tmp_path: Path, sim: Si
     assert set(t2.column(s.OUTCOME).to_pylist()) == {s.OUTCOME_OK}
     # Both shards share one time axis: due times are the trace's own offsets from one start.
     dues = sorted(t2.column(s.DUE_NS).to_pylist())
-    gaps = {round((b - a) / 1e6, 3) for a, b in zip(dues, dues[1:], strict=False)}
+    gaps = {round((b - a) / 1e6, 3) for a, b in itertools.pairwise(dues)}
     assert gaps == {25.0}
     info = read_run_json(two.run_dir)
     assert len(info["health"]["workers"]) == 2

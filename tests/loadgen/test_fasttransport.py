@@ -107,12 +107,12 @@ def run(coro: object) -> object:
 def test_chunked_stream_is_decoded_and_stamped_in_order() -> None:
     async def main() -> None:
         clock = Clock()
-        async with scripted_server([response(SSE, sizes=(5, 7, 3))], splits=(10, 40, 60)) as (
-            url,
-            reqs,
+        data = response(SSE, sizes=(5, 7, 3))
+        async with (
+            scripted_server([data], splits=(10, 40, 60)) as (url, reqs),
+            httpx.AsyncClient(transport=FastTransport(clock.now_ns)) as client,
         ):
-            async with httpx.AsyncClient(transport=FastTransport(clock.now_ns)) as client:
-                status, pieces = await fetch(client, url)
+            status, pieces = await fetch(client, url)
         assert status == 200
         assert b"".join(p for _, p in pieces) == SSE
         stamps = [t for t, _ in pieces]
@@ -133,13 +133,15 @@ def test_keep_alive_reuses_one_connection() -> None:
             if event == "connection.connect_tcp.complete":
                 connects += 1
 
-        async with scripted_server([response(SSE)] * 3) as (url, reqs):
-            async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
-                for _ in range(3):
-                    async with client.stream(
-                        "POST", url + "/v1/x", content=b"{}", extensions={"trace": trace}
-                    ) as resp:
-                        assert await resp.aread() == SSE
+        async with (
+            scripted_server([response(SSE)] * 3) as (url, reqs),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            for _ in range(3):
+                async with client.stream(
+                    "POST", url + "/v1/x", content=b"{}", extensions={"trace": trace}
+                ) as resp:
+                    assert await resp.aread() == SSE
         assert len(reqs) == 3
         assert connects == 1
 
@@ -149,10 +151,12 @@ def test_keep_alive_reuses_one_connection() -> None:
 def test_early_close_is_a_remote_protocol_error() -> None:
     async def main() -> None:
         truncated = response(SSE)[:-20]
-        async with scripted_server([truncated], close_after=True) as (url, _):
-            async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
-                with pytest.raises(httpx.RemoteProtocolError, match="complete message body"):
-                    await fetch(client, url)
+        async with (
+            scripted_server([truncated], close_after=True) as (url, _),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            with pytest.raises(httpx.RemoteProtocolError, match="complete message body"):
+                await fetch(client, url)
 
     run(main())
 
@@ -160,10 +164,12 @@ def test_early_close_is_a_remote_protocol_error() -> None:
 def test_malformed_chunk_size_is_a_remote_protocol_error() -> None:
     async def main() -> None:
         bad = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"
-        async with scripted_server([bad]) as (url, _):
-            async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
-                with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
-                    await fetch(client, url)
+        async with (
+            scripted_server([bad]) as (url, _),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
+                await fetch(client, url)
 
     run(main())
 
@@ -200,9 +206,11 @@ def test_any_chunking_and_split_gives_the_same_body(sizes: list[int], splits: li
     async def main() -> bytes:
         data = response(SSE, sizes=sizes)
         cuts = sorted(c for c in splits if c < len(data))
-        async with scripted_server([data], splits=cuts) as (url, _):
-            async with httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
-                _, pieces = await fetch(client, url)
+        async with (
+            scripted_server([data], splits=cuts) as (url, _),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            _, pieces = await fetch(client, url)
         return b"".join(p for _, p in pieces)
 
     assert run(main()) == SSE
@@ -242,7 +250,8 @@ def test_tls_against_a_self_signed_server(tmp_path: Path) -> None:
             transport = FastTransport(Clock().now_ns, verify=client_ctx)
             async with httpx.AsyncClient(transport=transport) as client:
                 status, pieces = await fetch(client, url)
-            assert status == 200 and b"".join(p for _, p in pieces) == SSE
+            assert status == 200
+            assert b"".join(p for _, p in pieces) == SSE
             strict = FastTransport(Clock().now_ns)  # system CAs: the self-signed cert fails
             async with httpx.AsyncClient(transport=strict) as client:
                 with pytest.raises(httpx.ConnectError):

@@ -29,7 +29,8 @@ def test_completions_body_without_extras() -> None:
         build_body(api="completions", model="m", prompt=Prompt(text="abc"), max_tokens=3, caps=caps)
     )
     assert body["prompt"] == "abc"
-    assert "ignore_eos" not in body and "min_tokens" not in body
+    assert "ignore_eos" not in body
+    assert "min_tokens" not in body
     assert body["stream_options"] == {"include_usage": True}
     assert endpoint_path("completions") == "/completions"
     assert endpoint_path("chat") == "/chat/completions"
@@ -181,5 +182,7 @@ def test_fast_path_equals_full_decode(api: str, usage_every_chunk: bool, reasoni
     assert fast == full
     assert len(fast.content_offsets_us) == 6
     assert fast.chunk_tokens == ([1] * 6 if usage_every_chunk else None)
-    assert fast.finish_reason == "length" and fast.done
-    assert fast.timings is not None and fast.timings.prefill_ms == 2.0
+    assert fast.finish_reason == "length"
+    assert fast.done
+    assert fast.timings is not None
+    assert fast.timings.prefill_ms == 2.0

@@ -35,10 +35,12 @@ def test_minimal_trace_round_trip_with_provenance(tmp_path: Path) -> None:
     write_trace(trace_table(), path, {"source": "test", "seed": 3})
     reqs = read_trace(path)
     assert [r.request_id for r in reqs] == ["a", "b", "c"]
-    assert reqs[1].workload == "text" and reqs[1].api == "chat"
+    assert reqs[1].workload == "text"
+    assert reqs[1].api == "chat"
     meta = read_metadata(path)
     assert meta["schema_version"] == s.SCHEMA_VERSION
-    assert meta["source"] == "test" and meta["kind"] == "trace"
+    assert meta["source"] == "test"
+    assert meta["kind"] == "trace"
     assert pq.read_schema(path).remove_metadata() == s.TRACE_SCHEMA
 
 
@@ -62,7 +64,8 @@ def test_validation_names_first_bad_row_and_column(
         read_trace_table(path)
     assert info.value.row == row
     assert info.value.column == column
-    assert f"row {row}" in str(info.value) and column in str(info.value)
+    assert f"row {row}" in str(info.value)
+    assert column in str(info.value)
 
 
 def test_missing_columns_and_files(tmp_path: Path) -> None:
