@@ -4,17 +4,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck bench clean
+.PHONY: demo demo-compare test check lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,realserver]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/loadgen demo
+
+demo-compare: $(STAMP)
+	$(VENV)/bin/loadgen demo-compare
 
 test: $(STAMP)
 	$(PY) -m pytest

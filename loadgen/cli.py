@@ -37,6 +37,21 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "analyzers.cli:decompose",
         "Split TTFT into client, network, queue, prefill and first-token time.",
     ),
+    "server-metrics": (
+        "analyzers.cli_server_metrics:server_metrics",
+        "Server-reported queue, batch and KV usage during a run.",
+    ),
+    "report": ("reports.cli:report", "Write an HTML report and Markdown summary of runs, sweeps."),
+    "gate": ("analyzers.cli_gate:gate", "Fail CI on an SLO breach or a regression (exit 0/1/3/4)."),
+    "compare": (
+        "analyzers.cli_gate:compare",
+        "Compare runs (or sweeps) of one trace on different deployments.",
+    ),
+    "sweep": ("loadgen.cli_sweep:sweep", "Replay a trace at successively higher load."),
+    "demo-compare": (
+        "loadgen.cli_demo_compare:demo_compare",
+        "Monolith vs disaggregated on the simulator: sweeps, comparison, crossover.",
+    ),
 }
 
 

@@ -185,6 +185,33 @@ def print_summary(result: SessionResult, console: Console) -> None:
     show_default=True,
     help="Processes, each replaying every N-th request from one start time.",
 )
+@click.option(
+    "--scrape-metrics",
+    "scrape_url",
+    default=None,
+    metavar="URL",
+    help="Prometheus endpoint to scrape during the run [default: the endpoint's /metrics, "
+    "when it answers].",
+)
+@click.option(
+    "--no-scrape-metrics",
+    is_flag=True,
+    help="Do not scrape Prometheus metrics (no server_metrics.parquet).",
+)
+@click.option(
+    "--scrape-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between Prometheus scrapes.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="local|auto|ADDRESS",
+    help="Run the --workers shards as Ray tasks (pip install 'llm-loadgen[ray]').",
+)
 def replay(
     trace: Path,
     base_url: str,
@@ -209,11 +236,16 @@ def replay(
     run_id: str | None,
     transport: str,
     workers: int,
+    ray_address: str | None,
+    scrape_url: str | None,
+    no_scrape_metrics: bool,
+    scrape_interval: float,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
     Open loop by default, at the trace's own timestamps (--time-scale, --rate to rescale);
-    closed loop with --concurrency. Writes requests.parquet and run.json to the run directory.
+    closed loop with --concurrency. Writes requests.parquet and run.json to the run directory,
+    and server_metrics.parquet when the server exposes Prometheus metrics.
 
     \b
     Examples:
@@ -244,6 +276,10 @@ def replay(
         run_id=run_id,
         transport=transport,
         workers=workers,
+        ray=ray_address,
+        scrape_metrics=not no_scrape_metrics,
+        scrape_url=scrape_url,
+        scrape_interval_s=scrape_interval,
     )
     console = Console(stderr=False)
     result = run_with_display(

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from loadgen.protocol import ServerTimings, Usage, summarize_stream
+from loadgen.protocol import ServerTimings, Usage, summarize_stream, timings_from_headers
 from loadgen.sse import SSEDecoder
 from loadgen.transport import STAMPED
 from traces import schema as s
@@ -106,6 +106,7 @@ class StreamingClient:
         )
         events: list[tuple[int, bytes]] = []
         status: int | None = None
+        header_timings: ServerTimings | None = None
         outcome = s.OUTCOME_OK
         error: str | None = None
         sent = now_ns()
@@ -117,6 +118,7 @@ class StreamingClient:
                     status = response.status_code
                     if stamps.headers is None:
                         stamps.headers = now_ns()
+                    header_timings = timings_from_headers(response.headers)
                     if status >= 400:
                         body = await response.aread()
                         end = now_ns()
@@ -159,7 +161,11 @@ class StreamingClient:
             raise
         if end is None:
             end = now_ns()
-        sink(self._record(job, due_ns, sent, end, stamps, events, status, outcome, error))
+        sink(
+            self._record(
+                job, due_ns, sent, end, stamps, events, status, outcome, error, header_timings
+            )
+        )
 
     async def _read_events(
         self, response: httpx.Response, events: list[tuple[int, bytes]], stamps: _Stamps
@@ -199,6 +205,7 @@ class StreamingClient:
         status: int | None,
         outcome: str,
         error: str | None,
+        header_timings: ServerTimings | None = None,
     ) -> RequestRecord:
         parsed = summarize_stream(events, sent_ns)
         if outcome == s.OUTCOME_OK:
@@ -211,7 +218,7 @@ class StreamingClient:
                 )
         req = job.trace
         usage = parsed.usage or Usage()
-        timings = parsed.timings or ServerTimings()
+        timings = parsed.timings or header_timings or ServerTimings()
         return RequestRecord(
             run_id=self._run_id,
             trace_index=req.index,

@@ -196,7 +196,11 @@ class LoopLagMonitor:
             lag = time.perf_counter_ns() - before - interval_ns
             record(max(1, lag // 1000))
 
+    def cpu_seconds(self) -> float:
+        """Process CPU time (user + system, all threads) since construction."""
+        return time.process_time() - self._cpu_start
+
     def cpu_utilisation(self) -> float:
         """Process CPU time over wall time since construction (1.0 = one core busy)."""
         wall = time.perf_counter() - self._wall_start
-        return (time.process_time() - self._cpu_start) / wall if wall > 0 else 0.0
+        return self.cpu_seconds() / wall if wall > 0 else 0.0

@@ -62,6 +62,9 @@ class ReplayResult:
     loop_lag: LagSummary
     schedule_lag: LagSummary
     cpu_utilisation: float
+    """The process's CPU time over the replay's wall time (1.0 = one core busy)."""
+    cpu_s: float
+    """The process's CPU seconds during the replay (start-up and summary excluded)."""
 
 
 class Replayer:
@@ -112,9 +115,9 @@ class Replayer:
 
     async def run(self, start_ns: int | None = None) -> ReplayResult:
         """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for."""
-        monitor = LoopLagMonitor()
         if start_ns is not None:
             await self._sleep_until(start_ns)
+        monitor = LoopLagMonitor()
         start = start_ns if start_ns is not None else self._clock.now_ns()
         async with asyncio.TaskGroup() as tg:
             monitor_task = tg.create_task(monitor.run())
@@ -134,6 +137,7 @@ class Replayer:
             loop_lag=summarize_us(monitor.lag_us),
             schedule_lag=summarize_us(self._stats.schedule_lag_us),
             cpu_utilisation=monitor.cpu_utilisation(),
+            cpu_s=monitor.cpu_seconds(),
         )
 
     async def _drain(self) -> None:

@@ -34,6 +34,7 @@ from loadgen.recorder import RunRecorder
 from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.runinfo import redact_headers, versions, write_run_json
 from loadgen.schedule import time_factor
+from loadgen.scrape import DEFAULT_INTERVAL_S, ScrapeConfig, alongside, metrics_url_for, same_origin
 from loadgen.shards import select_shard, split_evenly
 from loadgen.transport import default_transport
 from traces import schema as s
@@ -47,6 +48,11 @@ CLIENT_BOUND_CPU = 0.7
 """Share of one core a worker may use before the run is flagged client-bound."""
 TRANSPORTS = ("fast", "httpx")
 START_DELAY_S = 1.0
+RAY_START_DELAY_S = 10.0
+RAY_CLOCK_ASSUMPTION = (
+    "every Ray host's wall clock agrees with the driver's (NTP: typically within 1 ms on a "
+    "LAN, PTP: microseconds); the common start time and epoch-ns stamps inherit that error"
+)
 """With several workers, how far ahead the common start time is set, so all can be ready."""
 
 
@@ -78,6 +84,13 @@ class SessionOptions:
     """``fast`` (asyncio.Protocol + httptools) or ``httpx`` (httpx's own, stamped)."""
     workers: int = 1
     """Processes, each replaying ``index % workers == k`` (sessions kept whole)."""
+    ray: str | None = None
+    """Run the shards as Ray tasks: ``local``, ``auto`` or a cluster address."""
+    scrape_metrics: bool = True
+    """Scrape Prometheus metrics during the run into server_metrics.parquet."""
+    scrape_url: str | None = None
+    """What to scrape; None: the endpoint's ``/metrics``, when it answers."""
+    scrape_interval_s: float = DEFAULT_INTERVAL_S
 
     def public_config(self) -> dict[str, Any]:
         """The options as recorded in run.json: no API key, credentials redacted."""
@@ -180,6 +193,10 @@ def _check_options(opts: SessionOptions) -> None:
         )
     if opts.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {opts.workers}")
+    if not opts.scrape_interval_s > 0:
+        raise ConfigError(f"--scrape-interval must be positive, got {opts.scrape_interval_s}")
+    if opts.scrape_url is not None and not opts.scrape_url.startswith(("http://", "https://")):
+        raise ConfigError(f"--scrape-metrics {opts.scrape_url!r}: expected an http(s) URL")
     if opts.concurrency is not None and opts.concurrency < opts.workers:
         raise ConfigError(
             f"--concurrency {opts.concurrency} is below --workers {opts.workers}: "
@@ -348,7 +365,11 @@ async def run_session(
             "anchor_wall_ns": clock.anchor.wall_ns,
             "anchor_mono_ns": clock.anchor.mono_ns,
             "source": "perf_counter_ns (CLOCK_MONOTONIC)",
-            "assumption": "one host: every worker reads the same CLOCK_MONOTONIC",
+            "assumption": (
+                "one host: every worker reads the same CLOCK_MONOTONIC"
+                if opts.ray is None
+                else "Ray: " + RAY_CLOCK_ASSUMPTION
+            ),
         },
         "versions": versions(),
         "status": "running",
@@ -363,16 +384,19 @@ async def run_session(
         block_size=block_size,
         out_dir=opts.run_dir,
     )
-    if opts.workers == 1:
-        outcomes = [
-            await replay_shard(
-                plan, on_start=on_start, install_signal_handlers=install_signal_handlers
-            )
-        ]
-    else:
+
+    async def replay() -> list[ShardOutcome]:
+        if opts.workers == 1 and opts.ray is None:
+            return [
+                await replay_shard(
+                    plan, on_start=on_start, install_signal_handlers=install_signal_handlers
+                )
+            ]
         from loadgen.workers import run_workers
 
-        start_ns = clock.now_ns() + int(START_DELAY_S * 1e9)
+        # Ray tasks take longer to be scheduled than local processes to spawn.
+        delay_s = START_DELAY_S if opts.ray is None else RAY_START_DELAY_S
+        start_ns = clock.now_ns() + int(delay_s * 1e9)
         plans = [
             replace(
                 plan,
@@ -383,10 +407,39 @@ async def run_session(
             )
             for k in range(opts.workers)
         ]
-        outcomes = await run_workers(
+        if opts.ray is not None:
+            from loadgen.rayshards import run_ray_shards
+
+            return await asyncio.to_thread(run_ray_shards, plans, opts.ray)
+        return await run_workers(
             plans, on_start=on_start, install_signal_handlers=install_signal_handlers
         )
+
+    # The scraper runs in this process, on the run's clock, beside the shard(s).
+    outcomes, scraped = await alongside(replay, _scrape_config(opts), clock.now_ns)
+    if scraped is not None:
+        base_info["server_metrics"] = scraped.as_json()
     return _finish(opts, base_info, run_id, model, outcomes)
+
+
+def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
+    """What to scrape: the given URL (required), else the endpoint's /metrics if present;
+    credentials go only to the endpoint's own origin."""
+    if not opts.scrape_metrics:
+        return None
+    url = opts.scrape_url or metrics_url_for(opts.base_url)
+    headers: dict[str, str] = {}
+    if same_origin(url, opts.base_url):
+        headers.update(opts.headers)
+        if opts.api_key:
+            headers["authorization"] = f"Bearer {opts.api_key}"
+    return ScrapeConfig(
+        url=url,
+        out_path=opts.run_dir / s.SERVER_METRICS_FILE,
+        interval_s=opts.scrape_interval_s,
+        required=opts.scrape_url is not None,
+        headers=headers,
+    )
 
 
 def _merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
@@ -405,6 +458,7 @@ def _merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
         loop_lag=worst([r.loop_lag for r in replays]),
         schedule_lag=worst([r.schedule_lag for r in replays]),
         cpu_utilisation=max(r.cpu_utilisation for r in replays),
+        cpu_s=sum(r.cpu_s for r in replays),
     )
 
 
@@ -446,6 +500,7 @@ def _finish(
         "schedule_lag_ms": asdict(result.schedule_lag),
         "loop_lag_ms": asdict(result.loop_lag),
         "cpu_utilisation": result.cpu_utilisation,
+        "cpu_s": result.cpu_s,
         "client_bound": bool(warnings),
         "warnings": warnings,
         "workers": [
@@ -456,6 +511,7 @@ def _finish(
                 "schedule_lag_ms": asdict(o.replay.schedule_lag),
                 "loop_lag_ms": asdict(o.replay.loop_lag),
                 "cpu_utilisation": o.replay.cpu_utilisation,
+                "cpu_s": o.replay.cpu_s,
             }
             for o in outcomes
         ],

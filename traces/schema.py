@@ -160,6 +160,25 @@ RUN_SCHEMA: Final = pa.schema(
     ]
 )
 
+# ---------------------------------------------------------------- server metrics table
+SM_TS_NS: Final = "ts_ns"
+"""Epoch ns on the run's clock: the midpoint of the scrape's request."""
+SM_NAME: Final = "name"
+"""Sample name as exposed (``vllm:num_requests_running``, ``..._bucket``, ``..._total``)."""
+SM_LABELS: Final = "labels"
+"""The sample's labels as a JSON object with sorted keys (``{}`` when none)."""
+SM_VALUE: Final = "value"
+
+SERVER_METRICS_SCHEMA: Final = pa.schema(
+    [
+        pa.field(SM_TS_NS, pa.int64(), nullable=False),
+        pa.field(SM_NAME, pa.string(), nullable=False),
+        pa.field(SM_LABELS, pa.string(), nullable=False),
+        pa.field(SM_VALUE, pa.float64(), nullable=False),
+    ]
+)
+"""One row per scraped Prometheus sample (``server_metrics.parquet``)."""
+
 # ---------------------------------------------------------------- run directory
 REQUESTS_FILE: Final = "requests.parquet"
 PARTS_DIR: Final = "requests.parts"

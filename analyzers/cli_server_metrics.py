@@ -1,0 +1,92 @@
+"""``loadgen server-metrics RUN``: what the server said about itself during a run.
+
+Prints the running / waiting / KV-usage gauges (mean, max, and a per-interval timeline) from
+``server_metrics.parquet``, and the cross-checks of the TTFT decomposition: the mean
+server-side queue time from the queue histogram against the requests' queue, and the
+server's total prefill time against the sum of per-request prefill. A thin command over
+``analyzers.server_metrics``; errors are one stderr line with the error's exit code (3: the
+run has no server metrics). Must not import loadgen or httpx.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+@click.command(name="server-metrics")
+@click.argument("run", type=click.Path(path_type=Path, exists=True))
+@click.option(
+    "--bucket",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds per timeline row (the max within each).",
+)
+@click.option(
+    "--rows",
+    type=click.IntRange(min=0),
+    default=30,
+    show_default=True,
+    help="Timeline rows to print at most (0: none).",
+)
+def server_metrics(run: Path, bucket: float, rows: int) -> None:
+    """Queue depth, running requests and KV-cache usage the server reported during RUN,
+    and how its queue and prefill totals compare with the per-request decomposition."""
+    from analyzers.errors import AnalyzerError
+    from analyzers.server_metrics import summarize_server_metrics, timeline
+
+    try:
+        summary = summarize_server_metrics(run)
+        table = timeline(run, bucket_s=bucket)
+    except AnalyzerError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise click.exceptions.Exit(exc.exit_code) from exc
+    click.echo(
+        f"{summary.samples} samples from {summary.scrapes} scrapes over {summary.duration_s:.1f} s"
+    )
+    for label, stats, digits in (
+        ("running", summary.running, 1),
+        ("waiting", summary.waiting, 1),
+        ("kv usage", summary.kv_usage, 3),
+    ):
+        if stats is None:
+            click.echo(f"{label:>9}: not exposed")
+        else:
+            click.echo(
+                f"{label:>9}: mean {stats.mean:.{digits}f}, max {stats.max:.{digits}f} "
+                f"({stats.name})"
+            )
+    q = summary.queue
+    if q.histogram is not None:
+        click.echo(
+            f"queue (histogram {q.histogram}): {_fmt(q.histogram_mean_ms, ' ms')} mean over "
+            f"{_fmt(q.histogram_requests, '', 0)} requests"
+        )
+    else:
+        click.echo("queue (histogram): not exposed")
+    click.echo(
+        f"queue (requests): reported {_fmt(q.reported_mean_ms, ' ms')}, "
+        f"remainder after server prefill {_fmt(q.remainder_mean_ms, ' ms')} mean"
+    )
+    p = summary.prefill
+    if p is not None:
+        click.echo(
+            f"prefill total: {p.counter_total_ms:.1f} ms by {p.counter}, "
+            f"{_fmt(p.requests_total_ms, ' ms')} by the requests' server_prefill_ms"
+        )
+    if rows and table.height:
+        click.echo("")
+        click.echo(f"{'t (s)':>8} {'running':>8} {'waiting':>8} {'kv usage':>9}")
+        for t_s, running, waiting, kv in table.head(rows).iter_rows():
+            click.echo(
+                f"{t_s:>8.1f} {_fmt(running, '', 0):>8} {_fmt(waiting, '', 0):>8} "
+                f"{_fmt(kv, '', 3):>9}"
+            )
+        if table.height > rows:
+            click.echo(f"... {table.height - rows} more rows (--rows, --bucket)")

@@ -1,0 +1,337 @@
+"""The harness against a real server: llama.cpp's HTTP server doing real prefill and decode
+on the CPU (one thread), with a tiny random-weight model whose tokenizer file is the
+server's own, so prompt lengths are exact.
+
+Prompts are literal (the trace's ``prompt`` column), made by the project's own tokenizer
+strategy (``traces.prompts.PromptMaker`` with ``HFTokenCounter``) from the fixture's
+tokenizer.json. Each test uses its own prompt seed, so the server's prompt cache only
+helps where a test means it to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from analyzers.server_metrics import (
+    requests_running,
+    requests_waiting,
+    scan_server_metrics,
+    summarize_server_metrics,
+)
+from loadgen.cli import cli
+from loadgen.session import SessionOptions, SessionResult, run_session
+from traces import schema as s
+from traces.io import read_run_json, write_trace
+from traces.prompts import HFTokenCounter, PromptMaker
+from traces.records import TraceRequest
+
+pytestmark = pytest.mark.slow
+
+Row = dict[str, Any]
+
+
+def make_trace(
+    path: Path,
+    tiny_model: Any,
+    specs: list[dict[str, Any]],
+    *,
+    seed: int,
+    block_size: int = 128,
+) -> Path:
+    """A trace whose rows carry literal prompts of exactly ``input_tokens`` tokens.
+    ``specs``: dicts with ``input_tokens``, ``output_tokens`` and optionally ``api``,
+    ``arrival_s``, ``prefix_blocks``."""
+    maker = PromptMaker(
+        block_size=block_size,
+        seed=seed,
+        counter=HFTokenCounter.from_file(tiny_model.tokenizer_json),
+    )
+    columns: dict[str, list[Any]] = {
+        "request_id": [],
+        "arrival_s": [],
+        "api": [],
+        "input_tokens": [],
+        "output_tokens": [],
+        "prompt": [],
+    }
+    for i, spec in enumerate(specs):
+        req = TraceRequest(
+            index=i,
+            request_id=f"r{seed}-{i}",
+            arrival_s=float(spec.get("arrival_s", 0.0)),
+            api=spec.get("api", s.API_COMPLETIONS),
+            input_tokens=spec["input_tokens"],
+            output_tokens=spec["output_tokens"],
+            prefix_blocks=spec.get("prefix_blocks"),
+        )
+        columns["request_id"].append(req.request_id)
+        columns["arrival_s"].append(req.arrival_s)
+        columns["api"].append(req.api)
+        columns["input_tokens"].append(req.input_tokens)
+        columns["output_tokens"].append(req.output_tokens)
+        columns["prompt"].append(maker.text(req))
+    write_trace(pa.table(columns), path)
+    return path
+
+
+def replay(trace: Path, run_dir: Path, base_url: str, **options: Any) -> SessionResult:
+    opts = SessionOptions(trace_path=trace, run_dir=run_dir, base_url=base_url, **options)
+    return asyncio.run(run_session(opts, install_signal_handlers=False))
+
+
+def rows(run_dir: Path) -> list[Row]:
+    table: list[Row] = pq.read_table(run_dir / s.REQUESTS_FILE).to_pylist()
+    return sorted(table, key=lambda r: r["trace_index"])
+
+
+def ttft_ms(row: Row) -> float:
+    return float(row["first_token_ns"] - row["sent_ns"]) / 1e6
+
+
+def server_count(tokenizer: Any, row: Row, prompt: str) -> int:
+    """Prompt tokens as the server counts them: the text, or the ChatML-rendered chat."""
+    if row["api"] == s.API_CHAT:
+        prompt = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"  # the template
+    return len(tokenizer.encode(prompt, add_special_tokens=False).ids)
+
+
+def test_text_trace_chat_and_completions(
+    tmp_path: Path, llama: Any, tiny_model: Any, tokenizer: Any
+) -> None:
+    specs = [
+        {
+            "api": (s.API_CHAT, s.API_COMPLETIONS)[i % 2],
+            "input_tokens": 40 + 37 * i,
+            "output_tokens": 12,
+            "arrival_s": i * 0.08,
+        }
+        for i in range(8)
+    ]
+    trace = make_trace(tmp_path / "t.parquet", tiny_model, specs, seed=1)
+    result = replay(trace, tmp_path / "run", llama.base_url, scrape_interval_s=0.2)
+    prompts = pq.read_table(trace).column("prompt").to_pylist()
+    table = rows(result.run_dir)
+    assert [r["outcome"] for r in table] == ["ok"] * 8, [r["error"] for r in table]
+    for row, prompt in zip(table, prompts, strict=True):
+        offsets = row["chunk_offsets_us"]
+        # The model never samples EOS and every token is one printable delta.
+        assert row["finish_reason"] == "length"
+        assert row["completion_tokens"] == row["output_tokens"] == len(offsets)
+        assert offsets == sorted(offsets)
+        assert offsets[0] > 0
+        assert row["first_token_ns"] == pytest.approx(row["sent_ns"] + offsets[0] * 1000, abs=1e3)
+        assert row["sent_ns"] <= row["first_byte_ns"] <= row["first_token_ns"] <= row["end_ns"]
+        assert row["prompt_tokens"] == server_count(tokenizer, row, prompt)
+        if row["api"] == s.API_COMPLETIONS:
+            assert row["prompt_tokens"] == row["input_tokens"]
+        assert row["server_prefill_ms"] > 0
+        assert row["server_decode_ms"] > 0
+        assert row["server_first_token_ms"] == 0.0
+        assert row["server_prefill_ms"] < ttft_ms(row)
+    info = read_run_json(result.run_dir)
+    scraped = info["server_metrics"]
+    assert scraped["enabled"]
+    assert scraped["url"] == f"{llama.root_url}/metrics"
+    assert scraped["samples"] > 0
+    assert scraped["errors"] == 0
+    names = set(pq.read_table(result.run_dir / s.SERVER_METRICS_FILE).column("name").to_pylist())
+    assert {"llamacpp:requests_processing", "llamacpp:prompt_seconds_total"} <= names
+
+
+def test_ttft_grows_with_prompt_length_and_matches_server_prefill(
+    tmp_path: Path, llama: Any, tiny_model: Any
+) -> None:
+    specs = [{"input_tokens": n, "output_tokens": 4} for _ in range(3) for n in (16, 1024)]
+    trace = make_trace(tmp_path / "t.parquet", tiny_model, specs, seed=2)
+    # Closed loop, one at a time: the server is idle for every request.
+    result = replay(trace, tmp_path / "run", llama.base_url, concurrency=1)
+    table = rows(result.run_dir)
+    assert all(r["outcome"] == "ok" for r in table)
+    short = [r for r in table if r["input_tokens"] == 16]
+    long = [r for r in table if r["input_tokens"] == 1024]
+    assert all(r["prompt_tokens"] == r["input_tokens"] for r in table)
+    ttft_short, ttft_long = median(map(ttft_ms, short)), median(map(ttft_ms, long))
+    assert ttft_long > 5 * ttft_short, (ttft_short, ttft_long)
+    # At idle, client TTFT is the server's prefill plus a few ms: loopback, HTTP and JSON
+    # parsing, tokenization (which grows with the prompt: llama.cpp starts its prompt clock
+    # after tokenizing).
+    gap_short = [ttft_ms(r) - r["server_prefill_ms"] for r in short]
+    gap_long = [ttft_ms(r) - r["server_prefill_ms"] for r in long]
+    print(
+        f"\nTTFT median: 16 tokens {ttft_short:.1f} ms, 1024 tokens {ttft_long:.1f} ms; "
+        f"client TTFT - server prompt_ms, median: {median(gap_short):.2f} ms at 16 tokens, "
+        f"{median(gap_long):.2f} ms at 1024"
+    )
+    assert all(0 < g < 50 for g in gap_short + gap_long), (gap_short, gap_long)
+    assert median(gap_short) < 10, gap_short
+    assert median(gap_long) < 25, gap_long
+
+
+def test_queueing_at_parallel_1_is_queue_not_prefill(
+    tmp_path: Path, llama_serial: Any, tiny_model: Any
+) -> None:
+    specs = [{"input_tokens": 256, "output_tokens": 16} for _ in range(4)]
+    trace = make_trace(tmp_path / "t.parquet", tiny_model, specs, seed=3)
+    result = replay(trace, tmp_path / "run", llama_serial.base_url, scrape_interval_s=0.05)
+    table = sorted(rows(result.run_dir), key=lambda r: r["first_token_ns"])
+    assert all(r["outcome"] == "ok" for r in table)
+    ttfts = [ttft_ms(r) for r in table]
+    prefill = [r["server_prefill_ms"] for r in table]
+    queue = [t - p for t, p in zip(ttfts, prefill, strict=True)]
+    # FIFO through one slot: each request waits for all before it; prefill stays flat.
+    assert ttfts == sorted(ttfts)
+    assert max(prefill) < 3 * min(prefill), prefill
+    assert queue[0] < 0.5 * queue[1], queue
+    busy = [
+        (r["end_ns"] - r["first_token_ns"]) / 1e6 + p for r, p in zip(table, prefill, strict=False)
+    ]
+    assert queue[-1] > 0.8 * sum(busy[:-1]), (queue, busy)
+    assert queue[-1] > 2 * prefill[-1]
+    print(
+        f"\nparallel 1: TTFT {[round(t) for t in ttfts]} ms, prefill {[round(p) for p in prefill]}"
+    )
+
+    # The decomposition uses the server's prompt_ms as prefill and puts the wait in queue.
+    from analyzers.decompose import DecomposeOptions, request_terms
+
+    terms = request_terms(result.run_dir, None, DecomposeOptions()).frame
+    by_id = dict(zip(terms.get_column("request_id"), terms.get_column("prefill_ms"), strict=True))
+    assert [by_id[r["request_id"]] for r in table] == pytest.approx(prefill)
+    decomposed_queue = sorted(terms.get_column("queue_ms").to_list())
+    assert decomposed_queue[-1] > 2 * max(prefill)
+    assert decomposed_queue[0] < 0.5 * decomposed_queue[1], decomposed_queue
+    # Client TTFT minus prefill also holds connect, write and network (a few ms on loopback).
+    assert decomposed_queue == pytest.approx(sorted(queue), abs=25.0)
+
+    # The server's own gauges saw the queue: one running, up to three deferred.
+    lf = scan_server_metrics(result.run_dir)
+    running, waiting = requests_running(lf), requests_waiting(lf)
+    assert running is not None
+    assert waiting is not None
+    assert running.collect().get_column("value").max() == 1
+    assert waiting.collect().get_column("value").max() >= 1
+    # And its prefill counter adds up to the requests' prompt_ms.
+    summary = summarize_server_metrics(result.run_dir)
+    assert summary.prefill is not None
+    assert summary.prefill.requests_total_ms is not None
+    assert summary.prefill.counter_total_ms == pytest.approx(
+        summary.prefill.requests_total_ms, rel=0.02
+    )
+
+
+def test_shared_prefixes_hit_the_prompt_cache(tmp_path: Path, llama: Any, tiny_model: Any) -> None:
+    specs = [
+        {"input_tokens": 288, "output_tokens": 4, "prefix_blocks": (7001, 7002)} for _ in range(3)
+    ]
+    trace = make_trace(tmp_path / "t.parquet", tiny_model, specs, seed=4)
+    result = replay(trace, tmp_path / "run", llama.base_url, concurrency=1)
+    table = rows(result.run_dir)
+    assert all(r["outcome"] == "ok" and r["prompt_tokens"] == 288 for r in table)
+    cached = [r["cached_tokens"] for r in table]
+    print(f"\ncached tokens with a 256-token shared prefix: {cached}")
+    assert cached[0] < 16
+    assert all(240 <= c <= 256 for c in cached[1:]), cached
+    assert table[2]["server_prefill_ms"] < table[0]["server_prefill_ms"]
+
+
+def test_too_long_prompt_is_an_http_error_row(tmp_path: Path, llama: Any, tiny_model: Any) -> None:
+    specs = [
+        {"input_tokens": 5000, "output_tokens": 4},
+        {"input_tokens": 32, "output_tokens": 4, "arrival_s": 0.05},
+    ]
+    trace = make_trace(tmp_path / "t.parquet", tiny_model, specs, seed=5)
+    result = replay(trace, tmp_path / "run", llama.base_url)
+    too_long, fine = rows(result.run_dir)
+    assert too_long["outcome"] == "http_error"
+    assert too_long["http_status"] == 400
+    assert "exceeds the available context size" in too_long["error"]
+    assert too_long["chunk_offsets_us"] == []
+    assert fine["outcome"] == "ok"
+
+
+def test_client_disconnect_frees_the_server(
+    tmp_path: Path, llama_serial: Any, tiny_model: Any
+) -> None:
+    # 3500 tokens take the one slot several seconds; the client gives up after 0.5 s.
+    trace = make_trace(
+        tmp_path / "t.parquet", tiny_model, [{"input_tokens": 16, "output_tokens": 3500}], seed=6
+    )
+    started = time.monotonic()
+    result = replay(trace, tmp_path / "run", llama_serial.base_url, request_timeout_s=0.5)
+    assert time.monotonic() - started < 5
+    (row,) = rows(result.run_dir)
+    assert row["outcome"] == "timeout"
+    assert len(row["chunk_offsets_us"]) > 0
+    # The server cancels generation when the connection closes: the slot is free again.
+    deadline = time.monotonic() + 3
+    while any(slot["is_processing"] for slot in httpx.get(f"{llama_serial.root_url}/slots").json()):
+        assert time.monotonic() < deadline, "the slot is still generating"
+        time.sleep(0.05)
+    after = make_trace(
+        tmp_path / "t2.parquet", tiny_model, [{"input_tokens": 16, "output_tokens": 4}], seed=7
+    )
+    (next_row,) = rows(replay(after, tmp_path / "run2", llama_serial.base_url).run_dir)
+    assert next_row["outcome"] == "ok"
+    assert ttft_ms(next_row) < 500
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_preflight_errors_are_one_line_exit_4(
+    tmp_path: Path, llama: Any, llama_factory: Any, tiny_model: Any
+) -> None:
+    trace = make_trace(
+        tmp_path / "t.parquet", tiny_model, [{"input_tokens": 8, "output_tokens": 2}], seed=8
+    )
+    runner = CliRunner()
+
+    def run(base_url: str, *extra: str, key: str | None = None) -> Any:
+        out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        args = ["replay", str(trace), "--base-url", base_url, "-o", str(out), "--no-progress"]
+        return runner.invoke(cli, [*args, *extra], env={"OPENAI_API_KEY": key})
+
+    down = run(f"http://127.0.0.1:{_free_port()}/v1")
+    assert down.exit_code == 4
+    assert "unreachable" in down.output
+    unknown = run(llama.base_url, "--model", "no-such-model")
+    assert unknown.exit_code == 4
+    assert "'no-such-model' is not served (available: tiny-llama)" in unknown.output
+    guarded = llama_factory("--parallel", "1", "--api-key", "sesame")
+    for key in (None, "wrong"):
+        refused = run(guarded.base_url, key=key)
+        assert refused.exit_code == 4
+        assert "rejects the API key" in refused.output
+        assert len(refused.output.strip().splitlines()) == 1, refused.output
+    ok = run(guarded.base_url, key="sesame")
+    assert ok.exit_code == 0, ok.output
+
+
+def test_live_response_has_the_recorded_shape(llama: Any) -> None:
+    """The recorded bytes in tests/loadgen/test_timings_adapters.py still describe the
+    server: usage and timings on the last chunk of a completions stream."""
+    body = {"model": "tiny-llama", "prompt": "import os", "max_tokens": 2, "stream": True}
+    with httpx.stream("POST", f"{llama.base_url}/completions", json=body) as resp:
+        events = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    assert last["choices"][0]["finish_reason"] == "length"
+    assert {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n"} <= set(
+        last["timings"]
+    )
+    assert last["usage"]["prompt_tokens_details"]["cached_tokens"] == last["timings"]["cache_n"]
