@@ -10,12 +10,12 @@ infrastructure failure; 130 interrupted.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import click
 
 from loadgen import __version__
+from traces.cli import LazyGroup
 
 _COMMANDS: dict[str, tuple[str, str]] = {
     "trace": ("traces.cli:trace", "Make, import, inspect and transform workload traces."),
@@ -64,28 +64,8 @@ def _user_error_exit_code(exc: BaseException) -> int | None:
     return None
 
 
-class _LazyRoot(click.Group):
-    """A group that imports each subcommand only when it is run or its help is shown."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(_COMMANDS) | set(self.commands))
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.commands:
-            return self.commands[cmd_name]
-        target = _COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module_name, attr = target[0].split(":")
-        command = getattr(importlib.import_module(module_name), attr)
-        if not isinstance(command, click.Command):
-            raise TypeError(f"{target[0]} is not a click command")
-        return command
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, _COMMANDS[name][1]) for name in sorted(_COMMANDS)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+class _LazyRoot(LazyGroup):
+    """The root group: lazy subcommands, and our errors printed as one line with their code."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -105,7 +85,11 @@ class _LazyRoot(click.Group):
             ctx.exit(code)
 
 
-@click.group(cls=_LazyRoot, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_LazyRoot,
+    lazy_commands=_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="loadgen")
 def cli() -> None:
     """Trace-driven replay and load testing for OpenAI-compatible LLM endpoints.

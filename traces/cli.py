@@ -6,6 +6,8 @@ Each subcommand lives in its own module and is imported only when used.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from typing import Any
 
 import click
 
@@ -20,12 +22,29 @@ _SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _LazyTraceGroup(click.Group):
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported only when run or when their help is
+    shown, so that ``loadgen --help`` and ``loadgen replay`` never pay for Polars or
+    matplotlib. ``lazy_commands`` maps a name to ``("module:attribute", "one-line help")``.
+    The root ``loadgen`` group is one too; it lives here because ``traces`` is the package
+    every other one may import."""
+
+    def __init__(
+        self,
+        *args: Any,
+        lazy_commands: Mapping[str, tuple[str, str]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands: dict[str, tuple[str, str]] = dict(lazy_commands or {})
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(_SUBCOMMANDS)
+        return sorted(set(self.lazy_commands) | set(self.commands))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = _SUBCOMMANDS.get(cmd_name)
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        target = self.lazy_commands.get(cmd_name)
         if target is None:
             return None
         module_name, attr = target[0].split(":")
@@ -35,10 +54,16 @@ class _LazyTraceGroup(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, self.lazy_commands[name][1])
+            if name in self.lazy_commands
+            else (name, self.commands[name].get_short_help_str())
+            for name in self.list_commands(ctx)
+        ]
         with formatter.section("Commands"):
-            formatter.write_dl([(name, _SUBCOMMANDS[name][1]) for name in sorted(_SUBCOMMANDS)])
+            formatter.write_dl(rows)
 
 
-@click.group(cls=_LazyTraceGroup)
+@click.group(cls=LazyGroup, lazy_commands=_SUBCOMMANDS)
 def trace() -> None:
     """Make, import, inspect and transform workload traces (Parquet, schema v1)."""

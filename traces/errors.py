@@ -5,7 +5,10 @@ Tree::
     TraceError                      any problem with a trace or run file (exit code 2)
     ├── TraceFileError              missing, unreadable or not Parquet
     ├── SchemaError                 wrong or missing columns, wrong types
-    └── ValidationError             a value breaks a rule; names row and column
+    ├── ValidationError             a value breaks a rule; names row and column
+    ├── PromptError                 a prompt cannot be built with an exact token count
+    ├── MissingExtraError           an optional dependency (Pillow, tokenizers) is missing
+    └── importers.errors.*          source-format errors of the importers (their own module)
 
 Every message is one line a user can act on: what is wrong and where.
 """
@@ -37,3 +40,12 @@ class ValidationError(TraceError):
         super().__init__(message)
         self.row = row
         self.column = column
+
+
+class PromptError(TraceError):
+    """A prompt cannot be built with an exact token count (e.g. a tokenizer merges words)."""
+
+
+class MissingExtraError(TraceError, ImportError):
+    """An optional dependency (Pillow, tokenizers) is not installed; the message says which
+    extra to install."""

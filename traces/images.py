@@ -20,7 +20,7 @@ import random
 from functools import lru_cache
 from typing import TYPE_CHECKING, Final, Literal
 
-from traces.errors import TraceError
+from traces.errors import MissingExtraError
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
@@ -29,11 +29,6 @@ ImageFormat = Literal["png", "jpeg"]
 FORMATS: Final[tuple[ImageFormat, ...]] = ("png", "jpeg")
 MAX_SIDE: Final = 16_384
 JPEG_QUALITY: Final = 85
-
-
-class MissingExtraError(TraceError, ImportError):
-    """An optional dependency (Pillow, tokenizers) is not installed; the message says which
-    extra to install."""
 
 
 def _pil() -> type[PILImage.Image]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from traces.errors import TraceError
+from traces.errors import MissingExtraError, PromptError
 from traces.records import TraceRequest
 
 _VOCAB_TEXT: Final = (
@@ -53,10 +53,6 @@ STRATEGIES: Final = ("words", "calibrated", "tokenizer", "tokenize-server")
 DEFAULT_CACHE_TOKENS: Final = 8_388_608
 """Block texts kept (in tokens, LRU): shared prefixes stay hot, unique blocks age out."""
 _MAX_ADJUST: Final = 64
-
-
-class PromptError(TraceError):
-    """A prompt cannot be built with an exact token count (e.g. a tokenizer merges words)."""
 
 
 _TABLES: dict[int, tuple[Sequence[str], tuple[str, ...]]] = {}
@@ -164,7 +160,6 @@ class HFTokenCounter:
     @classmethod
     def from_file(cls, path: Path) -> HFTokenCounter:
         """Load ``tokenizer.json``; raise ``MissingExtraError`` without ``tokenizers``."""
-        from traces.images import MissingExtraError
 
         try:
             from tokenizers import Tokenizer

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from traces.errors import PromptError
 from traces.prompts import (
     CalibrationSample,
     CallableTokenCounter,
     HFTokenCounter,
-    PromptError,
     PromptMaker,
     fit_calibration,
     tokens_per_word,
