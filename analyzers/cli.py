@@ -205,10 +205,17 @@ def analyze(
 ) -> None:
     """Latency percentiles, throughput, errors, prompt fidelity and goodput of a run.
 
-    RUN is a run directory, a requests Parquet file, or a quoted glob of shards.
+    RUN is a run directory, a requests Parquet file, a quoted glob of shards, or a sweep
+    directory (from `loadgen sweep`: latency, throughput and goodput against offered
+    load, and the knee, the highest load meeting the goodput SLOs).
 
     Example: loadgen analyze runs/today --percentiles 50,99,99.9 --slo-ttft-ms 200
     """
+    from analyzers.sweep import is_sweep_dir
+
+    if is_sweep_dir(run):
+        _analyze_sweep(run, slo_ttft_ms, slo_tpot_ms, ttft_from, trim_start_s, trim_end_s)
+        return
     from analyzers.goodput import SLOTargets
     from analyzers.metrics import AnalysisOptions
     from analyzers.metrics import analyze as run_analysis
@@ -235,6 +242,29 @@ def analyze(
     from reports.tables import analysis_renderables
 
     _emit(None, analysis_renderables(result))
+
+
+def _analyze_sweep(
+    sweep: Path,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    ttft_from: str,
+    trim_start_s: float,
+    trim_end_s: float,
+) -> None:
+    from analyzers.goodput import SLOTargets
+    from analyzers.slo import SLOSet
+    from analyzers.sweep import SweepOptions, analyze_sweep
+    from reports.compare import sweep_renderables
+
+    targets = SLOTargets(
+        ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, ttft_basis="due" if ttft_from == "due" else "sent"
+    )
+    options = SweepOptions(
+        slos=SLOSet(goodput=targets),
+        selection=_selection(trim_start_s, trim_end_s, None, None, False),
+    )
+    _emit(None, sweep_renderables(analyze_sweep(sweep, options)))
 
 
 @click.command()

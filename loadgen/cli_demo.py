@@ -88,3 +88,16 @@ def demo(out: Path | None, requests: int, rate: float, seed: int, no_progress: b
             opts, progress=not no_progress and console.is_terminal, console=console
         )
     print_summary(result, console)
+    from analyzers.decompose import BudgetModel
+    from reports.html import write_report
+    from reports.html_run import ReportOptions
+
+    # The simulator's own model and GPU: the decomposition's bars then have a budget.
+    budget = BudgetModel.from_catalog("llama-3.1-8b", "h100", gpus=1)
+    report = write_report(
+        base / "report.html",
+        runs=[result.run_dir],
+        options=ReportOptions(budget=budget),
+        markdown=base / "report.md",
+    )
+    console.print(f"report written to {report} (summary {base / 'report.md'})")

@@ -1,0 +1,192 @@
+"""Rendering of comparisons: runs against a base run, sweeps against load, two sweeps.
+
+Console (rich) and Markdown. Rendering only: every number comes from
+``analyzers.compare.Comparison`` or ``analyzers.sweep.SweepAnalysis`` /
+``SweepComparison``.
+"""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from analyzers.compare import Comparison, ComponentDelta, MetricDelta
+from analyzers.sweep import SweepAnalysis, SweepComparison
+from reports.tables import fmt
+
+
+def _value(value: float, unit: str) -> str:
+    return f"{value:.1%}" if unit == "fraction" else fmt(value)
+
+
+def _delta_cells(d: MetricDelta) -> tuple[str, str, str, str, str, str]:
+    diff = d.difference
+    stat = f"p{d.percentile:g}" if d.percentile is not None else "-"
+    a = diff.absolute
+    if d.unit == "fraction":
+        change = f"{a.estimate * 100:+.1f} pts [{a.low * 100:+.1f}, {a.high * 100:+.1f}]"
+    else:
+        change = f"{a.estimate:+.3g} [{a.low:+.3g}, {a.high:+.3g}]"
+    rel = diff.relative
+    relative = f"{rel.estimate:+.0%} [{rel.low:+.0%}, {rel.high:+.0%}]" if rel else "-"
+    return (
+        f"{d.name} ({d.unit})" if d.unit != "fraction" else d.name,
+        stat,
+        _value(diff.a, d.unit),
+        _value(diff.b, d.unit),
+        change,
+        relative,
+    )
+
+
+def comparison_renderables(c: Comparison) -> list[RenderableType]:
+    """Per class, per pair: a metrics table and (when reported) a TTFT components table;
+    then the verdict lines and notes."""
+    out: list[RenderableType] = []
+    pairs = sorted({(d.workload, d.label) for d in c.metrics}, key=lambda p: (p[0] != "all", p))
+    conf = f"{c.options.confidence:.0%}"
+    for workload, label in pairs:
+        rows = [d for d in c.metrics if d.workload == workload and d.label == label]
+        table = Table(title=f"{label} vs {c.labels[0]} — {workload}", title_justify="left")
+        for column in ("metric", "stat", c.labels[0], label, f"diff [{conf} CI]", "relative"):
+            table.add_column(column, justify="left" if column == "metric" else "right")
+        for d in rows:
+            cells = _delta_cells(d)
+            style = "bold" if d.difference.significant else "dim"
+            table.add_row(*cells, style=style)
+        out.append(table)
+        comps = [x for x in c.components if x.workload == workload and x.label == label]
+        if comps:
+            out.append(_components_table(comps, c.labels[0], label, conf))
+    for v in c.verdicts:
+        out.append(Text(f"• {v}"))
+    for n in c.notes:
+        out.append(Text(f"note: {n}", "yellow"))
+    return out
+
+
+def _components_table(comps: list[ComponentDelta], base: str, label: str, conf: str) -> Table:
+    table = Table(title=f"TTFT components (ms) — {label} vs {base}", title_justify="left")
+    for column in ("term", "stat", base, label, f"diff [{conf} CI]", "share of TTFT change"):
+        table.add_column(column, justify="left" if column == "term" else "right")
+    for x in comps:
+        d = x.difference
+        a = d.absolute
+        table.add_row(
+            x.term,
+            f"p{x.percentile:g}",
+            fmt(d.a),
+            fmt(d.b),
+            f"{a.estimate:+.3g} [{a.low:+.3g}, {a.high:+.3g}]",
+            f"{x.attributed_ms:+.3g}" if x.attributed_ms is not None else "-",
+            style="bold" if d.significant else "dim",
+        )
+    return table
+
+
+def comparison_markdown(c: Comparison) -> str:
+    """The comparison as Markdown: verdicts first, then one table per class and pair."""
+    lines = [f"## {' vs '.join(reversed(c.labels[:2]))}" if len(c.labels) == 2 else "## Compare"]
+    lines += ["", *(f"- {v}" for v in c.verdicts), ""]
+    conf = f"{c.options.confidence:.0%}"
+    pairs = sorted({(d.workload, d.label) for d in c.metrics}, key=lambda p: (p[0] != "all", p))
+    for workload, label in pairs:
+        lines += [
+            f"### {label} vs {c.labels[0]}: {workload}",
+            "",
+            f"| metric | stat | {c.labels[0]} | {label} | diff [{conf} CI] | relative |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for d in c.metrics:
+            if d.workload == workload and d.label == label:
+                lines.append("| " + " | ".join(_delta_cells(d)) + " |")
+        lines.append("")
+    for n in c.notes:
+        lines.append(f"> {n}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def sweep_table(s: SweepAnalysis) -> Table:
+    """One row per step: offered and achieved load, latency, goodput, SLO verdict."""
+    unit = s.load_unit
+    scale = f" (server clock, time scale {s.time_scale:g})" if s.time_scale != 1 else ""
+    table = Table(title=f"Sweep {s.label}: {s.path}{scale}", title_justify="left")
+    for column in (
+        f"offered ({unit})",
+        "achieved req/s",
+        "out tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "E2E p99",
+        "errors",
+        "goodput",
+        "SLO",
+    ):
+        table.add_column(column, justify="right")
+    for st in s.steps:
+        slo = "-" if st.meets_slo is None else ("meets" if st.meets_slo else "breaks")
+        table.add_row(
+            f"{st.offered:.3g} ({st.label})",
+            fmt(st.achieved_rps),
+            fmt(st.output_tokens_per_s),
+            fmt(st.ttft_p50_ms),
+            fmt(st.ttft_p99_ms),
+            fmt(st.tpot_p50_ms),
+            fmt(st.tpot_p99_ms),
+            fmt(st.e2e_p99_ms),
+            f"{st.error_rate:.1%}",
+            f"{st.goodput:.1%}" if st.goodput is not None else "-",
+            Text(slo, "green" if st.meets_slo else "red" if st.meets_slo is False else ""),
+            style="bold" if s.knee is st else "",
+        )
+    return table
+
+
+def sweep_renderables(s: SweepAnalysis) -> list[RenderableType]:
+    """The sweep table and the knee line."""
+    knee = (
+        f"knee: {s.knee.offered:.3g} {s.load_unit} ({s.knee.label}): {s.knee_note}"
+        if s.knee is not None
+        else f"knee: none ({s.knee_note})"
+    )
+    return [sweep_table(s), Text(knee, "bold")]
+
+
+def sweep_comparison_renderables(c: SweepComparison) -> list[RenderableType]:
+    """Both sweeps, the joint goodput curve and the verdicts (knees, crossover)."""
+    out: list[RenderableType] = [sweep_table(c.a), sweep_table(c.b)]
+    curve = Table(title="Goodput against offered load", title_justify="left")
+    for column in (f"offered ({c.a.load_unit})", c.a.label, c.b.label, "lead"):
+        curve.add_column(column, justify="right")
+    for p in c.points:
+        lead = "-"
+        if p.a is not None and p.b is not None:
+            lead = f"{(p.b - p.a) * 100:+.1f} pts"
+        curve.add_row(
+            f"{p.load:.3g}",
+            f"{p.a:.1%}" if p.a is not None else "-",
+            f"{p.b:.1%}" if p.b is not None else "-",
+            lead,
+        )
+    out.append(curve)
+    out.extend(Text(f"• {v}", "bold") for v in c.verdicts)
+    return out
+
+
+def sweep_comparison_markdown(c: SweepComparison) -> str:
+    """Both goodput curves and the verdicts as Markdown."""
+    lines = [f"## {c.b.label} vs {c.a.label} against load", ""]
+    lines += [f"- {v}" for v in c.verdicts]
+    lines += [
+        "",
+        f"| offered ({c.a.load_unit}) | {c.a.label} goodput | {c.b.label} goodput |",
+        "|---:|---:|---:|",
+    ]
+    for p in c.points:
+        a = f"{p.a:.1%}" if p.a is not None else "-"
+        b = f"{p.b:.1%}" if p.b is not None else "-"
+        lines.append(f"| {p.load:.3g} | {a} | {b} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,93 @@
+"""A small real sweep against the simulator, analysed; and the demo-compare command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analyzers.goodput import SLOTargets
+from analyzers.slo import SLOSet
+from analyzers.sweep import SweepOptions as AnalysisOptions
+from analyzers.sweep import analyze_sweep
+from loadgen.cli import cli
+from loadgen.session import SessionOptions
+from loadgen.sim.launch import SimProcess
+from loadgen.sweep import SweepOptions, parse_rates, run_sweep
+
+SimFactory = Callable[..., SimProcess]
+pytestmark = pytest.mark.slow
+
+
+def _trace(path: Path) -> Path:
+    from traces.arrivals import ArrivalSpec
+    from traces.synth import SynthConfig, write_synth
+
+    write_synth(
+        SynthConfig(requests=30, arrival=ArrivalSpec(kind="poisson", rate=20.0), seed=3), path
+    )
+    return path
+
+
+def test_sweep_against_simulator(tmp_path: Path, sim: SimFactory) -> None:
+    server = sim("--ttft-ms", "20", "--itl-ms", "2")
+    trace = _trace(tmp_path / "trace.parquet")
+    options = SweepOptions(
+        session=SessionOptions(
+            trace_path=trace,
+            run_dir=tmp_path / "sweep",
+            base_url=server.base_url,
+            scrape_metrics=False,
+        ),
+        steps=parse_rates("0.5x,1x,2x"),
+        cooldown_s=0.2,
+    )
+    result = asyncio.run(run_sweep(options, install_signal_handlers=False))
+    assert result.stop_reason == "completed"
+    assert len(result.steps) == 3
+    doc = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert [s["dir"] for s in doc["steps"]] == ["step-0", "step-1", "step-2"]
+    assert doc["trace"]["sha256"]
+    assert doc["mode"] == "scale"
+    offered = [s["offered"] for s in doc["steps"]]
+    assert offered[1] == pytest.approx(2 * offered[0])
+    assert offered[2] == pytest.approx(4 * offered[0])
+    analysis = analyze_sweep(
+        tmp_path / "sweep", AnalysisOptions(slos=SLOSet(goodput=SLOTargets(ttft_ms=500)))
+    )
+    assert [s.offered for s in analysis.steps] == sorted(offered)
+    assert all(s.error_rate == 0 for s in analysis.steps)
+    assert analysis.knee is not None
+    out = CliRunner().invoke(cli, ["analyze", str(tmp_path / "sweep"), "--slo-ttft-ms", "500"])
+    assert out.exit_code == 0, out.output
+    assert "knee" in out.output
+
+
+def test_sweep_until_breach_cli(tmp_path: Path, sim: SimFactory) -> None:
+    server = sim("--ttft-ms", "20", "--itl-ms", "2")
+    trace = _trace(tmp_path / "trace.parquet")
+    out = CliRunner().invoke(
+        cli,
+        [
+            "sweep", str(trace), "--base-url", server.base_url, "-o", str(tmp_path / "s"),
+            "--rates", "1x,2x,4x", "--until-slo-breach", "--slo", "ttft_ms.p50<=1",
+            "--cooldown", "0",
+        ],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert len(doc["steps"]) == 1
+    assert doc["status"].endswith("at step-0")
+
+
+def test_demo_compare_quick(tmp_path: Path) -> None:
+    out = CliRunner().invoke(cli, ["demo-compare", "--quick", "-o", str(tmp_path / "d")])
+    assert out.exit_code == 0, out.output
+    assert "predicted break-even" in out.output
+    assert "crossover:" in out.output
+    assert (tmp_path / "d" / "monolith" / "sweep.json").is_file()
+    assert (tmp_path / "d" / "disagg" / "step-2" / "requests.parquet").is_file()
