@@ -205,4 +205,18 @@ def demo_compare(out: Path | None, quick: bool, seed: int) -> None:
         )
     else:
         console.print(f"\ncrossover: not found in the swept loads; predicted {predicted:.2f} req/s")
+    from reports.html import write_report
+    from reports.html_run import ReportOptions
+
+    report = write_report(
+        base / "report.html",
+        runs=[sweeps["monolith"] / f"step-{nearest}", sweeps["disagg"] / f"step-{nearest}"],
+        sweeps=[sweeps["monolith"], sweeps["disagg"]],
+        labels=["monolith", "disagg"],
+        options=ReportOptions(
+            slo_ttft_ms=SLO_TTFT_MS, slos=SLOSet(goodput=targets), time_scale=TIME_SCALE
+        ),
+        markdown=base / "report.md",
+    )
+    console.print(f"report: {report} (summary: {base / 'report.md'})")
     console.print(f"done in {time.monotonic() - started:.0f} s; sweeps in {base}")

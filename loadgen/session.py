@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import secrets
 import signal
 import time
@@ -178,6 +179,15 @@ def load_requests(opts: SessionOptions) -> tuple[list[TraceRequest], dict[str, A
     if opts.max_requests is not None:
         requests = requests[: opts.max_requests]
     return requests, read_metadata(opts.trace_path)
+
+
+def _file_sha256(path: Path) -> str:
+    """The trace file's content hash: compare and gate use it to refuse different traces."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _check_options(opts: SessionOptions) -> None:
@@ -359,7 +369,11 @@ async def run_session(
             "requests": len(requests),
             "workers": opts.workers,
         },
-        "trace": {"path": str(opts.trace_path), "metadata": trace_meta},
+        "trace": {
+            "path": str(opts.trace_path),
+            "sha256": _file_sha256(opts.trace_path),
+            "metadata": trace_meta,
+        },
         "prompts": {"strategy": "words", "block_size": block_size, "seed": opts.prompt_seed},
         "clock": {
             "anchor_wall_ns": clock.anchor.wall_ns,

@@ -91,3 +91,10 @@ def test_demo_compare_quick(tmp_path: Path) -> None:
     assert "crossover:" in out.output
     assert (tmp_path / "d" / "monolith" / "sweep.json").is_file()
     assert (tmp_path / "d" / "disagg" / "step-2" / "requests.parquet").is_file()
+    report = tmp_path / "d" / "report.html"
+    assert report.is_file()
+    assert "report:" in out.output
+    html = report.read_text()
+    assert "<svg" in html
+    assert "https://" not in html.replace("https://www.w3.org", "")
+    assert (tmp_path / "d" / "report.md").is_file()
