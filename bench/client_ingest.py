@@ -700,11 +700,18 @@ async def _client_loadgen(
             now_ns=clock.now_ns,
             run_id="bench",
             headers=_bench_headers(spec.itl_ms, spec.log),
+            transport=transport,
         )
 
+        # As the replay does: requests are built before they are due, then only sent.
+        ready = [
+            client.ready(job(i, f"{spec.prefix}-{i}", body, spec.tokens))
+            for i in range(spec.streams)
+        ]
+
         async def one(i: int) -> StreamResult:
+            await client.execute(ready[i], clock.now_ns(), records.append)
             xid = f"{spec.prefix}-{i}"
-            await client.execute(job(i, xid, body, spec.tokens), clock.now_ns(), records.append)
             return StreamResult(xid=xid, ok=False, tokens=0, sent=0, first=None, stamps=None)
 
         timer.start()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from asyncio_throttle.throttler import Throttler
 
-from loadgen.client import PreparedRequest, StreamingClient
+from loadgen.client import ReadyRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.live import LagSummary, LiveStats, LoopLagMonitor, summarize_us
 from loadgen.prepare import Preparer
@@ -172,7 +172,7 @@ class Replayer:
             else:
                 await asyncio.sleep(0)
 
-    async def _one(self, job: PreparedRequest, due_ns: int, slot: asyncio.Semaphore | None) -> None:
+    async def _one(self, job: ReadyRequest, due_ns: int, slot: asyncio.Semaphore | None) -> None:
         try:
             await self._client.execute(job, due_ns, self._record)
         finally:
@@ -182,7 +182,7 @@ class Replayer:
     def _spawn(
         self,
         tg: asyncio.TaskGroup,
-        job: PreparedRequest,
+        job: ReadyRequest,
         due_ns: int,
         slot: asyncio.Semaphore | None,
     ) -> None:
@@ -205,7 +205,9 @@ class Replayer:
                 self._stop_reason = "duration"
                 return
             # Built before it is due, while the previous request's time is still running.
-            job = await self._preparer.prepare_async(req, self._ordinals[ordinal])
+            job = self._client.ready(
+                await self._preparer.prepare_async(req, self._ordinals[ordinal])
+            )
             if not await self._sleep_until(due):
                 return
             if slot is not None:

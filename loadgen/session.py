@@ -14,6 +14,7 @@ import gc
 import hashlib
 import secrets
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -49,6 +50,8 @@ CLIENT_BOUND_CPU = 0.7
 """Share of one core a worker may use before the run is flagged client-bound."""
 TRANSPORTS = ("fast", "httpx")
 START_DELAY_S = 1.0
+_SWITCH_INTERVAL_S = 0.0005
+"""GIL switch interval during a replay (Python's default is 5 ms)."""
 RAY_START_DELAY_S = 10.0
 RAY_CLOCK_ASSUMPTION = (
     "every Ray host's wall clock agrees with the driver's (NTP: typically within 1 ms on a "
@@ -214,7 +217,12 @@ def _check_options(opts: SessionOptions) -> None:
         )
 
 
-def _http_client(opts: SessionOptions, clock: Clock, max_connections: int) -> httpx.AsyncClient:
+def _http_client(
+    opts: SessionOptions,
+    clock: Clock,
+    max_connections: int,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
     headers = dict(opts.headers)
     if opts.api_key:
         headers["authorization"] = f"Bearer {opts.api_key}"
@@ -224,7 +232,8 @@ def _http_client(opts: SessionOptions, clock: Clock, max_connections: int) -> ht
         write=opts.request_timeout_s,
         pool=None,
     )
-    transport = make_transport(opts.transport, clock.now_ns, max_connections=max_connections)
+    if transport is None:
+        transport = make_transport(opts.transport, clock.now_ns, max_connections=max_connections)
     return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
 
 
@@ -271,7 +280,8 @@ async def replay_shard(
     )
     recorder = RunRecorder(plan.out_dir, provenance={"run_id": plan.run_id, "shard": plan.shard})
     stats = LiveStats(clock.now_ns)
-    async with _http_client(opts, clock, max_conn) as http:
+    transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
+    async with _http_client(opts, clock, max_conn, transport) as http:
         client = StreamingClient(
             http,
             base_url=opts.base_url,
@@ -279,6 +289,7 @@ async def replay_shard(
             run_id=plan.run_id,
             worker=plan.shard,
             timeout_s=opts.request_timeout_s,
+            transport=transport,
         )
         replayer = Replayer(
             requests=mine,
@@ -305,9 +316,14 @@ async def replay_shard(
                     continue
         gc.collect()
         gc.freeze()  # set-up objects never need scanning again; keeps GC pauses short
+        # The recorder and scraper threads run Python code; with the default 5 ms switch
+        # interval the event loop could wait that long for the GIL when a request is due.
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(_SWITCH_INTERVAL_S)
         try:
             result = await replayer.run(start_ns=plan.start_ns)
         finally:
+            sys.setswitchinterval(switch_interval)
             for sig in installed:
                 loop.remove_signal_handler(sig)
             gc.unfreeze()
