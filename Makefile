@@ -33,6 +33,10 @@ check: lint typecheck test
 
 bench: $(STAMP)
 	$(PY) bench/client_ingest.py
+	$(PY) bench/replay_schedule.py
+	$(PY) bench/sim_engine.py
+	$(PY) bench/prompts.py
+	$(PY) bench/analyze.py --requests 200000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -466,6 +466,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     validity = assess_validity(
         schedule_lag_p99_ms=float(lag) if lag is not None else None,
         loop_lag_p99_ms=health.loop_lag_p99_ms,
+        cpu_utilisation=health.cpu_utilisation,
         prompt_error_median=overall.fidelity.abs_error_median,
         class_counts=[ClassCount(workload=c.workload, requests=c.ok) for c in counted],
         percentiles=pcts,
@@ -507,9 +508,11 @@ def run_validity(
         .collect()
         .row(0)
     )
+    health = run_health(run)
     return assess_validity(
         schedule_lag_p99_ms=_opt(lag),
-        loop_lag_p99_ms=run_health(run).loop_lag_p99_ms,
+        loop_lag_p99_ms=health.loop_lag_p99_ms,
+        cpu_utilisation=health.cpu_utilisation,
         prompt_error_median=_opt(err),
         class_counts=class_counts,
         percentiles=percentiles,

@@ -30,6 +30,8 @@ class ValidityThresholds:
 
     max_schedule_lag_p99_ms: float = 5.0
     max_loop_lag_p99_ms: float = 20.0
+    max_cpu_utilisation: float = 0.7
+    """A worker's CPU over wall time during the replay (1.0 = one core busy)."""
     max_prompt_error: float = 0.05
     tail_factor: float = 1.0
 
@@ -98,6 +100,7 @@ def assess_validity(
     schedule_lag_p99_ms: float | None,
     loop_lag_p99_ms: float | None,
     prompt_error_median: float | None,
+    cpu_utilisation: float | None = None,
     class_counts: Sequence[ClassCount],
     percentiles: Sequence[float],
     thresholds: ValidityThresholds = ValidityThresholds(),
@@ -119,6 +122,14 @@ def assess_validity(
                 kind="client_bound",
                 reason=f"client-bound: event-loop lag p99 {loop_lag_p99_ms:.1f} ms > "
                 f"{t.max_loop_lag_p99_ms:g} ms (run.json health)",
+            )
+        )
+    if cpu_utilisation is not None and cpu_utilisation > t.max_cpu_utilisation:
+        flags.append(
+            ValidityFlag(
+                kind="client_bound",
+                reason=f"client-bound: a worker used {cpu_utilisation:.0%} of a core > "
+                f"{t.max_cpu_utilisation:.0%} (run.json health; try --workers)",
             )
         )
     if prompt_error_median is not None and prompt_error_median > t.max_prompt_error:

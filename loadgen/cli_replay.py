@@ -212,6 +212,24 @@ def print_summary(result: SessionResult, console: Console) -> None:
     metavar="local|auto|ADDRESS",
     help="Run the --workers shards as Ray tasks (pip install 'llm-loadgen[ray]').",
 )
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="The server's tokenizer.json: prompts of exact token counts (needs 'tokenizers').",
+)
+@click.option(
+    "--calibrate-prompts",
+    is_flag=True,
+    help="Measure the server's tokens per word first and size prompts with it.",
+)
+@click.option(
+    "--template-tokens",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Tokens the server's chat template adds to a chat prompt.",
+)
 def replay(
     trace: Path,
     base_url: str,
@@ -237,6 +255,9 @@ def replay(
     transport: str,
     workers: int,
     ray_address: str | None,
+    tokenizer: Path | None,
+    calibrate_prompts: bool,
+    template_tokens: int,
     scrape_url: str | None,
     no_scrape_metrics: bool,
     scrape_interval: float,
@@ -277,6 +298,9 @@ def replay(
         transport=transport,
         workers=workers,
         ray=ray_address,
+        tokenizer=tokenizer,
+        calibrate_prompts=calibrate_prompts,
+        template_tokens=template_tokens,
         scrape_metrics=not no_scrape_metrics,
         scrape_url=scrape_url,
         scrape_interval_s=scrape_interval,

@@ -1,6 +1,7 @@
 """Endpoint preflight: is it reachable, which model, and which optional fields it accepts.
 
 Run once before a replay; failures become one-line ``EndpointError``s (exit code 4).
+With ``--calibrate-prompts`` it also measures the server's tokens per word.
 Optional fields are found by trying the richest request first and dropping extras on a
 400, so a run never fails over a field the server does not support.
 """
@@ -16,7 +17,9 @@ import orjson
 
 from loadgen.errors import EndpointError
 from loadgen.protocol import Capabilities, build_body, endpoint_path
-from traces.prompts import Prompt
+from traces.prompts import CalibrationSample, Prompt, PromptMaker
+from traces.records import TraceRequest
+from traces.schema import API_CHAT
 
 _PROBE_TRIES = 5
 
@@ -132,3 +135,51 @@ async def _probe(
             continue
         return r
     raise AssertionError("unreachable")
+
+
+CALIBRATION_WORDS = (32, 256, 1024)
+"""Prompt lengths (in words) sent to measure the server's tokens per word."""
+
+
+async def calibration_samples(
+    http: httpx.AsyncClient,
+    *,
+    base_url: str,
+    model: str,
+    api: str,
+    prompts: PromptMaker,
+    x_request_id: str,
+) -> list[CalibrationSample]:
+    """Send prompts of known word counts (max_tokens 1, not streamed) and read back the
+    server's ``usage.prompt_tokens`` for each: the data of the ``calibrated`` strategy."""
+    base = base_url.rstrip("/")
+    samples: list[CalibrationSample] = []
+    for i, words in enumerate(CALIBRATION_WORDS):
+        req = TraceRequest(
+            index=i, request_id=f"calibrate-{i}", arrival_s=0.0, api=api,
+            input_tokens=words, output_tokens=1,
+        )  # fmt: skip
+        text = prompts.text(req)
+        if api == API_CHAT:
+            payload: dict[str, object] = {"messages": [{"role": "user", "content": text}]}
+        else:
+            payload = {"prompt": text}
+        body = orjson.dumps({"model": model, "max_tokens": 1, "stream": False, **payload})
+        headers = {"content-type": "application/json", "x-request-id": f"{x_request_id}-{i}"}
+        try:
+            r = await http.post(base + endpoint_path(api), content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise EndpointError(f"{base}: prompt calibration failed ({exc})") from exc
+        if r.status_code >= 400:
+            raise EndpointError(
+                f"{base}: prompt calibration refused (HTTP {r.status_code}: {_error_message(r)})"
+            )
+        try:
+            usage = orjson.loads(r.content).get("usage") or {}
+            tokens = int(usage["prompt_tokens"])
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise EndpointError(
+                f"{base}: prompt calibration needs usage.prompt_tokens in the response"
+            ) from exc
+        samples.append(CalibrationSample(words=len(text.split()), prompt_tokens=tokens))
+    return samples

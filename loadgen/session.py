@@ -30,7 +30,7 @@ from loadgen.errors import ConfigError, RunDirError
 from loadgen.fasttransport import FastTransport
 from loadgen.live import LagSummary, LiveStats, StatsView
 from loadgen.prepare import Preparer
-from loadgen.probe import preflight
+from loadgen.probe import calibration_samples, preflight
 from loadgen.protocol import Capabilities
 from loadgen.recorder import RunRecorder
 from loadgen.replay import LoadShape, Replayer, ReplayResult
@@ -41,7 +41,7 @@ from loadgen.shards import select_shard, split_evenly
 from loadgen.transport import default_transport
 from traces import schema as s
 from traces.io import read_metadata, read_trace
-from traces.prompts import PromptMaker
+from traces.prompts import HFTokenCounter, PromptMaker, fit_calibration
 from traces.records import TraceRequest
 
 CLIENT_BOUND_LAG_MS = 5.0
@@ -90,6 +90,12 @@ class SessionOptions:
     """Processes, each replaying ``index % workers == k`` (sessions kept whole)."""
     ray: str | None = None
     """Run the shards as Ray tasks: ``local``, ``auto`` or a cluster address."""
+    tokenizer: Path | None = None
+    """A local ``tokenizer.json`` (the server's): prompts of exact token counts."""
+    calibrate_prompts: bool = False
+    """Measure the server's tokens per word first, and size prompt text with it."""
+    template_tokens: int = 0
+    """Tokens the server's chat template adds to a chat prompt (subtracted from its text)."""
     scrape_metrics: bool = True
     """Scrape Prometheus metrics during the run into server_metrics.parquet."""
     scrape_url: str | None = None
@@ -106,6 +112,27 @@ class SessionOptions:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PromptPlan:
+    """How prompt text is sized, decided once for all shards (calibration runs once)."""
+
+    tokens_per_word: float = 1.0
+    template_tokens: int = 0
+
+
+def _prompt_maker(opts: SessionOptions, block_size: int, plan: PromptPlan) -> PromptMaker:
+    """The prompt strategy of a run: ``tokenizer`` with a local tokenizer.json, ``calibrated``
+    after a calibration probe, else ``words``."""
+    counter = HFTokenCounter.from_file(opts.tokenizer) if opts.tokenizer is not None else None
+    return PromptMaker(
+        block_size=block_size,
+        seed=opts.prompt_seed,
+        tokens_per_word=plan.tokens_per_word,
+        counter=counter,
+        template_tokens=plan.template_tokens,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ShardPlan:
     """What one process replays: its slice of the trace, from a common start time."""
 
@@ -115,6 +142,7 @@ class ShardPlan:
     capabilities: Capabilities
     time_factor: float
     block_size: int
+    prompts: PromptPlan
     shard: int = 0
     shards: int = 1
     start_ns: int | None = None
@@ -204,6 +232,8 @@ def _check_options(opts: SessionOptions) -> None:
         raise ConfigError(
             f"--transport {opts.transport!r}: expected one of {', '.join(TRANSPORTS)}"
         )
+    if opts.tokenizer is not None and opts.calibrate_prompts:
+        raise ConfigError("give either --tokenizer or --calibrate-prompts, not both")
     if opts.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {opts.workers}")
     if not opts.scrape_interval_s > 0:
@@ -272,7 +302,7 @@ async def replay_shard(
     shape = _shard_shape(opts, plan.time_factor, plan.shard, plan.shards)
     max_conn = shape.concurrency or shape.max_inflight or max(64, len(mine))
     preparer = Preparer(
-        prompts=PromptMaker(block_size=plan.block_size, seed=opts.prompt_seed),
+        prompts=_prompt_maker(opts, plan.block_size, plan.prompts),
         model=plan.model,
         run_id=plan.run_id,
         capabilities=plan.capabilities,
@@ -368,6 +398,30 @@ async def run_session(
         if opts.model is None:
             raise ConfigError("--model is required with --no-preflight")
         model, caps, served = opts.model, Capabilities(), []
+    prompt_plan, calibration = PromptPlan(template_tokens=opts.template_tokens), None
+    if opts.calibrate_prompts:
+        async with _http_client(opts, clock, 4) as http:
+            samples = await calibration_samples(
+                http,
+                base_url=opts.base_url,
+                model=model,
+                api=api,
+                prompts=PromptMaker(block_size=block_size, seed=opts.prompt_seed),
+                x_request_id=f"{run_id}-calibrate",
+            )
+        fit = fit_calibration(samples)
+        prompt_plan = PromptPlan(
+            tokens_per_word=fit.tokens_per_word,
+            template_tokens=(
+                round(fit.overhead_tokens) if api == s.API_CHAT else opts.template_tokens
+            ),
+        )
+        calibration = {
+            "samples": [asdict(x) for x in samples],
+            "tokens_per_word": fit.tokens_per_word,
+            "overhead_tokens": fit.overhead_tokens,
+        }
+    strategy = _prompt_maker(opts, block_size, prompt_plan).strategy
     mode = "closed" if opts.concurrency is not None else "open"
     base_info: dict[str, Any] = {
         "run_id": run_id,
@@ -390,7 +444,7 @@ async def run_session(
             "sha256": _file_sha256(opts.trace_path),
             "metadata": trace_meta,
         },
-        "prompts": {"strategy": "words", "block_size": block_size, "seed": opts.prompt_seed},
+        "prompts": {**asdict(strategy), "calibration": calibration},
         "clock": {
             "anchor_wall_ns": clock.anchor.wall_ns,
             "anchor_mono_ns": clock.anchor.mono_ns,
@@ -412,6 +466,7 @@ async def run_session(
         capabilities=caps,
         time_factor=factor,
         block_size=block_size,
+        prompts=prompt_plan,
         out_dir=opts.run_dir,
     )
 
