@@ -14,9 +14,10 @@ For every ok request with a first content token, ``first_token - due`` is split 
 Server terms come from the server's own timings where reported (and not hidden), the
 network then being ``(first_token - request_written) - server_ttft``. Otherwise they are
 predicted by the budget model (prefill of ``prompt - cached`` tokens, one decode step for
-the first token, no transfer), optionally calibrated on the run's low-load requests, the
-network is estimated once for the run, and the queue is the remainder, clamped at 0; a
-negative remainder is kept as ``overshoot_ms`` (<= 0) so the parts still add up.
+the first token or none, the KV transfer over the budget's link or none), optionally
+calibrated on the run's low-load requests, the network is estimated once for the run,
+and the queue is the remainder, clamped at 0; a negative remainder is kept as
+``overshoot_ms`` (<= 0) so the parts still add up.
 
 Must not import loadgen or httpx.
 """
@@ -39,8 +40,9 @@ from analyzers.budget.calibrate import (
 )
 from analyzers.budget.catalog import load_catalog
 from analyzers.budget.decode import decode_step_time_s
+from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
-from analyzers.budget.specs import Deployment, ModelSpec
+from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
 from analyzers.errors import AnalyzerError, BudgetError
 from analyzers.frames import RowSelection, scan_run, select_rows
 from analyzers.validity import ValidityThresholds
@@ -73,11 +75,19 @@ def budget_col(term: str) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetModel:
-    """The model and replica the predictions are for, and where they came from."""
+    """The model and replica the predictions are for, and where they came from.
+
+    ``first_token_in_prefill``: the step that finishes the prompt samples the first token
+    (vLLM in one replica), so the predicted first-token term is 0 instead of one decode
+    step. ``link``: disaggregated, the prompt's KV cache crosses this link (the transfer
+    term is predicted as ``kv_transfer_time_s`` instead of 0) and a decode step on the
+    decode side samples the first token."""
 
     model: ModelSpec
     deployment: Deployment
     source: str
+    first_token_in_prefill: bool = False
+    link: LinkSpec | None = None
 
     @classmethod
     def from_file(cls, path: Path | str) -> BudgetModel:
@@ -87,12 +97,25 @@ class BudgetModel:
 
     @classmethod
     def from_catalog(
-        cls, model: str, gpu: str, *, gpus: int = 1, catalog_file: Path | None = None
+        cls,
+        model: str,
+        gpu: str,
+        *,
+        gpus: int = 1,
+        catalog_file: Path | None = None,
+        first_token_in_prefill: bool = False,
+        link: LinkSpec | None = None,
     ) -> BudgetModel:
         """From catalog names (``gpus``-way tensor parallel, the catalog's default efficiencies)."""
         cat = load_catalog(catalog_file)
         deploy = Deployment(hardware=cat.gpu(gpu), tensor_parallel=gpus)
-        return cls(model=cat.model(model), deployment=deploy, source=f"{model} on {gpus}x {gpu}")
+        return cls(
+            model=cat.model(model),
+            deployment=deploy,
+            source=f"{model} on {gpus}x {gpu}",
+            first_token_in_prefill=first_token_in_prefill,
+            link=link,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,7 +123,10 @@ class DecomposeOptions:
     """What ``decompose`` does. ``network_ms``: a probe's round trip (else estimated from
     the run at ``network_percentile``); ``low_load_quantile``: requests sent with at most
     this quantile of in-flight requests calibrate; an overshoot beyond
-    ``max(overshoot_tolerance_ms, overshoot_tolerance x server side)`` is flagged."""
+    ``max(overshoot_tolerance_ms, overshoot_tolerance x server side)`` is flagged.
+    ``time_scale``: the server's wall seconds per second of its own clock (a simulator's
+    ``--time-scale``); the client-measured durations are divided by it so that every term
+    is on the server's clock, like its timings and the budget's predictions."""
 
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
     by_workload: bool = True
@@ -116,6 +142,11 @@ class DecomposeOptions:
     window_s: float | None = None
     queue_dominates_share: float = 0.5
     thresholds: ValidityThresholds = field(default_factory=ValidityThresholds)
+    time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.time_scale > 0:
+            raise AnalyzerError(f"time_scale must be > 0, got {self.time_scale}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +225,7 @@ def in_flight_at_send() -> pl.Expr:
 def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
     """Ok requests with a first token, the client terms, the server's timings (``_s_*``)."""
     hide = options.hide_server_timings
+    scale = options.time_scale
     written, sent = pl.col(s.REQUEST_WRITTEN_NS), pl.col(s.SENT_NS)
     after_connect = pl.coalesce(pl.col(s.CONNECTED_NS), sent)
     prompt = pl.col(s.PROMPT_TOKENS).cast(pl.Int64).fill_null(e.requested_prompt_tokens())
@@ -215,17 +247,17 @@ def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
             prompt.alias(PROMPT),
             pl.col(s.CACHED_TOKENS).fill_null(0).cast(pl.Int64),
             e.uncached_prompt_tokens().alias(UNCACHED),
-            e.ttft_from_due_ms().alias(TOTAL_MS),
-            e.ms_between(s.FIRST_TOKEN_NS, s.REQUEST_WRITTEN_NS).alias(SERVER_SIDE_MS),
-            e.ms_between(s.SENT_NS, s.DUE_NS).alias(term_col("client_delay")),
+            (e.ttft_from_due_ms() / scale).alias(TOTAL_MS),
+            (e.ms_between(s.FIRST_TOKEN_NS, s.REQUEST_WRITTEN_NS) / scale).alias(SERVER_SIDE_MS),
+            (e.ms_between(s.SENT_NS, s.DUE_NS) / scale).alias(term_col("client_delay")),
             pl.when(pl.col(s.CONNECTED_NS).is_not_null())
-            .then(e.ms_between(s.CONNECTED_NS, s.SENT_NS))
+            .then(e.ms_between(s.CONNECTED_NS, s.SENT_NS) / scale)
             .otherwise(0.0)
             .alias(term_col("connect")),
-            ((written - after_connect).cast(pl.Float64) / 1e6).alias(term_col("write")),
+            ((written - after_connect).cast(pl.Float64) / 1e6 / scale).alias(term_col("write")),
             # Bytes before the first token: the server answered before its own work began.
             pl.when(pl.col(s.FIRST_BYTE_NS) < pl.col(s.FIRST_TOKEN_NS))
-            .then(e.ms_between(s.FIRST_BYTE_NS, s.REQUEST_WRITTEN_NS))
+            .then(e.ms_between(s.FIRST_BYTE_NS, s.REQUEST_WRITTEN_NS) / scale)
             .alias("_early_byte_ms"),
             *server,
         )
@@ -233,21 +265,20 @@ def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
 
 
 def _predictions(keys: pl.DataFrame, budget: BudgetModel | None) -> pl.DataFrame:
-    """Budget predictions per distinct (uncached, cached, prompt): prefill and first step."""
-    rows: list[tuple[int, int, int, float | None, float | None]] = []
+    """Budget predictions per distinct (uncached, cached, prompt): prefill, KV transfer
+    (0 without a link) and first token (0 when the prefill step samples it)."""
+    rows: list[tuple[int, int, int, float | None, float | None, float]] = []
     for n, cached, prompt in keys.iter_rows():
         if budget is None:
-            rows.append((n, cached, prompt, None, None))
+            rows.append((n, cached, prompt, None, None, 0.0))
             continue
-        m, d = budget.model, budget.deployment
+        m, d, link = budget.model, budget.deployment, budget.link
+        first = 0.0
+        if link is not None or not budget.first_token_in_prefill:
+            first = decode_step_time_s(m, d, [max(1, int(prompt))]) * 1e3
+        transfer = 0.0 if link is None else kv_transfer_time_s(m, int(prompt), link) * 1e3
         rows.append(
-            (
-                n,
-                cached,
-                prompt,
-                prefill_time_s(m, d, int(n), int(cached)) * 1e3,
-                decode_step_time_s(m, d, [max(1, int(prompt))]) * 1e3,
-            )
+            (n, cached, prompt, prefill_time_s(m, d, int(n), int(cached)) * 1e3, first, transfer)
         )
     return pl.DataFrame(
         rows,
@@ -257,6 +288,7 @@ def _predictions(keys: pl.DataFrame, budget: BudgetModel | None) -> pl.DataFrame
             PROMPT: pl.Int64,
             "_p_prefill": pl.Float64,
             "_p_first": pl.Float64,
+            "_p_transfer": pl.Float64,
         },
         orient="row",
     )
@@ -284,7 +316,12 @@ def _network(frame: pl.DataFrame, options: DecomposeOptions) -> NetworkEstimate:
     if value is not None:
         return NetworkEstimate(value_ms=max(0.0, value), source="first_byte")
     residual = frame.select(
-        (pl.col(SERVER_SIDE_MS) - pl.col("_p_prefill") - pl.col("_p_first")).alias("_n")
+        (
+            pl.col(SERVER_SIDE_MS)
+            - pl.col("_p_prefill")
+            - pl.col("_p_first")
+            - pl.col("_p_transfer")
+        ).alias("_n")
     )
     value = _quantile(residual, "_n", p)
     if value is not None:
@@ -303,7 +340,7 @@ def _calibrate(
         pl.col(SERVER_SIDE_MS)
         - network_ms
         - pl.col("_s_first_token").fill_null(pl.col("_p_first"))
-        - pl.col("_s_transfer").fill_null(0.0),
+        - pl.col("_s_transfer").fill_null(pl.col("_p_transfer")),
     )
     source: Literal["server", "derived"] = (
         "server" if frame.get_column("_s_prefill").null_count() < frame.height else "derived"
@@ -435,7 +472,7 @@ def _server_split(
     side = pl.col(SERVER_SIDE_MS)
     network = pl.coalesce(side - pl.col("_s_ttft"), pl.lit(network_ms))
     prefill = pl.coalesce(pl.col("_s_prefill"), budget_prefill)
-    transfer = pl.col("_s_transfer").fill_null(0.0)
+    transfer = pl.col("_s_transfer").fill_null(pl.col("_p_transfer"))
     first = pl.coalesce(pl.col("_s_first_token"), pl.col("_p_first"))
     remainder = side - pl.col(term_col("network")) - pl.col(term_col("prefill"))
     remainder = remainder - pl.col(term_col("transfer")) - pl.col(term_col("first_token"))
@@ -458,7 +495,7 @@ def _server_split(
         *(pl.lit(0.0).alias(budget_col(t)) for t in CLIENT_TERMS),
         pl.lit(network_ms).alias(budget_col("network")),
         budget_prefill.alias(budget_col("prefill")),
-        pl.lit(0.0).alias(budget_col("transfer")),
+        pl.col("_p_transfer").alias(budget_col("transfer")),
         pl.col("_p_first").alias(budget_col("first_token")),
         pl.lit(None, dtype=pl.Float64).alias(budget_col("queue")),
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import ConfigError, LoadgenError
-from loadgen.session import ShardOutcome, ShardPlan, replay_shard
+from loadgen.shard import ShardOutcome, ShardPlan, replay_shard
 from traces import schema as s
 from traces.io import run_request_files
 

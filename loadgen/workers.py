@@ -23,7 +23,7 @@ from typing import Any
 from loadgen.clock import Clock
 from loadgen.errors import LoadgenError
 from loadgen.live import AggregateStats, LiveStats, StatsView, WorkerReport
-from loadgen.session import ShardOutcome, ShardPlan, replay_shard
+from loadgen.shard import ShardOutcome, ShardPlan, replay_shard
 from loadgen.shards import select_shard
 
 _REPORT_S = 0.25
@@ -93,7 +93,7 @@ async def run_workers(
     ]
     aggregate = AggregateStats(Clock().now_ns)
     if on_start is not None:
-        from loadgen.session import load_requests
+        from loadgen.options import load_requests
 
         requests, _ = load_requests(plans[0].opts)
         total = sum(len(select_shard(requests, p.shard, p.shards)) for p in plans)

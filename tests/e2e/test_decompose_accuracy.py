@@ -1,0 +1,227 @@
+"""Decomposition accuracy against the physics simulator's ground truth (issue 6).
+
+Each case replays a small trace against ``loadgen sim --model llama-3.1-8b --gpu h100``
+(monolith, or disaggregated 1 prefill + 1 decode instance over a 400 Gbit/s link) at a
+low, medium or saturating load, then compares the analyzer's per-request terms with the
+simulator's truth columns (``server_*_ms``, model time):
+
+- server timings visible: queue, prefill, transfer and first token are the truth (< 1 ms);
+- hidden: the budget is the simulator's own (same catalog entry, efficiencies, chunk
+  size; the first token sampled by the prefill step in a monolith, the KV crossing the link
+  disaggregated) and the time scale is applied; at low load the p99 of queue, prefill and
+  first token, and the p99 tail's composition, are within 10% (or 5 ms) of the truth, and
+  the calibrated achieved FLOP/s is within 10% of the simulator's (60% of peak).
+
+Known gap under load (asserted as such, see ``_LOADED_NOTE``): the simulator's prefill
+spans every step from the prompt's first chunk to its last, and those steps are shared with
+other sequences (chunked prefill: a prompt admitted with the budget's leftover is split
+over several steps, each lasting as long as the whole batch); disaggregated, its first
+token waits for the decode instance's running step and shares a batched step. The
+analyzer, blind to the load, predicts batch-1 terms and books the excess as queue: the
+p99 of the sum of the server terms stays within tolerance, but the split does not (medium,
+Poisson arrivals: queue p99 ~2x the truth, prefill p99 ~0.4-0.5x; saturating: queue within
+10%, prefill ~0.4x, disaggregated first token ~0.5x).
+
+Loads are offered as a fraction ``rho`` of the budget's prefill capacity: the gap after a
+request is its batch-1 service time (prefill and decode steps) / ``rho``, times an
+exponential draw at medium load (Poisson-like, so that queues form). Time scale 2 keeps the
+machine's scheduling jitter (a few ms of wall time on a busy 2-core box) within the 5 ms tolerance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from analyzers.budget.decode import decode_step_time_s
+from analyzers.budget.prefill import prefill_time_s
+from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
+from analyzers.decompose_terms import SERVER_SIDE_MS, TOTAL_MS, term_col
+from loadgen.session import SessionOptions, run_session
+from loadgen.sim.config import EngineConfig
+from loadgen.sim.launch import SimProcess
+from loadgen.sim.physics import link_spec
+from traces import schema as s
+from traces.io import write_trace
+
+SimFactory = Callable[..., SimProcess]
+MODEL, GPU = "llama-3.1-8b", "h100"
+SCALE = 2.0
+OUTPUT = 2  # tokens per request
+ENGINE = EngineConfig(model=MODEL, gpu=GPU)  # the simulator's defaults
+TRUTH = {
+    "queue": s.SERVER_QUEUE_MS,
+    "prefill": s.SERVER_PREFILL_MS,
+    "transfer": s.SERVER_TRANSFER_MS,
+    "first_token": s.SERVER_FIRST_TOKEN_MS,
+}
+CHECKED = ("queue", "prefill", "first_token")
+TEXT = (512, 768, 1024, 1536)  # compute-bound on an H100 (calibration fits FLOP/s)
+LONG = (8192, 16384)
+_LOADED_NOTE = "under load prefill/first token absorb batch interference (module doc)"
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    name: str
+    rho: float
+    requests: int
+    long_every: int  # every n-th request is long-context (0: none)
+    poisson: bool = False
+
+
+LOW = Load("low", 0.5, 40, 10)
+MEDIUM = Load("medium", 0.8, 40, 0, poisson=True)
+SATURATING = Load("saturating", 2.5, 60, 0)
+
+
+def sim_budget(topology: str) -> BudgetModel:
+    """The budget the simulator runs: its catalog entry, efficiencies and chunk size."""
+    budget = BudgetModel.from_catalog(
+        MODEL,
+        GPU,
+        gpus=ENGINE.gpus,
+        first_token_in_prefill=topology == "monolith",
+        link=(
+            link_spec(gbps=ENGINE.link_gbps, latency_us=ENGINE.link_latency_us)
+            if topology == "disagg"
+            else None
+        ),
+    )
+    deploy = replace(
+        budget.deployment,
+        prefill_efficiency=ENGINE.efficiency_prefill,
+        decode_efficiency=ENGINE.efficiency_decode,
+        step_overhead_s=ENGINE.step_overhead_us / 1e6,
+        memory_fraction=ENGINE.memory_fraction,
+        chunk_tokens=ENGINE.max_batched_tokens,
+    )
+    return replace(budget, deployment=deploy)
+
+
+def make_trace(path: Path, load: Load, budget: BudgetModel) -> Path:
+    rng = random.Random(6)
+    lengths = [
+        rng.choice(LONG) if load.long_every and i % load.long_every == 5 else rng.choice(TEXT)
+        for i in range(load.requests)
+    ]
+    arrivals, t = [], 0.0
+    for n in lengths:
+        arrivals.append(t)
+        m, d = budget.model, budget.deployment
+        service = prefill_time_s(m, d, n) + (OUTPUT - 1) * decode_step_time_s(m, d, [n])
+        t += service / load.rho * SCALE * (rng.expovariate(1.0) if load.poisson else 1.0)
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"q{i:03d}" for i in range(load.requests)],
+                "arrival_s": arrivals,
+                "input_tokens": lengths,
+                "output_tokens": [OUTPUT] * load.requests,
+                "workload": ["long" if n > 4096 else "text" for n in lengths],
+            }
+        ),
+        path,
+    )
+    return path
+
+
+def sim_args(topology: str) -> list[str]:
+    args = ["--model", MODEL, "--gpu", GPU, "--gpus", "1", "--time-scale", str(SCALE)]
+    if topology == "disagg":
+        args += [
+            "--topology", "disagg", "--prefill-instances", "1", "--prefill-gpus", "1",
+            "--decode-instances", "1", "--decode-gpus", "1", "--link-gbps", "400",
+        ]  # fmt: skip
+    return args
+
+
+def within(inferred: float, truth: float) -> bool:
+    """The acceptance tolerance: 10% of the truth, or 5 ms."""
+    return abs(inferred - truth) <= max(0.10 * abs(truth), 5.0)
+
+
+def p99(column: pl.Series) -> float:
+    value = column.quantile(0.99, interpolation="linear")
+    assert value is not None
+    return float(value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("load", [LOW, MEDIUM, SATURATING], ids=lambda load: load.name)
+@pytest.mark.parametrize("topology", ["monolith", "disagg"])
+def test_decomposition_accuracy(tmp_path: Path, sim: SimFactory, topology: str, load: Load) -> None:
+    budget = sim_budget(topology)
+    server: SimProcess = sim(*sim_args(topology))
+    opts = SessionOptions(
+        trace_path=make_trace(tmp_path / "t.parquet", load, budget),
+        run_dir=tmp_path / "run",
+        base_url=server.base_url,
+        scrape_metrics=False,
+    )
+    run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
+    truth = pl.read_parquet(run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
+    assert truth.height == load.requests
+    assert truth.get_column(s.SERVER_QUEUE_MS).null_count() == 0
+
+    # Visible: the server split is the truth, on the server's clock.
+    seen = request_terms(run_dir, budget, DecomposeOptions(time_scale=SCALE)).frame
+    seen = seen.sort(s.REQUEST_ID)
+    assert seen.get_column(s.REQUEST_ID).to_list() == truth.get_column(s.REQUEST_ID).to_list()
+    for term, col in TRUTH.items():
+        err = (seen.get_column(term_col(term)) - truth.get_column(col)).abs().max()
+        assert isinstance(err, float), term
+        assert err < 1.0, (term, err)
+
+    # Hidden: the budget's predictions, the queue as the remainder.
+    hidden = request_terms(
+        run_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=SCALE)
+    ).frame.sort(s.REQUEST_ID)
+    inferred = {t: p99(hidden.get_column(term_col(t))) for t in TRUTH}
+    actual = {t: p99(truth.get_column(c)) for t, c in TRUTH.items()}
+    tail = hidden.with_columns(
+        *(truth.get_column(c).alias(f"truth_{t}") for t, c in TRUTH.items())
+    ).filter(pl.col(TOTAL_MS) >= pl.col(TOTAL_MS).quantile(0.99, interpolation="linear"))
+    tail_mean = {t: float(tail.get_column(term_col(t)).mean()) for t in TRUTH}  # type: ignore[arg-type]
+    tail_truth = {t: float(tail.get_column(f"truth_{t}").mean()) for t in TRUTH}  # type: ignore[arg-type]
+    report = {t: (round(inferred[t], 2), round(actual[t], 2)) for t in TRUTH}
+    server_sum = [f"{term_col(t)}" for t in ("queue", "prefill", "transfer", "first_token")]
+    work = hidden.select(pl.sum_horizontal(server_sum)).to_series()
+    true_work = truth.select(pl.sum_horizontal(list(TRUTH.values()))).to_series()
+    print(
+        f"\n{topology}/{load.name}: p99 (inferred, truth) {report}; tail {tail_mean} {tail_truth}"
+    )
+    assert within(p99(work), p99(true_work)), (p99(work), p99(true_work))
+    # The parts still add up to the client's server-side time, on the server's clock.
+    assert (
+        work
+        + hidden.get_column("network_ms")
+        + hidden.get_column("overshoot_ms")
+        - (hidden.get_column(SERVER_SIDE_MS))
+    ).abs().max() < 1e-6  # type: ignore[operator]
+    if load is LOW:
+        assert within(inferred["queue"], actual["queue"]), report
+        for t in CHECKED:
+            assert within(inferred[t], actual[t]), (t, report)
+            assert within(tail_mean[t], tail_truth[t]), (t, tail_mean, tail_truth)
+        cal = request_terms(
+            run_dir,
+            budget,
+            DecomposeOptions(hide_server_timings=True, calibrate=True, time_scale=SCALE),
+        ).calibration
+        assert cal is not None
+        assert cal.peak_flops_per_s is not None
+        assert cal.achieved_flops_per_s == pytest.approx(
+            ENGINE.efficiency_prefill * cal.peak_flops_per_s, rel=0.10
+        )
+    else:
+        # The budget's batch-1 prefill: what the truth exceeds is booked as queue.
+        assert inferred["prefill"] <= actual["prefill"] + 5.0, (_LOADED_NOTE, report)
+        assert inferred["queue"] >= actual["queue"] - 5.0, (_LOADED_NOTE, report)
