@@ -53,7 +53,7 @@ from traces.io import write_trace
 
 SimFactory = Callable[..., SimProcess]
 MODEL, GPU = "llama-3.1-8b", "h100"
-SCALE = 2.0
+SCALE = 4.0
 OUTPUT = 2  # tokens per request
 ENGINE = EngineConfig(model=MODEL, gpu=GPU)  # the simulator's defaults
 TRUTH = {
@@ -77,7 +77,7 @@ class Load:
     poisson: bool = False
 
 
-LOW = Load("low", 0.5, 40, 10)
+LOW = Load("low", 0.5, 30, 10)
 MEDIUM = Load("medium", 0.8, 40, 0, poisson=True)
 SATURATING = Load("saturating", 2.5, 60, 0)
 
@@ -157,71 +157,84 @@ def p99(column: pl.Series) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("load", [LOW, MEDIUM, SATURATING], ids=lambda load: load.name)
 @pytest.mark.parametrize("topology", ["monolith", "disagg"])
-def test_decomposition_accuracy(tmp_path: Path, sim: SimFactory, topology: str, load: Load) -> None:
+def test_decomposition_accuracy(
+    tmp_path: Path,
+    sim: SimFactory,
+    topology: str,
+    load: Load,
+    timing_retry: Callable[[Callable[[int], None]], None],
+) -> None:
     budget = sim_budget(topology)
     server: SimProcess = sim(*sim_args(topology))
-    opts = SessionOptions(
-        trace_path=make_trace(tmp_path / "t.parquet", load, budget),
-        run_dir=tmp_path / "run",
-        base_url=server.base_url,
-        scrape_metrics=False,
-    )
-    run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
-    truth = pl.read_parquet(run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
-    assert truth.height == load.requests
-    assert truth.get_column(s.SERVER_QUEUE_MS).null_count() == 0
 
-    # Visible: the server split is the truth, on the server's clock.
-    seen = request_terms(run_dir, budget, DecomposeOptions(time_scale=SCALE)).frame
-    seen = seen.sort(s.REQUEST_ID)
-    assert seen.get_column(s.REQUEST_ID).to_list() == truth.get_column(s.REQUEST_ID).to_list()
-    for term, col in TRUTH.items():
-        err = (seen.get_column(term_col(term)) - truth.get_column(col)).abs().max()
-        assert isinstance(err, float), term
-        assert err < 1.0, (term, err)
-
-    # Hidden: the budget's predictions, the queue as the remainder.
-    hidden = request_terms(
-        run_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=SCALE)
-    ).frame.sort(s.REQUEST_ID)
-    inferred = {t: p99(hidden.get_column(term_col(t))) for t in TRUTH}
-    actual = {t: p99(truth.get_column(c)) for t, c in TRUTH.items()}
-    tail = hidden.with_columns(
-        *(truth.get_column(c).alias(f"truth_{t}") for t, c in TRUTH.items())
-    ).filter(pl.col(TOTAL_MS) >= pl.col(TOTAL_MS).quantile(0.99, interpolation="linear"))
-    tail_mean = {t: float(tail.get_column(term_col(t)).mean()) for t in TRUTH}  # type: ignore[arg-type]
-    tail_truth = {t: float(tail.get_column(f"truth_{t}").mean()) for t in TRUTH}  # type: ignore[arg-type]
-    report = {t: (round(inferred[t], 2), round(actual[t], 2)) for t in TRUTH}
-    server_sum = [f"{term_col(t)}" for t in ("queue", "prefill", "transfer", "first_token")]
-    work = hidden.select(pl.sum_horizontal(server_sum)).to_series()
-    true_work = truth.select(pl.sum_horizontal(list(TRUTH.values()))).to_series()
-    print(
-        f"\n{topology}/{load.name}: p99 (inferred, truth) {report}; tail {tail_mean} {tail_truth}"
-    )
-    assert within(p99(work), p99(true_work)), (p99(work), p99(true_work))
-    # The parts still add up to the client's server-side time, on the server's clock.
-    assert (
-        work
-        + hidden.get_column("network_ms")
-        + hidden.get_column("overshoot_ms")
-        - (hidden.get_column(SERVER_SIDE_MS))
-    ).abs().max() < 1e-6  # type: ignore[operator]
-    if load is LOW:
-        assert within(inferred["queue"], actual["queue"]), report
-        for t in CHECKED:
-            assert within(inferred[t], actual[t]), (t, report)
-            assert within(tail_mean[t], tail_truth[t]), (t, tail_mean, tail_truth)
-        cal = request_terms(
-            run_dir,
-            budget,
-            DecomposeOptions(hide_server_timings=True, calibrate=True, time_scale=SCALE),
-        ).calibration
-        assert cal is not None
-        assert cal.peak_flops_per_s is not None
-        assert cal.achieved_flops_per_s == pytest.approx(
-            ENGINE.efficiency_prefill * cal.peak_flops_per_s, rel=0.10
+    def check(attempt: int) -> None:
+        base = tmp_path / f"attempt{attempt}"
+        base.mkdir()
+        opts = SessionOptions(
+            trace_path=make_trace(base / "t.parquet", load, budget),
+            run_dir=base / "run",
+            base_url=server.base_url,
+            scrape_metrics=False,
         )
-    else:
-        # The budget's batch-1 prefill: what the truth exceeds is booked as queue.
-        assert inferred["prefill"] <= actual["prefill"] + 5.0, (_LOADED_NOTE, report)
-        assert inferred["queue"] >= actual["queue"] - 5.0, (_LOADED_NOTE, report)
+        run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
+        truth = pl.read_parquet(run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
+        assert truth.height == load.requests
+        assert truth.get_column(s.SERVER_QUEUE_MS).null_count() == 0
+
+        # Visible: the server split is the truth, on the server's clock.
+        seen = request_terms(run_dir, budget, DecomposeOptions(time_scale=SCALE)).frame
+        seen = seen.sort(s.REQUEST_ID)
+        assert seen.get_column(s.REQUEST_ID).to_list() == truth.get_column(s.REQUEST_ID).to_list()
+        for term, col in TRUTH.items():
+            err = (seen.get_column(term_col(term)) - truth.get_column(col)).abs().max()
+            assert isinstance(err, float), term
+            assert err < 1.0, (term, err)
+
+        # Hidden: the budget's predictions, the queue as the remainder.
+        hidden = request_terms(
+            run_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=SCALE)
+        ).frame.sort(s.REQUEST_ID)
+        inferred = {t: p99(hidden.get_column(term_col(t))) for t in TRUTH}
+        actual = {t: p99(truth.get_column(c)) for t, c in TRUTH.items()}
+        tail = hidden.with_columns(
+            *(truth.get_column(c).alias(f"truth_{t}") for t, c in TRUTH.items())
+        ).filter(pl.col(TOTAL_MS) >= pl.col(TOTAL_MS).quantile(0.99, interpolation="linear"))
+        tail_mean = {t: float(tail.get_column(term_col(t)).mean()) for t in TRUTH}  # type: ignore[arg-type]
+        tail_truth = {t: float(tail.get_column(f"truth_{t}").mean()) for t in TRUTH}  # type: ignore[arg-type]
+        report = {t: (round(inferred[t], 2), round(actual[t], 2)) for t in TRUTH}
+        server_sum = [f"{term_col(t)}" for t in ("queue", "prefill", "transfer", "first_token")]
+        work = hidden.select(pl.sum_horizontal(server_sum)).to_series()
+        true_work = truth.select(pl.sum_horizontal(list(TRUTH.values()))).to_series()
+        print(
+            f"\n{topology}/{load.name}: p99 (inferred, truth) {report}; "
+            f"tail {tail_mean} {tail_truth}"
+        )
+        assert within(p99(work), p99(true_work)), (p99(work), p99(true_work))
+        # The parts still add up to the client's server-side time, on the server's clock.
+        assert (
+            work
+            + hidden.get_column("network_ms")
+            + hidden.get_column("overshoot_ms")
+            - (hidden.get_column(SERVER_SIDE_MS))
+        ).abs().max() < 1e-6  # type: ignore[operator]
+        if load is LOW:
+            assert within(inferred["queue"], actual["queue"]), report
+            for t in CHECKED:
+                assert within(inferred[t], actual[t]), (t, report)
+                assert within(tail_mean[t], tail_truth[t]), (t, tail_mean, tail_truth)
+            cal = request_terms(
+                run_dir,
+                budget,
+                DecomposeOptions(hide_server_timings=True, calibrate=True, time_scale=SCALE),
+            ).calibration
+            assert cal is not None
+            assert cal.peak_flops_per_s is not None
+            assert cal.achieved_flops_per_s == pytest.approx(
+                ENGINE.efficiency_prefill * cal.peak_flops_per_s, rel=0.10
+            )
+        else:
+            # The budget's batch-1 prefill: what the truth exceeds is booked as queue.
+            assert inferred["prefill"] <= actual["prefill"] + 5.0, (_LOADED_NOTE, report)
+            assert inferred["queue"] >= actual["queue"] - 5.0, (_LOADED_NOTE, report)
+
+    timing_retry(check)

@@ -54,43 +54,49 @@ def replay(trace: Path, run_dir: Path, base_url: str) -> SessionResult:
 
 
 @pytest.mark.slow
-def test_decomposition_matches_the_simulator(tmp_path: Path, sim: SimFactory) -> None:
+def test_decomposition_matches_the_simulator(
+    tmp_path: Path, sim: SimFactory, timing_retry: Callable[[Callable[[int], None]], None]
+) -> None:
     server = sim("--ttft-ms", "20", "--prefill-us-per-token", "100", "--itl-ms", "5")
-    run = replay(
-        make_trace(tmp_path / "t.parquet", 24, rate=10.0), tmp_path / "run", server.base_url
-    )
-    budget = BudgetModel.from_catalog("llama-3.1-8b", "h200")
 
-    # Server timings visible: the server split is the simulator's truth.
-    terms = request_terms(run.run_dir, budget, DecomposeOptions()).frame.sort(s.REQUEST_ID)
-    truth = pl.read_parquet(run.run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
-    assert terms.height == truth.height == 24
-    prefill_err = (
-        terms.get_column(term_col("prefill")) - truth.get_column(s.SERVER_PREFILL_MS)
-    ).abs()
-    assert prefill_err.max() < 1.0  # type: ignore[operator]
-    expected = [15.0 + 0.1 * n for n in truth.get_column(s.PROMPT_TOKENS)]
-    assert terms.get_column(term_col("prefill")).to_list() == pytest.approx(expected, abs=1.0)
-    assert terms.get_column(term_col("queue")).max() == 0.0
-    first = terms.get_column(term_col("first_token"))
-    assert (first - truth.get_column(s.SERVER_FIRST_TOKEN_MS)).abs().max() < 1.0  # type: ignore[operator]
+    def check(attempt: int) -> None:
+        base = tmp_path / f"attempt{attempt}"
+        base.mkdir()
+        run = replay(make_trace(base / "t.parquet", 24, rate=10.0), base / "run", server.base_url)
+        budget = BudgetModel.from_catalog("llama-3.1-8b", "h200")
 
-    # Hidden, calibrated on the run's low-load requests: the slope is the simulator's.
-    hidden = decompose(
-        run.run_dir,
-        budget,
-        DecomposeOptions(hide_server_timings=True, calibrate=True, slo_ttft_ms=150.0),
-    )
-    cal = hidden.calibration
-    assert cal is not None
-    assert cal.measured == "derived"
-    assert cal.b_us_per_token == pytest.approx(100.0, rel=0.10)
-    assert hidden.network.source == "first_byte"
-    long_tail = next(c for c in hidden.classes if c.workload == "long").tails[-1]
-    assert long_tail.term("prefill").tail_mean_ms == pytest.approx(15 + 0.1 * 2048, rel=0.05)
-    assert any("prefill breaks it" in v for v in hidden.verdicts)  # 2048 tokens: ~220 ms
-    assert hidden.overall.max_prompt_tokens is not None
-    assert 1000 < hidden.overall.max_prompt_tokens < 1300  # (150 - 15 - ~8 ms) / 0.1 ms
+        # Server timings visible: the server split is the simulator's truth.
+        terms = request_terms(run.run_dir, budget, DecomposeOptions()).frame.sort(s.REQUEST_ID)
+        truth = pl.read_parquet(run.run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
+        assert terms.height == truth.height == 24
+        prefill_err = (
+            terms.get_column(term_col("prefill")) - truth.get_column(s.SERVER_PREFILL_MS)
+        ).abs()
+        assert prefill_err.max() < 1.0  # type: ignore[operator]
+        expected = [15.0 + 0.1 * n for n in truth.get_column(s.PROMPT_TOKENS)]
+        assert terms.get_column(term_col("prefill")).to_list() == pytest.approx(expected, abs=1.0)
+        assert terms.get_column(term_col("queue")).max() == 0.0
+        first = terms.get_column(term_col("first_token"))
+        assert (first - truth.get_column(s.SERVER_FIRST_TOKEN_MS)).abs().max() < 1.0  # type: ignore[operator]
+
+        # Hidden, calibrated on the run's low-load requests: the slope is the simulator's.
+        hidden = decompose(
+            run.run_dir,
+            budget,
+            DecomposeOptions(hide_server_timings=True, calibrate=True, slo_ttft_ms=150.0),
+        )
+        cal = hidden.calibration
+        assert cal is not None
+        assert cal.measured == "derived"
+        assert cal.b_us_per_token == pytest.approx(100.0, rel=0.10)
+        assert hidden.network.source == "first_byte"
+        long_tail = next(c for c in hidden.classes if c.workload == "long").tails[-1]
+        assert long_tail.term("prefill").tail_mean_ms == pytest.approx(15 + 0.1 * 2048, rel=0.05)
+        assert any("prefill breaks it" in v for v in hidden.verdicts)  # 2048 tokens: ~220 ms
+        assert hidden.overall.max_prompt_tokens is not None
+        assert 1000 < hidden.overall.max_prompt_tokens < 1300  # (150 - 15 - ~8 ms) / 0.1 ms
+
+    timing_retry(check)
 
 
 @contextmanager

@@ -30,6 +30,7 @@ from traces import schema as s
 from traces.io import read_run_json, write_trace
 
 SimFactory = Callable[..., SimProcess]
+TimingCheck = Callable[[Callable[[int], None]], None]
 
 
 def make_trace(
@@ -72,58 +73,79 @@ def server_record(sim: SimProcess, x_request_id: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
-def test_tokens_ttft_and_itl_match_the_simulator(tmp_path: Path, sim: SimFactory) -> None:
+def test_tokens_ttft_and_itl_match_the_simulator(
+    tmp_path: Path, sim: SimFactory, timing_retry: TimingCheck
+) -> None:
     server = sim("--ttft-ms", "40", "--itl-ms", "15")
-    trace = make_trace(tmp_path / "t.parquet", 8, rate=4.0, output_tokens=12)
-    result = replay(
-        SessionOptions(trace_path=trace, run_dir=tmp_path / "run", base_url=server.base_url)
-    )
-    table = rows(result.run_dir)
-    assert len(table) == 8
-    clock_info = read_run_json(result.run_dir)["clock"]
-    offset = clock_info["anchor_wall_ns"] - clock_info["anchor_mono_ns"]
-    ttfts, itls, lags = [], [], []
-    for row in table:
-        assert row["outcome"] == s.OUTCOME_OK
-        offsets = row["chunk_offsets_us"]
-        assert isinstance(offsets, list)
-        assert len(offsets) == row["completion_tokens"] == 12  # one timestamp per streamed token
-        assert offsets == sorted(offsets)
-        sent = row["sent_ns"]
-        assert isinstance(sent, int)
-        ttfts.append((row["first_token_ns"] - sent) / 1e6)  # type: ignore[operator]
-        itls.extend((b - a) / 1e3 for a, b in itertools.pairwise(offsets))
-        rec = server_record(server, str(row["x_request_id"]))
-        writes = rec["chunk_write_ns"]
-        assert isinstance(writes, list)
-        assert len(writes) == len(offsets)
-        for off, write in zip(offsets, writes, strict=True):
-            lags.append((sent + off * 1000 - offset - write) / 1e6)
-    # Client-measured TTFT = configured 40 ms plus loopback; ITL = 15 ms.
-    assert abs(median(ttfts) - 40.0) < 2.0, ttfts
-    assert abs(median(itls) - 15.0) < 2.0
-    # Each chunk is stamped within 2 ms of the server writing it.
-    lags.sort()
-    assert lags[0] > -0.5, lags[:5]
-    assert lags[int(0.99 * (len(lags) - 1))] < 2.0, lags[-5:]
+
+    def check(attempt: int) -> None:
+        base = tmp_path / f"attempt{attempt}"
+        base.mkdir()
+        trace = make_trace(base / "t.parquet", 8, rate=4.0, output_tokens=12)
+        result = replay(
+            SessionOptions(trace_path=trace, run_dir=base / "run", base_url=server.base_url)
+        )
+        table = rows(result.run_dir)
+        assert len(table) == 8
+        clock_info = read_run_json(result.run_dir)["clock"]
+        offset = clock_info["anchor_wall_ns"] - clock_info["anchor_mono_ns"]
+        ttfts, itls, lags = [], [], []
+        for row in table:
+            assert row["outcome"] == s.OUTCOME_OK
+            offsets = row["chunk_offsets_us"]
+            assert isinstance(offsets, list)
+            assert (
+                len(offsets) == row["completion_tokens"] == 12
+            )  # one timestamp per streamed token
+            assert offsets == sorted(offsets)
+            sent = row["sent_ns"]
+            assert isinstance(sent, int)
+            ttfts.append((row["first_token_ns"] - sent) / 1e6)  # type: ignore[operator]
+            itls.extend((b - a) / 1e3 for a, b in itertools.pairwise(offsets))
+            rec = server_record(server, str(row["x_request_id"]))
+            writes = rec["chunk_write_ns"]
+            assert isinstance(writes, list)
+            assert len(writes) == len(offsets)
+            for off, write in zip(offsets, writes, strict=True):
+                lags.append((sent + off * 1000 - offset - write) / 1e6)
+        # Client-measured TTFT = configured 40 ms plus loopback; ITL = 15 ms.
+        assert abs(median(ttfts) - 40.0) < 2.0, ttfts
+        assert abs(median(itls) - 15.0) < 2.0
+        # Each chunk is stamped within 2 ms of the server writing it.
+        lags.sort()
+        assert lags[0] > -0.5, lags[:5]
+        assert lags[int(0.99 * (len(lags) - 1))] < 2.0, lags[-5:]
+
+    timing_retry(check)
 
 
 @pytest.mark.slow
-def test_open_loop_schedule_is_honoured(tmp_path: Path, sim: SimFactory) -> None:
+def test_open_loop_schedule_is_honoured(
+    tmp_path: Path, sim: SimFactory, timing_retry: TimingCheck
+) -> None:
     server = sim("--ttft-ms", "5", "--itl-ms", "5")
-    trace = make_trace(tmp_path / "t.parquet", 60, rate=20.0, output_tokens=4)
-    result = replay(
-        SessionOptions(trace_path=trace, run_dir=tmp_path / "run", base_url=server.base_url)
-    )
-    table = rows(result.run_dir)
-    assert len(table) == 60
-    lateness = sorted((r["sent_ns"] - r["due_ns"]) / 1e6 for r in table)  # type: ignore[operator]
-    assert lateness[0] >= 0
-    assert lateness[int(0.99 * (len(lateness) - 1))] < 2.0, lateness[-5:]
-    dues = sorted(r["due_ns"] for r in table)  # type: ignore[type-var]
-    gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(dues)]  # type: ignore[operator]
-    assert all(abs(g - 50.0) < 0.01 for g in gaps)  # due times are absolute, never drift
-    assert not result.client_bound
+
+    def check(attempt: int) -> None:
+        base = tmp_path / f"attempt{attempt}"
+        base.mkdir()
+        trace = make_trace(base / "t.parquet", 60, rate=20.0, output_tokens=4)
+        result = replay(
+            SessionOptions(trace_path=trace, run_dir=base / "run", base_url=server.base_url)
+        )
+        table = rows(result.run_dir)
+        assert len(table) == 60
+        lateness = sorted(
+            (r["sent_ns"] - r["due_ns"]) / 1e6  # type: ignore[operator]
+            for r in table
+        )
+        assert lateness[0] >= 0
+        assert lateness[int(0.99 * (len(lateness) - 1))] < 2.0, lateness[-5:]
+        dues = sorted(r["due_ns"] for r in table)  # type: ignore[type-var]
+        gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(dues)]  # type: ignore[operator]
+        assert all(abs(g - 50.0) < 0.01 for g in gaps)  # due times are absolute, never drift
+        assert not result.client_bound
+
+    timing_retry(check)
 
 
 @pytest.mark.slow
