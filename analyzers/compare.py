@@ -7,10 +7,9 @@ targets are given; per TTFT component (``decompose.request_terms``, where the se
 reports its timings) the same; and plain verdict lines ("B lowers p99 TPOT by 38%
 [31%, 44%]; raises p50 TTFT by 12 ms, of which transfer 9 ms").
 
-Runs must have replayed the same trace: ``trace_identity`` fingerprints a run by the
-content hash its ``run.json`` records (``trace.sha256``) when both have one, else by the
-request ids and token counts of its rows; different fingerprints raise
-``DifferentTracesError`` unless ``allow_different_traces``.
+Runs must have replayed the same trace (``analyzers.trace_identity``): different
+fingerprints raise ``DifferentTracesError`` unless ``allow_different_traces``. The
+per-request values compared come from ``analyzers.run_samples``.
 
 ``time_scale`` (a simulator's ``--time-scale``, wall seconds per model second) puts every
 client-measured latency on the server's clock. Must not import loadgen, httpx.
@@ -18,7 +17,6 @@ client-measured latency on the server's clock. Must not import loadgen, httpx.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,60 +33,15 @@ from analyzers.bootstrap import (
     percentile_difference,
     proportion_difference,
 )
-from analyzers.decompose_terms import SERVER_SIDE_MS, TERMS, DecomposeOptions, request_terms
-from analyzers.errors import AnalyzerError, DifferentTracesError
-from analyzers.frames import TOKENS_IN_CHUNK, RowSelection, chunk_frame, scan_run, select_rows
+from analyzers.decompose_terms import TERMS
+from analyzers.errors import AnalyzerError
+from analyzers.frames import RowSelection
 from analyzers.goodput import SLOTargets
-from analyzers.metrics import METRICS, AnalysisOptions, analyze, request_frame
-from traces import schema as s
-from traces.errors import TraceError
-from traces.io import read_run_json
+from analyzers.metrics import METRICS, AnalysisOptions, analyze
+from analyzers.run_samples import COMPARED_METRICS, RunSamples, component_frame, run_samples
+from analyzers.trace_identity import TraceIdentity, check_same_trace
 
-COMPARED_METRICS: Final = (e.TTFT_MS, e.TPOT_MS, e.ITL_MS, e.E2E_MS)
-"""Metrics compared by default (per request; ITL per token)."""
 _NAMES: Final = {m.key: m.name for m in METRICS}
-_SERVER_TERMS: Final = ("queue", "prefill", "transfer", "first_token")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TraceIdentity:
-    """What a run replayed: a fingerprint, how it was made, and the trace path."""
-
-    fingerprint: str
-    basis: str
-    """``sha256`` (the trace file's content hash in run.json) or ``rows`` (request ids)."""
-    path: str | None
-    requests: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MetricSamples:
-    """One metric's values in one class of one run (a weighted sample for ITL)."""
-
-    workload: str
-    metric: str
-    sample: Sample
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunSamples:
-    """Every compared metric's samples of one run, per class (``exprs.ALL``: all)."""
-
-    run: str
-    samples: tuple[MetricSamples, ...]
-
-    def get(self, metric: str, workload: str = e.ALL) -> Sample | None:
-        """The sample of ``metric`` in ``workload`` (None when absent or empty)."""
-        for m in self.samples:
-            if m.metric == metric and m.workload == workload:
-                return m.sample if m.sample.size else None
-        return None
-
-    @property
-    def workloads(self) -> tuple[str, ...]:
-        """The classes present, ``ALL`` first."""
-        names = {m.workload for m in self.samples} - {e.ALL}
-        return (e.ALL, *sorted(names))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,165 +104,6 @@ class Comparison:
     verdicts: tuple[str, ...]
     notes: tuple[str, ...]
     options: CompareOptions
-
-
-# ----------------------------------------------------------------- identity
-
-
-def trace_identity(run: Path | str) -> TraceIdentity:
-    """Fingerprint what a run replayed (see the module docstring)."""
-    path: str | None = None
-    sha: str | None = None
-    run_path = Path(str(run))
-    if run_path.is_dir():
-        try:
-            info = read_run_json(run_path)
-        except TraceError:
-            info = {}
-        trace = info.get("trace")
-        if isinstance(trace, dict):
-            path = str(trace["path"]) if trace.get("path") is not None else None
-            sha = trace.get("sha256") if isinstance(trace.get("sha256"), str) else None
-    rows = (
-        scan_run(run)
-        .select(
-            pl.col(s.REQUEST_ID).cast(pl.String),
-            pl.col(s.INPUT_TOKENS).cast(pl.Int64),
-            pl.col(s.OUTPUT_TOKENS).cast(pl.Int64),
-        )
-        .unique()
-        .sort(s.REQUEST_ID)
-        .collect()
-    )
-    if sha is not None:
-        return TraceIdentity(fingerprint=sha, basis="sha256", path=path, requests=rows.height)
-    digest = hashlib.sha256()
-    for rid, n_in, n_out in rows.iter_rows():
-        digest.update(f"{rid}\t{n_in}\t{n_out}\n".encode())
-    return TraceIdentity(
-        fingerprint=digest.hexdigest(), basis="rows", path=path, requests=rows.height
-    )
-
-
-def check_same_trace(
-    runs: Sequence[Path | str], allow_different: bool
-) -> tuple[tuple[TraceIdentity, ...], bool]:
-    """The runs' identities and whether they agree; raises ``DifferentTracesError`` when
-    they do not and ``allow_different`` is false."""
-    ids = tuple(trace_identity(r) for r in runs)
-    basis = {i.basis for i in ids}
-    if len(basis) > 1:
-        # One run recorded a content hash, another did not: compare by rows instead.
-        ids = tuple(
-            i if i.basis == "rows" else _rows_identity(r, i) for r, i in zip(runs, ids, strict=True)
-        )
-    same = len({i.fingerprint for i in ids}) == 1
-    if not same and not allow_different:
-        detail = "; ".join(
-            f"{r}: {i.requests} requests, {i.basis} {i.fingerprint[:12]}"
-            + (f" ({i.path})" if i.path else "")
-            for r, i in zip(runs, ids, strict=True)
-        )
-        raise DifferentTracesError(
-            f"the runs replayed different traces ({detail}); pass --allow-different-traces "
-            "to compare them anyway"
-        )
-    return ids, same
-
-
-def _rows_identity(run: Path | str, known: TraceIdentity) -> TraceIdentity:
-    digest = hashlib.sha256()
-    rows = (
-        scan_run(run)
-        .select(pl.col(s.REQUEST_ID).cast(pl.String), s.INPUT_TOKENS, s.OUTPUT_TOKENS)
-        .unique()
-        .sort(s.REQUEST_ID)
-        .collect()
-    )
-    for rid, n_in, n_out in rows.iter_rows():
-        digest.update(f"{rid}\t{n_in}\t{n_out}\n".encode())
-    return TraceIdentity(
-        fingerprint=digest.hexdigest(), basis="rows", path=known.path, requests=rows.height
-    )
-
-
-# ----------------------------------------------------------------- samples
-
-
-def run_samples(
-    run: Path | str,
-    *,
-    metrics: Sequence[str] = COMPARED_METRICS,
-    selection: RowSelection | None = None,
-    by_workload: bool = True,
-    time_scale: float = 1.0,
-) -> RunSamples:
-    """The per-request values (ITL: per-token, weighted) of ``metrics`` over ok requests,
-    for the whole run and, with ``by_workload``, each class; divided by ``time_scale``."""
-    lf = select_rows(scan_run(run), selection or RowSelection())
-    request_metrics = [m for m in metrics if m != e.ITL_MS]
-    frame = request_frame(lf, SLOTargets(), by_workload).select(e.CLASS, *request_metrics)
-    queries = [frame]
-    if e.ITL_MS in metrics:
-        rows = lf.filter(e.is_ok()).with_columns(
-            (pl.col(s.WORKLOAD) if by_workload else pl.lit(e.ALL)).cast(pl.String).alias(e.CLASS)
-        )
-        chunks = chunk_frame(rows, keep=[e.CLASS]).filter(pl.col("gap_us").is_not_null())
-        queries.append(
-            chunks.select(e.CLASS, e.itl_ms(), pl.col(TOKENS_IN_CHUNK).cast(pl.Int64).alias("_w"))
-            .group_by(e.CLASS, e.ITL_MS)
-            .agg(pl.col("_w").sum())
-        )
-    collected = pl.collect_all(queries)
-    per_request = collected[0]
-    out: list[MetricSamples] = []
-    classes = sorted({str(c) for c in per_request.get_column(e.CLASS).to_list()})
-    groups = [(e.ALL, per_request)]
-    if by_workload:
-        groups += [(c, per_request.filter(pl.col(e.CLASS) == c)) for c in classes]
-    for name, part in groups:
-        for metric in request_metrics:
-            values = [v / time_scale for v in part.get_column(metric).drop_nulls().to_list()]
-            out.append(MetricSamples(workload=name, metric=metric, sample=Sample.of(values)))
-    if e.ITL_MS in metrics:
-        itl = collected[1].drop_nulls(e.ITL_MS)
-        itl_groups = [(e.ALL, itl)]
-        if by_workload:
-            itl_groups += [(c, itl.filter(pl.col(e.CLASS) == c)) for c in classes]
-        for name, part in itl_groups:
-            values = [v / time_scale for v in part.get_column(e.ITL_MS).to_list()]
-            weights = [int(w) for w in part.get_column("_w").to_list()]
-            out.append(
-                MetricSamples(workload=name, metric=e.ITL_MS, sample=Sample.of(values, weights))
-            )
-    return RunSamples(run=str(run), samples=tuple(out))
-
-
-def component_frame(
-    run: Path | str, selection: RowSelection, by_workload: bool, time_scale: float = 1.0
-) -> pl.DataFrame | None:
-    """Per-request TTFT terms (``{term}_ms``, ``TTFT_FROM_DUE_MS``, ``CLASS``) from the
-    server's own timings, or None when the server reported none. With ``time_scale`` the
-    client-measured terms are put on the server's clock (and the network recomputed)."""
-    try:
-        terms = request_terms(
-            run, None, DecomposeOptions(selection=selection, by_workload=by_workload)
-        )
-    except AnalyzerError:
-        return None
-    frame = terms.frame
-    if time_scale != 1:
-        client = [
-            *(f"{t}_ms" for t in ("client_delay", "connect", "write")),
-        ]
-        server_sum = pl.sum_horizontal([pl.col(f"{t}_ms") for t in _SERVER_TERMS])
-        frame = frame.with_columns(
-            *(pl.col(c) / time_scale for c in client),
-            (pl.col(SERVER_SIDE_MS) / time_scale - server_sum).alias("network_ms"),
-        ).with_columns(
-            pl.sum_horizontal([pl.col(f"{t}_ms") for t in TERMS]).alias(e.TTFT_FROM_DUE_MS)
-        )
-    return frame
 
 
 # ----------------------------------------------------------------- comparison

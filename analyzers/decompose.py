@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analyzers.decompose_budget import BudgetModel
 from analyzers.decompose_report import (
     ClassDecomposition,
     Decomposition,
@@ -25,7 +26,6 @@ from analyzers.decompose_terms import (
     CLIENT_TERMS,
     SERVER_TERMS,
     TERMS,
-    BudgetModel,
     CalibrationResult,
     DecomposeOptions,
     NetworkEstimate,
@@ -35,7 +35,8 @@ from analyzers.decompose_terms import (
 )
 from analyzers.exprs import CLASS
 from analyzers.frames import scan_run, select_rows
-from analyzers.metrics import auto_window_s, run_validity
+from analyzers.metrics import run_validity
+from analyzers.throughput import auto_window_s
 from analyzers.validity import ClassCount
 from traces import schema as s
 

@@ -17,7 +17,8 @@ predicted by the budget model (prefill of ``prompt - cached`` tokens, one decode
 the first token or none, the KV transfer over the budget's link or none), optionally
 calibrated on the run's low-load requests, the network is estimated once for the run,
 and the queue is the remainder, clamped at 0; a negative remainder is kept as
-``overshoot_ms`` (<= 0) so the parts still add up.
+``overshoot_ms`` (<= 0) so the parts still add up. The budget model the predictions come
+from is ``analyzers.decompose_budget``'s ``BudgetModel``.
 
 Must not import loadgen or httpx.
 """
@@ -31,18 +32,16 @@ from typing import Final, Literal
 import polars as pl
 
 from analyzers import exprs as e
-from analyzers.budget.budgetfile import load_budget
 from analyzers.budget.calibrate import (
     Calibration,
     PrefillSample,
     calibrate_prefill,
     calibrated,
 )
-from analyzers.budget.catalog import load_catalog
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
-from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
+from analyzers.decompose_budget import BudgetModel
 from analyzers.errors import AnalyzerError, BudgetError
 from analyzers.frames import RowSelection, scan_run, select_rows
 from analyzers.validity import ValidityThresholds
@@ -71,51 +70,6 @@ def term_col(term: str) -> str:
 def budget_col(term: str) -> str:
     """The per-request budget column of ``term``, in ms (null: no budget)."""
     return f"budget_{term}_ms"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BudgetModel:
-    """The model and replica the predictions are for, and where they came from.
-
-    ``first_token_in_prefill``: the step that finishes the prompt samples the first token
-    (vLLM in one replica), so the predicted first-token term is 0 instead of one decode
-    step. ``link``: disaggregated, the prompt's KV cache crosses this link (the transfer
-    term is predicted as ``kv_transfer_time_s`` instead of 0) and a decode step on the
-    decode side samples the first token."""
-
-    model: ModelSpec
-    deployment: Deployment
-    source: str
-    first_token_in_prefill: bool = False
-    link: LinkSpec | None = None
-
-    @classmethod
-    def from_file(cls, path: Path | str) -> BudgetModel:
-        """From a budget file written by ``loadgen plan --out``."""
-        report = load_budget(path)
-        return cls(model=report.model, deployment=report.deployment, source=str(path))
-
-    @classmethod
-    def from_catalog(
-        cls,
-        model: str,
-        gpu: str,
-        *,
-        gpus: int = 1,
-        catalog_file: Path | None = None,
-        first_token_in_prefill: bool = False,
-        link: LinkSpec | None = None,
-    ) -> BudgetModel:
-        """From catalog names (``gpus``-way tensor parallel, the catalog's default efficiencies)."""
-        cat = load_catalog(catalog_file)
-        deploy = Deployment(hardware=cat.gpu(gpu), tensor_parallel=gpus)
-        return cls(
-            model=cat.model(model),
-            deployment=deploy,
-            source=f"{model} on {gpus}x {gpu}",
-            first_token_in_prefill=first_token_in_prefill,
-            link=link,
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

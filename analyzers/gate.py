@@ -39,18 +39,13 @@ from analyzers.bootstrap import (
     percentile_difference,
     proportion_difference,
 )
-from analyzers.compare import RunSamples, check_same_trace, run_samples
 from analyzers.errors import AnalyzerError, InfrastructureError, InvalidRunError, SLOBreach
 from analyzers.frames import RowSelection, scan_run, select_rows
 from analyzers.metrics import DEFAULT_PERCENTILES, Analysis, AnalysisOptions, analyze
-from analyzers.slo import (
-    LATENCY_METRICS,
-    ObjectiveResult,
-    SLOSet,
-    class_of,
-    evaluate,
-    validity_problems,
-)
+from analyzers.run_samples import RunSamples, run_samples
+from analyzers.slo import LATENCY_METRICS, SLOSet
+from analyzers.slo_eval import ObjectiveResult, class_of, evaluate, validity_problems
+from analyzers.trace_identity import check_same_trace
 from analyzers.validity import ValidityThresholds
 from traces import schema as s
 

@@ -5,6 +5,7 @@
 ``RunValidity``. Definitions (formula, unit, edge cases) are the builders' docstrings in
 ``analyzers.exprs`` and docs/analysis.md. Latencies are over ``ok`` requests, the schedule
 lag over every sent request; ITL percentiles weight a chunk of ``k`` tokens ``k`` times.
+The throughput windows are ``analyzers.throughput``'s.
 
 Two collects: the run's bounds (to size the throughput windows), then every aggregation in
 one ``pl.collect_all``. Must not import loadgen or httpx.
@@ -12,7 +13,6 @@ one ``pl.collect_all``. Must not import loadgen or httpx.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -22,7 +22,6 @@ import polars as pl
 from analyzers import exprs as e
 from analyzers import goodput as g
 from analyzers.frames import (
-    ARRIVAL_NS,
     GAP_US,
     TOKENS_IN_CHUNK,
     RowSelection,
@@ -32,6 +31,7 @@ from analyzers.frames import (
     scan_run,
     select_rows,
 )
+from analyzers.throughput import ThroughputWindow, auto_window_s, window_queries, windows
 from analyzers.validity import ClassCount, RunValidity, ValidityThresholds, assess_validity
 from traces import schema as s
 
@@ -137,25 +137,6 @@ class ClassSummary:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ThroughputWindow:
-    """One time window ``[start_s, end_s)`` from the first due time.
-
-    ``arrivals``: requests due in it; ``completed``: ok requests ending in it;
-    ``output_tokens``: content tokens arriving in it; ``total_tokens_per_s`` adds the prompt
-    tokens of ok requests whose first token arrived in it.
-    """
-
-    start_s: float
-    end_s: float
-    arrivals: int
-    completed: int
-    output_tokens: int
-    output_tokens_per_s: float
-    total_tokens_per_s: float
-    requests_per_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class AnalysisOptions:
     """What ``analyze`` computes. ``window_s`` None: about 30 windows over the run."""
 
@@ -182,15 +163,6 @@ class Analysis:
 
 
 _OUTCOME_OTHER: Final = "other"
-_NICE_WINDOWS: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-
-
-def auto_window_s(duration_s: float, windows: int = 30) -> float:
-    """The smallest of 0.1, 0.2, 0.5, 1, 2, 5, ... s giving at most ``windows`` windows."""
-    for w in _NICE_WINDOWS:
-        if duration_s / w <= windows:
-            return w
-    return math.ceil(duration_s / windows / 600.0) * 600.0
 
 
 def request_frame(lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool) -> pl.LazyFrame:
@@ -376,56 +348,6 @@ def _class_summary(
     )
 
 
-def _window_queries(
-    lf: pl.LazyFrame, req: pl.LazyFrame, t0: int, window_ns: int
-) -> list[pl.LazyFrame]:
-    def idx(col: str) -> pl.Expr:
-        return ((pl.col(col) - t0) // window_ns).alias("_w")
-
-    tokens = (
-        chunk_frame(lf)
-        .group_by(idx(ARRIVAL_NS))
-        .agg(pl.col(TOKENS_IN_CHUNK).sum().cast(pl.Int64).alias("_tokens"))
-    )
-    arrivals = req.group_by(idx(s.DUE_NS)).agg(pl.len().cast(pl.Int64).alias("_arrivals"))
-    completed = (
-        req.filter(pl.col("_ok"))
-        .group_by(idx(s.END_NS))
-        .agg(pl.len().cast(pl.Int64).alias("_completed"))
-    )
-    prompts = (
-        req.filter(pl.col("_ok"))
-        .group_by(idx(s.FIRST_TOKEN_NS))
-        .agg(pl.col("_ok_prompt").sum().cast(pl.Int64).alias("_prompt"))
-    )
-    return [tokens, arrivals, completed, prompts]
-
-
-def _windows(frames: list[pl.DataFrame], window_s: float) -> tuple[ThroughputWindow, ...]:
-    merged: dict[int, list[int]] = {}
-    for slot, frame in enumerate(frames):
-        for w, value in frame.iter_rows():
-            if w is None or w < 0:
-                continue
-            merged.setdefault(int(w), [0, 0, 0, 0])[slot] += int(value or 0)
-    out = []
-    for w in range(max(merged) + 1 if merged else 0):
-        tokens, arrivals, completed, prompt = merged.get(w, [0, 0, 0, 0])
-        out.append(
-            ThroughputWindow(
-                start_s=w * window_s,
-                end_s=(w + 1) * window_s,
-                arrivals=arrivals,
-                completed=completed,
-                output_tokens=tokens,
-                output_tokens_per_s=tokens / window_s,
-                total_tokens_per_s=(tokens + prompt) / window_s,
-                requests_per_s=completed / window_s,
-            )
-        )
-    return tuple(out)
-
-
 def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis:
     """Analyze a run directory, Parquet file or glob of shards (see ``AnalysisOptions``)."""
     options = options or AnalysisOptions()
@@ -447,7 +369,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))
         queries.append(itl.group_by(e.CLASS).agg(itl_aggs))
-    queries.extend(_window_queries(lf, req, t0, max(1, int(window_s * 1e9))))
+    queries.extend(window_queries(lf, req, t0, max(1, int(window_s * 1e9))))
     frames = pl.collect_all(queries)
     overall_row = frames[0].row(0, named=True)
     overall = _class_summary(overall_row, frames[1].row(0, named=True), options)
@@ -479,7 +401,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         overall=overall,
         classes=classes,
         window_s=window_s,
-        windows=_windows(list(rest), window_s),
+        windows=windows(list(rest), window_s),
         health=health,
         validity=validity,
     )

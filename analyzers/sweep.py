@@ -3,7 +3,7 @@ for two sweeps of the same trace, the crossover.
 
 A sweep directory holds ``sweep.json`` and one run directory per step (written by
 ``loadgen sweep``). ``analyze_sweep(path, options)`` analyses every step
-(``metrics.analyze``) and checks the SLOs on each (``slo.evaluate``):
+(``metrics.analyze``) and checks the SLOs on each (``slo_eval.evaluate``):
 
 - the **knee** is the highest offered load that still meets the SLOs, scanning up from
   the lowest load and stopping at the first step that breaks them (a later lucky step
@@ -34,7 +34,8 @@ from analyzers.frames import RowSelection
 from analyzers.gate import analysis_options
 from analyzers.goodput import SLOTargets
 from analyzers.metrics import analyze
-from analyzers.slo import SLOSet, evaluate, scale_slos
+from analyzers.slo import SLOSet, scale_slos
+from analyzers.slo_eval import evaluate
 
 SWEEP_JSON: Final = "sweep.json"
 DEFAULT_TIE: Final = 0.05

@@ -33,7 +33,8 @@ from analyzers import exprs as e
 from analyzers.frames import GAP_US, TOKENS_IN_CHUNK, RowSelection, chunk_frame, scan_run
 from analyzers.frames import select_rows as apply_selection
 from analyzers.goodput import SLOTargets
-from analyzers.metrics import auto_window_s, request_frame
+from analyzers.metrics import request_frame
+from analyzers.throughput import auto_window_s
 from traces import schema as s
 
 CDF_METRICS: Final = (e.TTFT_MS, e.TTFT_FROM_DUE_MS, e.TPOT_MS, e.E2E_MS)

@@ -15,7 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from analyzers.gate import GateReport, RegressionResult
-from analyzers.slo import ObjectiveResult, format_value
+from analyzers.slo import format_value
+from analyzers.slo_eval import ObjectiveResult
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "no_data": "yellow"}
 

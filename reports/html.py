@@ -2,7 +2,7 @@
 network) for a run, a comparison or a sweep.
 
 ``build_report`` asks the analyzers for every number (``metrics.analyze``,
-``decompose.decompose``, ``timeseries.run_series``, ``slo.evaluate``, and the comparison
+``decompose.decompose``, ``timeseries.run_series``, ``slo_eval.evaluate``, and the comparison
 and sweep analyzers); ``render_html`` lays them out: what was run, the verdicts (SLO gate,
 validity), the tables, then the charts. ``write_report`` does both and writes the file.
 The page carries a Content-Security-Policy that forbids every load but inline styles and

@@ -2,7 +2,7 @@
 and the run's HTML tables.
 
 ``load_run_report`` asks the analyzers for every number (``metrics.analyze``,
-``decompose.decompose``, ``timeseries.run_series``, ``slo.evaluate``); the rest only formats
+``decompose.decompose``, ``timeseries.run_series``, ``slo_eval.evaluate``); the rest only formats
 them. The facts are read from ``run.json`` as recorded: the endpoint is shown without user
 info, query or fragment, so no credential reaches the page. Must not import loadgen.
 """
@@ -19,7 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 from analyzers.decompose import TERMS, BudgetModel, ClassDecomposition, Decomposition
 from analyzers.frames import RowSelection
 from analyzers.metrics import Analysis, ClassSummary
-from analyzers.slo import ObjectiveResult, SLOSet
+from analyzers.slo import SLOSet
+from analyzers.slo_eval import ObjectiveResult
 from analyzers.timeseries import RunSeries
 from traces import schema as s
 
@@ -194,7 +195,7 @@ def load_run_report(
     from analyzers.errors import AnalyzerError
     from analyzers.goodput import SLOTargets
     from analyzers.metrics import AnalysisOptions, analyze
-    from analyzers.slo import evaluate
+    from analyzers.slo_eval import evaluate
     from analyzers.timeseries import SeriesOptions, run_series
 
     slos = gate_slos(options)

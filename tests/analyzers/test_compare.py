@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from analyzers.compare import CompareOptions, compare_runs, trace_identity
+from analyzers.compare import CompareOptions, compare_runs
 from analyzers.errors import DifferentTracesError
+from analyzers.trace_identity import trace_identity
 from loadgen.cli import cli
 from loadgen.runinfo import write_run_json
 from reports.compare import comparison_markdown

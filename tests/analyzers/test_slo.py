@@ -8,13 +8,13 @@ import pytest
 
 from analyzers.slo import (
     SLOError,
-    check,
     load_slo_file,
     parse_rule,
     parse_rules,
     parse_slo_document,
     scale_slos,
 )
+from analyzers.slo_eval import check
 
 GOOD = """
 [goodput]

@@ -1,0 +1,61 @@
+"""The decomposition's budget model: which model on which replica the predictions are for.
+
+``BudgetModel`` names the model, the deployment (GPU, tensor parallelism, efficiencies),
+whether the prefill step samples the first token and the KV link of a disaggregated
+deployment; it is built from a budget file (``loadgen plan --out``) or from catalog names.
+``decompose_terms`` turns it into per-request predictions. Must not import loadgen or httpx.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from analyzers.budget.budgetfile import load_budget
+from analyzers.budget.catalog import load_catalog
+from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetModel:
+    """The model and replica the predictions are for, and where they came from.
+
+    ``first_token_in_prefill``: the step that finishes the prompt samples the first token
+    (vLLM in one replica), so the predicted first-token term is 0 instead of one decode
+    step. ``link``: disaggregated, the prompt's KV cache crosses this link (the transfer
+    term is predicted as ``kv_transfer_time_s`` instead of 0) and a decode step on the
+    decode side samples the first token."""
+
+    model: ModelSpec
+    deployment: Deployment
+    source: str
+    first_token_in_prefill: bool = False
+    link: LinkSpec | None = None
+
+    @classmethod
+    def from_file(cls, path: Path | str) -> BudgetModel:
+        """From a budget file written by ``loadgen plan --out``."""
+        report = load_budget(path)
+        return cls(model=report.model, deployment=report.deployment, source=str(path))
+
+    @classmethod
+    def from_catalog(
+        cls,
+        model: str,
+        gpu: str,
+        *,
+        gpus: int = 1,
+        catalog_file: Path | None = None,
+        first_token_in_prefill: bool = False,
+        link: LinkSpec | None = None,
+    ) -> BudgetModel:
+        """From catalog names (``gpus``-way tensor parallel, the catalog's default efficiencies)."""
+        cat = load_catalog(catalog_file)
+        deploy = Deployment(hardware=cat.gpu(gpu), tensor_parallel=gpus)
+        return cls(
+            model=cat.model(model),
+            deployment=deploy,
+            source=f"{model} on {gpus}x {gpu}",
+            first_token_in_prefill=first_token_in_prefill,
+            link=link,
+        )
