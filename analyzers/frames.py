@@ -23,7 +23,7 @@ import polars as pl
 from analyzers.errors import InvalidRunError
 from traces import schema as s
 from traces.errors import TraceError
-from traces.io import read_run_json, run_request_files
+from traces.io import is_journal, read_journal, read_run_json, run_request_files
 
 REQUIRED_COLUMNS: Final = (
     s.REQUEST_ID,
@@ -93,7 +93,11 @@ def scan_run(run: Path | str) -> pl.LazyFrame:
             f"{run}: no run rows found (expected a run directory with {s.REQUESTS_FILE})"
         )
     try:
-        lf = pl.scan_parquet([str(f) for f in files])
+        parquet = [str(f) for f in files if not is_journal(f)]
+        frames = [pl.scan_parquet(parquet)] if parquet else []
+        # A run still going (or killed) has a journal: read it whole, it is small.
+        frames += [pl.DataFrame(read_journal(f)).lazy() for f in files if is_journal(f)]
+        lf = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
         names = set(lf.collect_schema().names())
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise InvalidRunError(f"{run}: not a readable run file ({exc})") from exc

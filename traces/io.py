@@ -99,11 +99,12 @@ def write_trace(table: pa.Table, path: Path, provenance: Mapping[str, Any] | Non
 
 
 def run_request_files(run_dir: Path) -> list[Path]:
-    """The Parquet files holding a run's request rows.
+    """The files holding a run's request rows.
 
-    A closed run has ``requests.parquet``; a run killed before closing has only its flushed
-    parts under ``requests.parts/``, which are complete Parquet files on their own. A run
-    with several workers keeps one such set per ``shard-K/`` directory.
+    A closed run has ``requests.parquet``; a run still going, or killed before closing, has
+    its journal (``requests.parts/journal.arrows``, an Arrow IPC stream; ``read_journal``)
+    and, from older versions, Parquet parts there. A run with several workers keeps one
+    such set per ``shard-K/`` directory.
     """
     run_dir = Path(run_dir)
     files: list[Path] = []
@@ -111,20 +112,48 @@ def run_request_files(run_dir: Path) -> list[Path]:
         merged = directory / s.REQUESTS_FILE
         if merged.exists():
             files.append(merged)
-        else:
-            files.extend(sorted((directory / s.PARTS_DIR).glob("part-*.parquet")))
+            continue
+        parts = directory / s.PARTS_DIR
+        files.extend(sorted(parts.glob("part-*.parquet")))
+        journal = parts / s.JOURNAL_FILE
+        if journal.exists():
+            files.append(journal)
     return files
 
 
+def is_journal(path: Path) -> bool:
+    """Whether a run file is a journal (Arrow IPC stream) rather than Parquet."""
+    return Path(path).name == s.JOURNAL_FILE
+
+
+def read_journal(path: Path) -> pa.Table:
+    """The complete row batches of a journal; a torn last batch (a killed run) is dropped."""
+    batches: list[pa.RecordBatch] = []
+    try:
+        with pa.OSFile(str(path), "rb") as source:
+            for batch in pa.ipc.open_stream(source):
+                batches.append(batch)
+    except (pa.ArrowInvalid, OSError):
+        pass  # the stream ends where the writer stopped
+    return pa.Table.from_batches(batches, schema=s.RUN_SCHEMA)
+
+
+def read_run_file(path: Path) -> pa.Table:
+    """One run file (Parquet or journal) in ``RUN_SCHEMA``."""
+    if is_journal(path):
+        return read_journal(path)
+    return pq.read_table(path, schema=s.RUN_SCHEMA)
+
+
 def read_run_table(run_dir: Path) -> pa.Table:
-    """Read all request rows of a run directory (merged file or flushed parts)."""
+    """Read all request rows of a run directory (merged file, journal or parts)."""
     files = run_request_files(run_dir)
     if not files:
         raise TraceFileError(
-            f"{run_dir}: no {s.REQUESTS_FILE} (and no flushed parts): not a run directory"
+            f"{run_dir}: no {s.REQUESTS_FILE} (and no flushed rows): not a run directory"
         )
     try:
-        tables = [pq.read_table(f, schema=s.RUN_SCHEMA) for f in files]
+        tables = [read_run_file(f) for f in files]
     except (OSError, pa.ArrowInvalid) as exc:
         raise TraceFileError(f"{run_dir}: cannot read run rows ({exc})") from exc
     return pa.concat_tables(tables)

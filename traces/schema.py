@@ -182,6 +182,9 @@ SERVER_METRICS_SCHEMA: Final = pa.schema(
 # ---------------------------------------------------------------- run directory
 REQUESTS_FILE: Final = "requests.parquet"
 PARTS_DIR: Final = "requests.parts"
-"""Row batches flushed during a run; merged into REQUESTS_FILE when the run closes."""
+"""Rows flushed during a run; merged into REQUESTS_FILE when the run closes."""
+JOURNAL_FILE: Final = "journal.arrows"
+"""Inside PARTS_DIR: an Arrow IPC stream of row batches, appended as the run goes and
+readable up to its last complete batch if the process dies."""
 RUN_JSON: Final = "run.json"
 SERVER_METRICS_FILE: Final = "server_metrics.parquet"
