@@ -10,8 +10,8 @@ Three flags, each with the reasons that raised it:
 - ``too_small``: a reported percentile rests on too few requests: percentile ``p`` of a
   class needs ``ceil(factor / (1 - p/100))`` requests (p99: 100, p99.9: 1000).
 
-Every report and gate receives one ``RunValidity``. Pure values and arithmetic: must not
-import loadgen, httpx or polars.
+Every report and gate receives one ``RunValidity``. Pure values and arithmetic: it must
+not depend on loadgen, httpx or polars.
 """
 
 from __future__ import annotations

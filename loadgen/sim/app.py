@@ -59,7 +59,7 @@ class SimApp:
         self.log = RequestLog(config.max_records)
         self._faults = FaultInjector(config)
         self._counter = itertools.count(1)
-        self._created = int(time.time())
+        self._created = int(time.time())  # wall clock: OpenAI's "created" Unix seconds
         self._started_ns = time.perf_counter_ns()
         scale = self.engine.time_scale
         self._scale_header = (b"x-sim-time-scale", f"{scale:g}".encode())

@@ -66,7 +66,7 @@ class ResponseFormatter:
         self._chat = request.api == "chat"
         self._id = ("chatcmpl-" if self._chat else "cmpl-") + request_id
         self._model = model
-        self._created = int(time.time())
+        self._created = int(time.time())  # wall clock: OpenAI's "created" Unix seconds
         self._object = "chat.completion.chunk" if self._chat else "text_completion"
 
     def _header(self, obj: str) -> dict[str, Any]:
