@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 from loadgen.protocol import ServerTimings, Usage, summarize_stream, timings_from_headers
 from loadgen.sse import SSEDecoder
@@ -296,8 +297,6 @@ def _error_text(status: int, body: bytes) -> str:
     """One line from an error response: the OpenAI ``error.message`` when present."""
     text = body[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
     try:
-        import orjson
-
         obj = orjson.loads(body)
         if isinstance(obj, dict):
             err = obj.get("error", obj.get("detail", obj.get("message")))
