@@ -15,6 +15,12 @@ from typing import Any, TypeVar
 
 import click
 
+from analyzers.cli_budget_options import (
+    budget_from_options,
+    budget_options,
+    check_budget_options,
+)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_ANALYZE_PERCENTILES = "50,90,95,99,99.9"
@@ -269,29 +275,7 @@ def _analyze_sweep(
 
 @click.command()
 @_RUN
-@click.option(
-    "--budget",
-    "budget_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Budget file from `loadgen plan --out budget.toml`.",
-)
-@click.option("--model", "model_name", default=None, help="Catalog model (instead of --budget).")
-@click.option("--gpu", "gpu_name", default=None, help="Catalog GPU (with --model).")
-@click.option(
-    "--gpus",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Tensor-parallel GPUs per replica (with --model).",
-)
-@click.option(
-    "--catalog",
-    "catalog_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="A TOML catalog adding or replacing models and GPUs.",
-)
+@budget_options
 @_selection_options
 @click.option(
     "--percentiles",
@@ -350,20 +334,11 @@ def decompose(
 
     Example: loadgen decompose runs/today --model llama-3.1-8b --gpu h200 --slo-ttft-ms 200
     """
-    from analyzers.decompose import BudgetModel, DecomposeOptions
+    from analyzers.decompose import DecomposeOptions
     from analyzers.decompose import decompose as run_decompose
 
-    if budget_file is not None and model_name is not None:
-        raise click.UsageError("give either --budget or --model/--gpu, not both")
-    if (model_name is None) != (gpu_name is None):
-        raise click.UsageError("--model and --gpu go together")
-    budget = None
-    if budget_file is not None:
-        budget = BudgetModel.from_file(budget_file)
-    elif model_name is not None and gpu_name is not None:
-        budget = BudgetModel.from_catalog(
-            model_name, gpu_name, gpus=gpus, catalog_file=catalog_file
-        )
+    check_budget_options(budget_file, model_name, gpu_name)
+    budget = budget_from_options(budget_file, model_name, gpu_name, gpus, catalog_file)
     options = DecomposeOptions(
         percentiles=percentiles,
         by_workload=by == "workload",

@@ -12,6 +12,12 @@ from pathlib import Path
 
 import click
 
+from analyzers.cli_budget_options import (
+    budget_from_options,
+    budget_options,
+    check_budget_options,
+)
+
 _PATH = click.Path(path_type=Path, exists=True)
 
 
@@ -45,22 +51,7 @@ _PATH = click.Path(path_type=Path, exists=True)
     help="Also write a Markdown summary here (for pull requests and CI summaries).",
 )
 @click.option("--label", "labels", multiple=True, help="Names of RUN and each --compare run.")
-@click.option(
-    "--budget",
-    "budget_file",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    default=None,
-    help="Budget file (`loadgen plan --out`) for the TTFT decomposition.",
-)
-@click.option("--model", "model_name", default=None, help="Catalog model (instead of --budget).")
-@click.option("--gpu", "gpu_name", default=None, help="Catalog GPU (with --model).")
-@click.option(
-    "--gpus",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Tensor-parallel GPUs per replica (with --model).",
-)
+@budget_options
 @click.option(
     "--slo-ttft-ms",
     type=click.FloatRange(min=0, min_open=True),
@@ -107,6 +98,7 @@ def report(
     model_name: str | None,
     gpu_name: str | None,
     gpus: int,
+    catalog_file: Path | None,
     slo_ttft_ms: float | None,
     slo_rules: tuple[str, ...],
     slo_file: Path | None,
@@ -121,7 +113,6 @@ def report(
 
     Example: loadgen report runs/a --compare runs/b --slo-ttft-ms 200 -o ab.html
     """
-    from analyzers.decompose import BudgetModel
     from analyzers.errors import AnalyzerError
     from analyzers.frames import RowSelection
     from analyzers.slo import SLOSet, load_slo_file, parse_rules
@@ -143,17 +134,10 @@ def report(
         raise click.UsageError("give a RUN, or --sweep SWEEP")
     if len(sweep_dirs) > 2:
         raise click.UsageError("at most two sweeps (the crossover compares two)")
-    if budget_file is not None and model_name is not None:
-        raise click.UsageError("give either --budget or --model/--gpu, not both")
-    if (model_name is None) != (gpu_name is None):
-        raise click.UsageError("--model and --gpu go together")
+    check_budget_options(budget_file, model_name, gpu_name)
     ctx = click.get_current_context()
     try:
-        budget = None
-        if budget_file is not None:
-            budget = BudgetModel.from_file(budget_file)
-        elif model_name is not None and gpu_name is not None:
-            budget = BudgetModel.from_catalog(model_name, gpu_name, gpus=gpus)
+        budget = budget_from_options(budget_file, model_name, gpu_name, gpus, catalog_file)
         slos = load_slo_file(slo_file) if slo_file is not None else SLOSet()
         if slo_rules:
             slos = slos.merged(parse_rules(slo_rules))
