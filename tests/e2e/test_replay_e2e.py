@@ -209,7 +209,14 @@ def test_faults_become_rows_with_outcomes(tmp_path: Path, sim: SimFactory) -> No
     )
     trace = make_trace(tmp_path / "t.parquet", 60, rate=100.0, output_tokens=10)
     result = replay(
-        SessionOptions(trace_path=trace, run_dir=tmp_path / "run", base_url=server.base_url)
+        # Half the requests fail on purpose here: a preflight probe could meet only faults.
+        SessionOptions(
+            trace_path=trace,
+            run_dir=tmp_path / "run",
+            base_url=server.base_url,
+            model="sim-model",
+            preflight=False,
+        )
     )
     table = rows(result.run_dir)
     assert len(table) == 60  # a failed request is a row, never lost
