@@ -19,6 +19,7 @@ from analyzers.cli_budget_options import (
     budget_from_options,
     budget_options,
     check_budget_options,
+    engine_shape,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -306,6 +307,34 @@ def _analyze_sweep(
     default=None,
     help="Network round trip from a probe [default: estimated from the run].",
 )
+@click.option(
+    "--batch-1",
+    "batch_one",
+    is_flag=True,
+    help="Predict every request as if alone, instead of replaying the run's load through "
+    "the engine's batching.",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Replicas behind a least-loaded router, for the load replay.",
+)
+@click.option(
+    "--chunk-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The engine's token budget per step (vLLM --max-num-batched-tokens) "
+    "[default: the budget's chunk size, else unchunked prefill].",
+)
+@click.option(
+    "--max-num-seqs",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="The engine's batch limit (vLLM --max-num-seqs), for the load replay.",
+)
 @_one_line_errors
 def decompose(
     run: Path,
@@ -326,11 +355,19 @@ def decompose(
     calibrate: bool,
     hide_server_timings: bool,
     network_ms: float | None,
+    batch_one: bool,
+    replicas: int,
+    chunk_tokens: int | None,
+    max_num_seqs: int,
 ) -> None:
     """Split each request's TTFT into client, network, queue, prefill and first-token time.
 
     Server-reported timings are used where present; otherwise the budget model predicts
-    prefill and the first decode step and the queue is what remains.
+    prefill and the first decode step and the queue is what remains. The predictions are
+    made at the run's own load: every served request is replayed at its arrival time
+    through the engine's batching (chunked prefill, --chunk-tokens per step) with step
+    times from the budget, so a prompt spread over steps shared with others is predicted
+    as such (--batch-1 for predictions of each request alone).
 
     Example: loadgen decompose runs/today --model llama-3.1-8b --gpu h200 --slo-ttft-ms 200
     """
@@ -339,6 +376,10 @@ def decompose(
 
     check_budget_options(budget_file, model_name, gpu_name)
     budget = budget_from_options(budget_file, model_name, gpu_name, gpus, catalog_file)
+    if budget is not None:
+        budget = engine_shape(
+            budget, replicas=replicas, chunk_tokens=chunk_tokens, max_num_seqs=max_num_seqs
+        )
     options = DecomposeOptions(
         percentiles=percentiles,
         by_workload=by == "workload",
@@ -347,6 +388,7 @@ def decompose(
         hide_server_timings=hide_server_timings,
         calibrate=calibrate,
         network_ms=network_ms,
+        load_aware=not batch_one,
     )
     result = run_decompose(run, budget, options)
     if as_json:

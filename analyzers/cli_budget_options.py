@@ -75,3 +75,16 @@ def budget_from_options(
     if model_name is not None and gpu_name is not None:
         return BudgetModel.from_catalog(model_name, gpu_name, gpus=gpus, catalog_file=catalog_file)
     return None
+
+
+def engine_shape(
+    budget: BudgetModel, *, replicas: int, chunk_tokens: int | None, max_num_seqs: int
+) -> BudgetModel:
+    """The budget with the engine's shape for the load replay (``--replicas``,
+    ``--chunk-tokens``, ``--max-num-seqs``)."""
+    from dataclasses import replace
+
+    deploy = budget.deployment
+    if chunk_tokens is not None:
+        deploy = replace(deploy, chunk_tokens=chunk_tokens)
+    return replace(budget, deployment=deploy, replicas=replicas, max_num_seqs=max_num_seqs)

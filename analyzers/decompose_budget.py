@@ -14,6 +14,7 @@ from pathlib import Path
 from analyzers.budget.budgetfile import load_budget
 from analyzers.budget.catalog import load_catalog
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
+from analyzers.errors import BudgetError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,13 +25,25 @@ class BudgetModel:
     (vLLM in one replica), so the predicted first-token term is 0 instead of one decode
     step. ``link``: disaggregated, the prompt's KV cache crosses this link (the transfer
     term is predicted as ``kv_transfer_time_s`` instead of 0) and a decode step on the
-    decode side samples the first token."""
+    decode side samples the first token. ``replicas`` (monolith replicas, or prefill
+    instances with a link), ``decode_instances`` and ``max_num_seqs`` shape the
+    load-aware replay of the run through the scheduler (``analyzers.decompose_load``)."""
 
     model: ModelSpec
     deployment: Deployment
     source: str
     first_token_in_prefill: bool = False
     link: LinkSpec | None = None
+    replicas: int = 1
+    decode_instances: int = 1
+    max_num_seqs: int = 256
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1 or self.decode_instances < 1 or self.max_num_seqs < 1:
+            raise BudgetError(
+                "replicas, decode instances and max_num_seqs must be at least 1, got "
+                f"{self.replicas}, {self.decode_instances}, {self.max_num_seqs}"
+            )
 
     @classmethod
     def from_file(cls, path: Path | str) -> BudgetModel:
@@ -48,6 +61,7 @@ class BudgetModel:
         catalog_file: Path | None = None,
         first_token_in_prefill: bool = False,
         link: LinkSpec | None = None,
+        replicas: int = 1,
     ) -> BudgetModel:
         """From catalog names (``gpus``-way tensor parallel, the catalog's default efficiencies)."""
         cat = load_catalog(catalog_file)
@@ -58,4 +72,5 @@ class BudgetModel:
             source=f"{model} on {gpus}x {gpu}",
             first_token_in_prefill=first_token_in_prefill,
             link=link,
+            replicas=replicas,
         )

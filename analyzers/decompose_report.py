@@ -118,6 +118,8 @@ class Decomposition:
     run: str
     options: DecomposeOptions
     budget_source: str | None
+    prediction: str
+    """How the server terms were predicted ("" when the server's timings were used)."""
     network: NetworkEstimate
     calibration: CalibrationResult | None
     sources: tuple[SourceOf, ...]
@@ -400,6 +402,7 @@ def build_decomposition(
         run=run,
         options=options,
         budget_source=terms.budget.source if terms.budget is not None else None,
+        prediction=terms.prediction,
         network=terms.network,
         calibration=terms.calibration,
         sources=terms.sources,

@@ -13,11 +13,16 @@ For every ok request with a first content token, ``first_token - due`` is split 
 
 Server terms come from the server's own timings where reported (and not hidden), the
 network then being ``(first_token - request_written) - server_ttft``. Otherwise they are
-predicted by the budget model (prefill of ``prompt - cached`` tokens, one decode step for
-the first token or none, the KV transfer over the budget's link or none), optionally
-calibrated on the run's low-load requests, the network is estimated once for the run,
-and the queue is the remainder, clamped at 0; a negative remainder is kept as
-``overshoot_ms`` (<= 0) so the parts still add up. The budget model the predictions come
+predicted by the budget model, optionally calibrated on the run's low-load requests: by
+default at the run's own load, replaying every served request through the engine's
+batching policy (``analyzers.decompose_load``: a prompt's prefill stretched over the
+steps it shares, the KV link's queue, the decode batch's step for the first token); with
+``load_aware=False`` (or when the replay cannot run) at batch 1 (prefill of ``prompt -
+cached`` tokens, one decode step for the first token or none, the KV transfer over the
+budget's link or none). The network is estimated once for the run, and the queue is the
+remainder, clamped at 0; a negative remainder is kept as ``overshoot_ms`` (<= 0) so the
+parts still add up. The ``budget_*`` columns stay the batch-1 budget, except the queue's,
+which is the replay's predicted queue (null without a replay). The budget model the predictions come
 from is ``analyzers.decompose_budget``'s ``BudgetModel``.
 
 Must not import loadgen or httpx.
@@ -42,6 +47,7 @@ from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.decompose_budget import BudgetModel
+from analyzers.decompose_load import ROW, empty_phases, try_load_aware
 from analyzers.errors import AnalyzerError, BudgetError
 from analyzers.frames import RowSelection, scan_run, select_rows
 from analyzers.validity import ValidityThresholds
@@ -59,7 +65,9 @@ IN_FLIGHT: Final = "in_flight"
 UNCACHED: Final = "uncached_prompt_tokens"
 PROMPT: Final = "prompt_tokens_used"
 
-TermSource = Literal["measured", "server", "budget", "calibrated", "remainder", "estimate", "mixed"]
+TermSource = Literal[
+    "measured", "server", "budget", "calibrated", "schedule", "remainder", "estimate", "mixed"
+]
 
 
 def term_col(term: str) -> str:
@@ -80,7 +88,9 @@ class DecomposeOptions:
     ``max(overshoot_tolerance_ms, overshoot_tolerance x server side)`` is flagged.
     ``time_scale``: the server's wall seconds per second of its own clock (a simulator's
     ``--time-scale``); the client-measured durations are divided by it so that every term
-    is on the server's clock, like its timings and the budget's predictions."""
+    is on the server's clock, like its timings and the budget's predictions.
+    ``load_aware``: predict at the run's load by replaying it through the scheduler (at
+    most ``max_replay_steps`` engine steps), instead of at batch 1."""
 
     percentiles: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
     by_workload: bool = True
@@ -97,6 +107,8 @@ class DecomposeOptions:
     queue_dominates_share: float = 0.5
     thresholds: ValidityThresholds = field(default_factory=ValidityThresholds)
     time_scale: float = 1.0
+    load_aware: bool = True
+    max_replay_steps: int = 200_000
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
@@ -156,6 +168,8 @@ class RequestTerms:
     sources: tuple[SourceOf, ...]
     budget: BudgetModel | None
     first_due_ns: int
+    prediction: str = ""
+    """How the server terms were predicted ("" when the server's timings were used)."""
 
 
 _SERVER_COLS: Final = {
@@ -195,6 +209,7 @@ def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
             .cast(pl.String)
             .alias(e.CLASS),
             pl.col(s.REQUEST_ID),
+            pl.col(ROW),
             pl.col(s.DUE_NS),
             pl.col(s.SENT_NS),
             pl.col(IN_FLIGHT),
@@ -371,7 +386,8 @@ def request_terms(
     run: Path | str, budget: BudgetModel | None, options: DecomposeOptions
 ) -> RequestTerms:
     """The per-request decomposition of a run (see the module docstring)."""
-    lf = select_rows(scan_run(run), options.selection)
+    scanned = scan_run(run).with_row_index(ROW)
+    lf = select_rows(scanned, options.selection)
     first_due = lf.select(pl.col(s.DUE_NS).min()).collect().item()
     frame = _base(lf, options).collect()
     if frame.height == 0:
@@ -399,16 +415,39 @@ def request_terms(
         )
         budget_prefill = pl.col("_c")
         prefill_fallback = "calibrated"
+    prediction, phases = "", empty_phases()
+    if budget is not None and needs_prediction:
+        prediction = "batch-1 budget" + (" (calibrated)" if calibration is not None else "")
+        if options.load_aware:
+            deploy = None
+            if calibration is not None:
+                eff = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
+                deploy = calibrated(budget.deployment, _as_calibration(calibration, eff))
+            replay = try_load_aware(
+                scanned,
+                budget,
+                network_ms=network.value_ms,
+                time_scale=options.time_scale,
+                deployment=deploy,
+                max_steps=options.max_replay_steps,
+            )
+            phases, prediction = replay.frame, replay.description
+            if replay.requests and calibration is not None:
+                prediction += ", at the calibrated efficiency"
+            if replay.requests:
+                prefill_fallback = "schedule"
+    frame = frame.join(phases, on=ROW, how="left")
     terms = _server_split(frame, network.value_ms, budget_prefill, options)
     counts = {t: frame.get_column(f"_s_{t}").drop_nulls().len() for t in _SERVER_COLS}
+    other_fallback: TermSource = "schedule" if prefill_fallback == "schedule" else "budget"
     n = frame.height
     sources = (
         *(SourceOf(term=t, source="measured") for t in CLIENT_TERMS),
         SourceOf(term="network", source=_source(counts["ttft"], n, "estimate")),
         SourceOf(term="queue", source=_source(counts["queue"], n, "remainder")),
         SourceOf(term="prefill", source=_source(counts["prefill"], n, prefill_fallback)),
-        SourceOf(term="transfer", source=_source(counts["transfer"], n, "budget")),
-        SourceOf(term="first_token", source=_source(counts["first_token"], n, "budget")),
+        SourceOf(term="transfer", source=_source(counts["transfer"], n, other_fallback)),
+        SourceOf(term="first_token", source=_source(counts["first_token"], n, other_fallback)),
     )
     return RequestTerms(
         frame=terms,
@@ -417,6 +456,7 @@ def request_terms(
         sources=sources,
         budget=budget,
         first_due_ns=int(first_due or 0),
+        prediction=prediction,
     )
 
 
@@ -425,9 +465,9 @@ def _server_split(
 ) -> pl.DataFrame:
     side = pl.col(SERVER_SIDE_MS)
     network = pl.coalesce(side - pl.col("_s_ttft"), pl.lit(network_ms))
-    prefill = pl.coalesce(pl.col("_s_prefill"), budget_prefill)
-    transfer = pl.col("_s_transfer").fill_null(pl.col("_p_transfer"))
-    first = pl.coalesce(pl.col("_s_first_token"), pl.col("_p_first"))
+    prefill = pl.coalesce(pl.col("_s_prefill"), pl.col("_l_prefill"), budget_prefill)
+    transfer = pl.coalesce(pl.col("_s_transfer"), pl.col("_l_transfer"), pl.col("_p_transfer"))
+    first = pl.coalesce(pl.col("_s_first_token"), pl.col("_l_first"), pl.col("_p_first"))
     remainder = side - pl.col(term_col("network")) - pl.col(term_col("prefill"))
     remainder = remainder - pl.col(term_col("transfer")) - pl.col(term_col("first_token"))
     queue_is_remainder = pl.col("_s_queue").is_null()
@@ -451,6 +491,6 @@ def _server_split(
         budget_prefill.alias(budget_col("prefill")),
         pl.col("_p_transfer").alias(budget_col("transfer")),
         pl.col("_p_first").alias(budget_col("first_token")),
-        pl.lit(None, dtype=pl.Float64).alias(budget_col("queue")),
+        pl.col("_l_queue").alias(budget_col("queue")),
     )
     return out.drop([c for c in out.columns if c.startswith("_")])

@@ -160,6 +160,7 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
     return {
         "run": d.run,
         "budget": d.budget_source,
+        "prediction": d.prediction or None,
         "percentiles": list(d.options.percentiles),
         "slo_ttft_ms": d.options.slo_ttft_ms,
         "server_timings_hidden": d.options.hide_server_timings,

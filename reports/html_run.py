@@ -413,5 +413,6 @@ def decomposition_tables(d: Decomposition) -> str:
     note = (
         f"Budget: {d.budget_source or 'none'}; network {fmt(d.network.value_ms)} ms "
         f"({d.network.source}); term sources: {sources}."
+        + (f" Predictions: {d.prediction}." if d.prediction else "")
     )
     return "\n".join([*(tail_table(c) for c in classes), f'<p class="note">{escape(note)}</p>'])

@@ -146,6 +146,8 @@ def decomposition_renderables(d: Decomposition) -> list[RenderableType]:
         + (" (server timings hidden)" if d.options.hide_server_timings else ""),
         f"network round trip {fmt(d.network.value_ms)} ms ({d.network.source})",
     ]
+    if d.prediction:
+        out.append(f"server terms predicted by {d.prediction}")
     cal = d.calibration
     if cal is not None:
         line = f"calibration on {cal.samples} low-load requests (<= {cal.max_in_flight} in flight)"

@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 
+from analyzers.budget.batching import CapacityError, Role, SchedulerLimits, SeqSpec, StepResult
 from loadgen.errors import ConfigError
 from loadgen.sim.config import EngineConfig, SimConfig
 from loadgen.sim.deadline import DeadlineTimer, make_deadline_timer
@@ -37,7 +38,6 @@ from loadgen.sim.prefix import block_hashes
 from loadgen.sim.prompt import prompt_content
 from loadgen.sim.request import RequestError, SimRequest
 from loadgen.sim.router import Router, RouterPolicy
-from loadgen.sim.scheduler import CapacityError, Role, SchedulerLimits, SeqSpec, StepResult
 from loadgen.sim.tokenizer import make_tokenizer
 
 

@@ -143,6 +143,25 @@ def test_decompose_tables_and_json(run: Path) -> None:
     assert doc["overall"]["slo_breaks"][0]["term"] == "prefill"
 
 
+def test_decompose_load_replay_options(run: Path) -> None:
+    base = [run, "--model", "llama-3.1-8b", "--gpu", "h200", "--hide-server-timings", "--json"]
+    code, out, err = invoke(
+        decompose, [*base, "--replicas", "2", "--chunk-tokens", "512", "--max-num-seqs", "8"]
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["sources"]["prefill"] == "schedule"
+    assert "2 replica(s), 512-token steps, up to 8 sequences" in doc["prediction"]
+    code, out, err = invoke(decompose, [*base, "--batch-1"])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["sources"]["prefill"] == "budget"
+    assert doc["prediction"] == "batch-1 budget"
+    code, out, err = invoke(decompose, [*base[:-1]])
+    assert code == 0, err
+    assert "server terms predicted by schedule replay of" in out
+
+
 def test_decompose_without_budget_uses_server_timings(run: Path) -> None:
     code, out, _ = invoke(decompose, [run, "--json", "--by", "none"])
     assert code == 0

@@ -135,28 +135,75 @@ def test_hidden_timings_need_a_budget(run: Path) -> None:
         decompose(run, None, DecomposeOptions(hide_server_timings=True))
 
 
-def test_hidden_timings_use_budget_and_remainder(run: Path, budget: BudgetModel) -> None:
-    t = request_terms(run, budget, DecomposeOptions(hide_server_timings=True))
+@pytest.mark.parametrize("load_aware", [True, False])
+def test_hidden_timings_use_budget_and_remainder(
+    run: Path, budget: BudgetModel, load_aware: bool
+) -> None:
+    t = request_terms(
+        run, budget, DecomposeOptions(hide_server_timings=True, load_aware=load_aware)
+    )
     sources = {x.term: x.source for x in t.sources}
+    predicted = "schedule" if load_aware else "budget"
     assert sources == {
         "client_delay": "measured",
         "connect": "measured",
         "write": "measured",
         "network": "estimate",
         "queue": "remainder",
-        "prefill": "budget",
-        "transfer": "budget",
-        "first_token": "budget",
+        "prefill": predicted,
+        "transfer": predicted,
+        "first_token": predicted,
     }
+    assert t.prediction.startswith("schedule replay of 40" if load_aware else "batch-1")
     assert t.network.source == "first_byte"
     assert t.network.value_ms == pytest.approx(0.25)
     f = t.frame
     assert (f.get_column(term_col("queue")) >= 0).all()
     parts = sum(f.get_column(term_col(x)) for x in TERMS) + f.get_column(OVERSHOOT_MS)
     assert (parts - f.get_column(TOTAL_MS)).abs().max() < 1e-6  # type: ignore[operator]
-    assert (
-        f.get_column(term_col("prefill")).to_list() == f.get_column("budget_prefill_ms").to_list()
+    # Requests 100 ms apart never share a step: the replay's prefill is the batch-1 budget.
+    assert f.get_column(term_col("prefill")).to_list() == pytest.approx(
+        f.get_column("budget_prefill_ms").to_list(), rel=1e-9
     )
+    queue_budget = f.get_column("budget_queue_ms")
+    assert (queue_budget.null_count() == 0) if load_aware else (queue_budget.null_count() == 40)
+
+
+def test_a_replay_too_long_falls_back_to_batch_1(run: Path, budget: BudgetModel) -> None:
+    options = DecomposeOptions(hide_server_timings=True, max_replay_steps=3)
+    t = request_terms(run, budget, options)
+    assert t.prediction.startswith("batch-1 predictions (the schedule replay stopped after 3")
+    assert {x.term: x.source for x in t.sources}["prefill"] == "budget"
+    assert t.frame.get_column("budget_queue_ms").null_count() == t.frame.height
+
+
+def test_load_aware_prefill_of_prompts_sharing_steps(tmp_path: Path) -> None:
+    # Three 1500-token prompts sent together to an engine with 2048-token steps: the second
+    # and third are prefilled in chunks alongside the others, so their prefill lasts
+    # several steps of a full batch, far beyond the batch-1 budget (what a batch-1
+    # prediction would book as queue).
+    from dataclasses import replace
+
+    budget = BudgetModel.from_catalog("llama-3.1-8b", "h100")
+    budget = replace(budget, deployment=replace(budget.deployment, chunk_tokens=2048))
+    records = [rec(0, prompt=1500, gap_ms=0.0, **{"request_id": f"q{i}"}) for i in range(3)]
+    records = [replace(r, x_request_id=f"x{i}", trace_index=i) for i, r in enumerate(records)]
+    run = write_run(tmp_path / "run", records)
+    hidden = DecomposeOptions(hide_server_timings=True)
+    aware = request_terms(run, budget, hidden).frame.sort(s.REQUEST_ID)
+    batch1 = request_terms(run, budget, replace(hidden, load_aware=False)).frame
+    alone = batch1.get_column(term_col("prefill")).to_list()
+    assert alone == pytest.approx([alone[0]] * 3)
+    prefill = sorted(aware.get_column(term_col("prefill")).to_list())
+    # Even the first prompt shares its one step with a chunk of the second.
+    assert prefill[0] > 1.2 * alone[0]
+    assert prefill[2] > 1.8 * alone[0]  # spread over two full steps
+    # The replay's queue prediction: the third waits for the first step to end.
+    queue = sorted(aware.get_column("budget_queue_ms").to_list())
+    assert queue[:2] == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert queue[2] == pytest.approx(prefill[0], rel=1e-6)
+    # With timings hidden, the queue term is what the measured time leaves.
+    assert (aware.get_column(term_col("queue")) >= 0).all()
 
 
 def test_overshooting_prediction_is_clamped_and_flagged(
@@ -189,7 +236,16 @@ def test_calibration_recovers_the_prefill_line(run: Path, budget: BudgetModel) -
     assert cal is not None
     assert cal.measured == "derived"
     assert cal.b_us_per_token == pytest.approx(50.0, rel=0.01)
-    assert {x.term: x.source for x in hidden.sources}["prefill"] == "calibrated"
+    # Replayed at the calibrated efficiency by default, else the fitted line at batch 1.
+    assert {x.term: x.source for x in hidden.sources}["prefill"] == "schedule"
+    assert hidden.prediction.endswith("at the calibrated efficiency")
+    batch1 = decompose(
+        idle,
+        budget,
+        DecomposeOptions(calibrate=True, hide_server_timings=True, load_aware=False),
+    )
+    assert {x.term: x.source for x in batch1.sources}["prefill"] == "calibrated"
+    assert batch1.prediction == "batch-1 budget (calibrated)"
 
 
 def test_slo_verdicts_name_the_queue(tmp_path: Path) -> None:

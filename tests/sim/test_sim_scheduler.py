@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from analyzers.budget import decode_step_time_s, prefill_time_s
-from loadgen.sim.physics import HardwareChoice, Physics
-from loadgen.sim.scheduler import (
+from analyzers.budget.batching import (
     CapacityError,
     Role,
     Scheduler,
@@ -20,6 +19,7 @@ from loadgen.sim.scheduler import (
     SeqSpec,
     StepResult,
 )
+from loadgen.sim.physics import HardwareChoice, Physics
 
 PHYS = Physics(HardwareChoice(model="llama-3.1-8b", gpu="h100"), chunk_tokens=512)
 

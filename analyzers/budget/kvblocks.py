@@ -2,14 +2,13 @@
 
 The cache holds ``num_blocks`` blocks of ``block_size`` tokens (the budget model's KV
 capacity divided by the block size). A sequence owns the blocks its tokens occupy. With the
-prefix cache on, a full prompt block is registered under its chained hash
-(:mod:`loadgen.sim.prefix`) once computed; a later sequence whose prompt starts with the same
-blocks takes them (reference count + 1) instead of recomputing them. A block whose count
+prefix cache on, a full prompt block is registered under its chained hash (the
+simulator's ``loadgen.sim.prefix``) once computed; a later sequence whose prompt starts with
+the same blocks takes them (reference count + 1) instead of recomputing them. A block whose count
 drops to 0 becomes free but keeps its hash until it is reallocated, least recently freed
 first, so a shared prefix survives as long as memory allows (vLLM's eviction order).
 
-Pure and clock-free. Must not import the replay client
-(loadgen.client/replay/transport/recorder).
+Pure and clock-free: must not import ``loadgen``, httpx or polars.
 """
 
 from __future__ import annotations

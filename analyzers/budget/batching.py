@@ -1,9 +1,11 @@
 """The iteration-level scheduler of one instance: continuous batching, chunked prefill, KV.
 
 Pure and clock-free: :meth:`Scheduler.step` plans one forward step, applies it and returns
-what happened (:class:`StepResult`) and how long it took in *model* seconds; the async
-driver (:mod:`loadgen.sim.instance`) maps that to wall time. The policy follows vLLM's v1
-scheduler:
+what happened (:class:`StepResult`) and how long it took in *model* seconds. Two drivers
+use it: the engine simulator steps it in real time (``loadgen.sim.instance``), and the
+TTFT decomposition replays a run's arrivals through it in virtual time
+(:mod:`analyzers.budget.timeline`) to predict each request's terms under the run's own
+load. The policy follows vLLM's v1 scheduler:
 
 - every step has a token budget (``max_batched_tokens``); running sequences are served
   first, in admission order, each taking the tokens it still needs (1 when decoding, the
@@ -16,14 +18,16 @@ scheduler:
   ``max_tokens``) at admission, so it never runs out later; with ``preempt`` it takes blocks
   as its tokens are computed, and when none is left the newest running sequence is
   preempted (its blocks freed, recomputed from scratch when readmitted);
-- the prefix cache (:mod:`loadgen.sim.kvcache`): at first admission the longest run of
-  cached prompt blocks is taken instead of computed, keeping at least one token to compute;
+- the prefix cache (:mod:`analyzers.budget.kvblocks`): at first admission the longest run
+  of cached prompt blocks is taken instead of computed, keeping at least one token to
+  compute; a sequence without block hashes may instead state how many of its prompt
+  tokens the cache held (``SeqSpec.cached_tokens``, from a server's reported usage);
 - roles: ``mixed`` (a monolith replica), ``prefill`` (a sequence leaves once its prompt is
   computed; its blocks stay held until :meth:`Scheduler.release`, i.e. until its KV cache
   has been shipped) and ``decode`` (a sequence arrives with its prompt's KV already computed
   but for the last token, whose step samples the first output token).
 
-Must not import the replay client (loadgen.client/replay/transport/recorder).
+Pure Python: must not import ``loadgen``, httpx or polars.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from analyzers.budget import SequenceWork
-from loadgen.sim.kvcache import BlockPool
+from analyzers.budget.kvblocks import BlockPool
+from analyzers.budget.step import SequenceWork
 
 Role = Literal["mixed", "prefill", "decode"]
 StepTimer = Callable[[Sequence[SequenceWork]], float]
@@ -69,6 +73,9 @@ class SeqSpec:
     max_tokens: int
     block_hashes: tuple[int, ...] = ()
     encoder_s: float = 0.0
+    cached_tokens: int = 0
+    """Prompt tokens known to be cached when there are no ``block_hashes`` to match (a
+    reconstruction from reported usage); their blocks are allocated, not shared."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +226,8 @@ class Scheduler:
             max_hit = (seq.known - 1) // limits.block_size  # compute at least one token
             matched = self.pool.match(spec.block_hashes[:max_hit])
         hit = len(matched) * limits.block_size
+        if not matched and first and self.role != "decode" and spec.cached_tokens > 0:
+            hit = min(spec.cached_tokens, seq.known - 1)
         # A decode instance gets the prompt's KV over the link, all but the last token.
         start = spec.prompt_tokens - 1 if self.role == "decode" and first else hit
         if limits.preempt:
