@@ -298,12 +298,14 @@ class Scheduler:
             if not seq.encoded:
                 seq.encoded = True
                 duration += spec.encoder_s  # the vision encoder runs inside the first step
-            seq.computed += n
-            full = min(seq.computed, spec.prompt_tokens) // bs
-            for b in range(seq.registered, min(full, len(spec.block_hashes))):
-                self.pool.register(seq.blocks[b], spec.block_hashes[b])
-            seq.registered = max(seq.registered, full)
-            if seq.computed < seq.known:
+            computed = seq.computed = seq.computed + n
+            hashes = spec.block_hashes
+            if seq.registered < len(hashes):
+                full = min(computed, spec.prompt_tokens) // bs
+                for b in range(seq.registered, min(full, len(hashes))):
+                    self.pool.register(seq.blocks[b], hashes[b])
+                seq.registered = max(seq.registered, full)
+            if computed < spec.prompt_tokens + seq.generated:
                 continue
             if seq.generated == 0 and self.role != "decode":
                 prefilled.append(spec.seq_id)

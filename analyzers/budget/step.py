@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analyzers.budget.kv import kv_bytes
+from analyzers.budget.kv import kv_bytes, kv_bytes_per_token
 from analyzers.budget.specs import Deployment, ModelSpec
 from analyzers.budget.weights import weights_read_bytes
 from analyzers.errors import BudgetError
@@ -126,11 +126,27 @@ def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]
     time    = max(compute, memory) + step_overhead
     """
     tokens = sum(w.new_tokens for w in work)
+    if model.attention == "sliding":
+        attention = sum(attention_flops(model, w.new_tokens, w.cached_tokens) for w in work)
+        kv = sum(kv_bytes(model, w.cached_tokens + w.new_tokens) for w in work)
+    else:
+        # The same sums in one pass (a step of a large batch is timed per step of the
+        # engine simulator and of the decomposition's load replay): without a window,
+        # attention is linear in each sequence's context integral and KV in its length.
+        integral = 0.0
+        held = 0
+        for w in work:
+            n, c = w.new_tokens, w.cached_tokens
+            integral += float(n) * float(c) + float(n) * float(n) / 2
+            held += c + n
+        per_context = 2 * model.q_heads * (model.attention_qk_dim + model.attention_v_dim)
+        attention = per_context * model.self_attention_layers * integral
+        kv = held * kv_bytes_per_token(model)
     return StepCost(
         linear_flops=linear_flops(model, tokens),
-        attention_flops=sum(attention_flops(model, w.new_tokens, w.cached_tokens) for w in work),
+        attention_flops=attention,
         weight_bytes=weights_read_bytes(model, tokens),
-        kv_bytes=sum(kv_bytes(model, w.cached_tokens + w.new_tokens) for w in work),
+        kv_bytes=kv,
         compute_flops_per_s=deploy.compute_flops(model.weight_dtype),
         bandwidth_bytes_per_s=deploy.bandwidth_bytes_per_s(),
         overhead_s=deploy.step_overhead_s,
