@@ -18,8 +18,8 @@ from analyzers.budget.kv import (
 )
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.budget.queueing import max_utilisation, mdc_wait_s, mg1_wait_s
-from analyzers.budget.specs import Deployment
-from analyzers.budget.step import linear_flops
+from analyzers.budget.specs import Deployment, ModelSpec
+from analyzers.budget.step import SequenceWork, attention_flops, linear_flops, step_cost
 
 CAT = catalog.default_catalog()
 MODELS = st.sampled_from(CAT.model_names()).map(CAT.model)
@@ -115,3 +115,20 @@ def test_queueing_waits_grow_with_utilisation(r1, r2, s, c) -> None:  # type: ig
 def test_max_utilisation_is_a_fraction(s, extra) -> None:  # type: ignore[no-untyped-def]
     rho = max_utilisation(s, s + extra)
     assert 0 <= rho < 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    MODELS,
+    st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 200_000)), min_size=1, max_size=40),
+)
+def test_step_cost_sums_match_the_per_sequence_formulas(
+    model: ModelSpec, seqs: list[tuple[int, int]]
+) -> None:
+    # step_cost sums a batch in one pass (sliding-window models per sequence).
+    work = [SequenceWork(new_tokens=n, cached_tokens=c) for n, c in seqs]
+    cost = step_cost(model, Deployment(hardware=CAT.gpu("h100")), work)
+    attention = sum(attention_flops(model, n, c) for n, c in seqs)
+    kv = sum(kv_bytes(model, n + c) for n, c in seqs)
+    assert cost.attention_flops == pytest.approx(attention, rel=1e-12, abs=1e-6)
+    assert cost.kv_bytes == pytest.approx(kv, rel=1e-12, abs=1e-6)
