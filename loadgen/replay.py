@@ -11,6 +11,7 @@ requests are recorded with outcome ``cancelled``.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +28,11 @@ _POLL_S = 0.05
 """Longest single sleep while waiting for a due time, so a stop is noticed quickly."""
 _SPIN_NS = 1_200_000
 """Final stretch before a due time spent yielding rather than sleeping (see _sleep_until)."""
+_AHEAD = 16
+"""Open loop: requests prepared before their due time, at most."""
+_PREP_GUARD_NS = 300_000
+"""Open loop: no further request is prepared this close to the earliest prepared due time
+(building one costs up to a few hundred µs: prompt, body, httpx request)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,29 +199,48 @@ class Replayer:
         self._stats.on_dispatch()
 
     async def _open_loop(self, tg: asyncio.TaskGroup, start: int) -> None:
+        """Send every request at its due time. Requests are prepared ahead (up to
+        ``_AHEAD``, and only while the earliest prepared one is more than ``_PREP_GUARD_NS``
+        away), so that at a due time everything due goes out at once and one yield lets the
+        new tasks write their requests before anything else is prepared."""
         offsets = due_offsets_ns(
             [r.arrival_s for r in self._requests], self._shape.time_factor, self._origin_s
         )
         deadline = self._deadline(start)
         cap = self._shape.max_inflight
         slot = asyncio.Semaphore(cap) if cap is not None else None
-        for ordinal, req in enumerate(self._requests):
-            due = start + offsets[ordinal]
-            if deadline is not None and due >= deadline:
-                self._stop_reason = "duration"
+        now_ns = self._clock.now_ns
+        requests, ordinals = self._requests, self._ordinals
+        ahead: deque[tuple[int, ReadyRequest]] = deque()
+        following = 0
+        while True:
+            while (
+                following < len(requests)
+                and len(ahead) < _AHEAD
+                and (not ahead or ahead[0][0] - now_ns() > _PREP_GUARD_NS)
+            ):
+                prepared = await self._preparer.prepare_async(
+                    requests[following], ordinals[following]
+                )
+                ahead.append((start + offsets[following], self._client.ready(prepared)))
+                following += 1
+            if not ahead:
                 return
-            # Built before it is due, while the previous request's time is still running.
-            job = self._client.ready(
-                await self._preparer.prepare_async(req, self._ordinals[ordinal])
-            )
-            if not await self._sleep_until(due):
+            if not await self._sleep_until(ahead[0][0]):
                 return
-            if slot is not None:
-                await slot.acquire()
-                if self._stopping:
-                    slot.release()
+            while ahead and ahead[0][0] <= now_ns():
+                due, job = ahead.popleft()
+                if deadline is not None and due >= deadline:
+                    self._stop_reason = "duration"
                     return
-            self._spawn(tg, job, due, slot)
+                if slot is not None:
+                    await slot.acquire()
+                if self._stopping:
+                    if slot is not None:
+                        slot.release()
+                    return
+                self._spawn(tg, job, due, slot)
+            await asyncio.sleep(0)
 
     async def _closed_loop(self, tg: asyncio.TaskGroup, start: int, concurrency: int) -> None:
         deadline = self._deadline(start)
