@@ -29,8 +29,9 @@ from traces import schema as s
 
 ROW: Final = "_row"
 """The row number of a request in the scanned run, the key predictions join on."""
-PHASE_COLS: Final = ("_l_queue", "_l_prefill", "_l_transfer", "_l_first")
-"""Predicted queue, prefill, transfer and first token at the run's load, ms (server clock)."""
+PHASE_COLS: Final = ("_l_queue", "_l_prefill", "_l_transfer", "_l_first", "_l_alone")
+"""Predicted queue, prefill, transfer and first token at the run's load, and the prefill the
+same replay gives the request alone, ms (server clock)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +104,7 @@ def load_aware_phases(
         )
         for row, written, prompt, cached, out in rows.iter_rows()
     ]
+    by_key = {a.key: a for a in arrivals}
     deploy = deployment or budget.deployment
     shape = EngineShape(
         model=budget.model,
@@ -113,10 +115,19 @@ def load_aware_phases(
         max_num_seqs=budget.max_num_seqs,
     )
     phases = replay_schedule(arrivals, shape, max_steps=max_steps)
+    alone = _alone_prefill_ms(arrivals, shape)
     frame = pl.DataFrame(
         [
-            (key, p.queue_s * 1e3, p.prefill_s * 1e3, p.transfer_s * 1e3, p.first_token_s * 1e3)
+            (
+                key,
+                p.queue_s * 1e3,
+                p.prefill_s * 1e3,
+                p.transfer_s * 1e3,
+                p.first_token_s * 1e3,
+                alone[(a.prompt_tokens, a.cached_tokens)],
+            )
             for key, p in phases.items()
+            for a in (by_key[key],)
         ],
         schema={ROW: pl.UInt32, **dict.fromkeys(PHASE_COLS, pl.Float64)},
         orient="row",
@@ -135,6 +146,21 @@ def load_aware_phases(
             f"{chunk}, up to {shape.max_num_seqs} sequences"
         ),
     )
+
+
+def _alone_prefill_ms(arrivals: list[Arrival], shape: EngineShape) -> dict[tuple[int, int], float]:
+    """The replay's prefill of each distinct (prompt, cached) pair with nothing else running
+    (the chunks of a long prompt are separate steps), ms."""
+    out: dict[tuple[int, int], float] = {}
+    for a in arrivals:
+        pair = (a.prompt_tokens, a.cached_tokens)
+        if pair not in out:
+            alone = Arrival(
+                key=0, arrival_s=0.0, prompt_tokens=pair[0], output_tokens=1, cached_tokens=pair[1]
+            )
+            phases = replay_schedule([alone], shape).get(0)
+            out[pair] = phases.prefill_s * 1e3 if phases is not None else float("nan")
+    return out
 
 
 def try_load_aware(

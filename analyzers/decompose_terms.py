@@ -437,6 +437,12 @@ def request_terms(
             if replay.requests:
                 prefill_fallback = "schedule"
     frame = frame.join(phases, on=ROW, how="left")
+    if calibration is not None:
+        # The calibrated line is what a prompt costs alone on this server; the replay says
+        # how much the load stretches it.
+        frame = frame.with_columns(
+            (budget_prefill * pl.col("_l_prefill") / pl.col("_l_alone")).alias("_l_prefill")
+        )
     terms = _server_split(frame, network.value_ms, budget_prefill, options)
     counts = {t: frame.get_column(f"_s_{t}").drop_nulls().len() for t in _SERVER_COLS}
     other_fallback: TermSource = "schedule" if prefill_fallback == "schedule" else "budget"

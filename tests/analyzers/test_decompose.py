@@ -239,6 +239,12 @@ def test_calibration_recovers_the_prefill_line(run: Path, budget: BudgetModel) -
     # Replayed at the calibrated efficiency by default, else the fitted line at batch 1.
     assert {x.term: x.source for x in hidden.sources}["prefill"] == "schedule"
     assert hidden.prediction.endswith("at the calibrated efficiency")
+    # The replay stretches the calibrated line: by 1 for a request alone, a little for the
+    # short prompts that arrive while the previous 2000-token one is still in its step.
+    f = request_terms(idle, budget, DecomposeOptions(calibrate=True, hide_server_timings=True))
+    stretch = f.frame.get_column(term_col("prefill")) / f.frame.get_column("budget_prefill_ms")
+    assert stretch.min() == pytest.approx(1.0, rel=1e-9)
+    assert stretch.max() < 1.05  # type: ignore[operator]
     batch1 = decompose(
         idle,
         budget,

@@ -80,10 +80,14 @@ def test_decomposition_matches_the_simulator(
         assert (first - truth.get_column(s.SERVER_FIRST_TOKEN_MS)).abs().max() < 1.0  # type: ignore[operator]
 
         # Hidden, calibrated on the run's low-load requests: the slope is the simulator's.
+        # The fixed-delay simulator serves every request as if alone (no batching), so the
+        # predictions are batch-1 ones rather than a replay through a batching engine.
         hidden = decompose(
             run.run_dir,
             budget,
-            DecomposeOptions(hide_server_timings=True, calibrate=True, slo_ttft_ms=150.0),
+            DecomposeOptions(
+                hide_server_timings=True, calibrate=True, slo_ttft_ms=150.0, load_aware=False
+            ),
         )
         cal = hidden.calibration
         assert cal is not None
