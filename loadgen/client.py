@@ -1,8 +1,9 @@
 """One streaming request over an injected ``httpx.AsyncClient``, recorded as one run row.
 
 The hot path: stamp connection events through httpx's ``trace`` extension, stamp every body
-read on arrival (the transport does it), feed the bytes to the SSE decoder and keep the
-raw event payloads with their arrival times. JSON decoding waits until the stream ends.
+read on arrival (the transport does it, and hands each read straight to a callback), feed
+the bytes to the SSE decoder and keep the text of the events each read completed with its
+arrival time. Classifying the events (``loadgen.sse_bulk``) waits until the stream ends.
 Every outcome, including cancellation, becomes exactly one ``RequestRecord`` given to the
 sink; exceptions never escape except cancellation, which is re-raised after recording.
 """
@@ -17,9 +18,10 @@ from typing import Any
 import httpx
 import orjson
 
-from loadgen.protocol import ServerTimings, Usage, summarize_stream, timings_from_headers
+from loadgen.protocol import ServerTimings, Usage, timings_from_headers
 from loadgen.sse import SSEDecoder
-from loadgen.transport import STAMPED
+from loadgen.sse_bulk import Read, summarize_reads
+from loadgen.transport import STAMPED, StampedStream
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
 
@@ -125,7 +127,7 @@ class StreamingClient:
         job = ready.job
         request, stamps = ready.request, ready.stamps
         now_ns = self._now_ns
-        events: list[tuple[int, bytes]] = []
+        reads: list[Read] = []
         status: int | None = None
         header_timings: ServerTimings | None = None
         outcome = s.OUTCOME_OK
@@ -152,7 +154,7 @@ class StreamingClient:
                         outcome = s.OUTCOME_HTTP_ERROR
                         error = _error_text(status, body)
                     else:
-                        await self._read_events(response, events, stamps)
+                        await self._read_events(response, reads, stamps)
                         end = now_ns()
                 finally:
                     await response.aclose()
@@ -179,7 +181,7 @@ class StreamingClient:
                     sent,
                     now_ns(),
                     stamps,
-                    events,
+                    reads,
                     status,
                     s.OUTCOME_CANCELLED,
                     "cancelled before the response ended",
@@ -190,36 +192,41 @@ class StreamingClient:
             end = now_ns()
         sink(
             self._record(
-                job, due_ns, sent, end, stamps, events, status, outcome, error, header_timings
+                job, due_ns, sent, end, stamps, reads, status, outcome, error, header_timings
             )
         )
 
     async def _read_events(
-        self, response: httpx.Response, events: list[tuple[int, bytes]], stamps: _Stamps
+        self, response: httpx.Response, reads: list[Read], stamps: _Stamps
     ) -> None:
-        """Read the body, keeping every SSE event's data with its arrival time."""
+        """Read the body, keeping the SSE events each read completed with its arrival time
+        (undecoded: ``summarize_reads`` classifies them once the stream has ended)."""
         decoder = SSEDecoder()
-        feed = decoder.feed
-        append = events.append
-        stamped = response.extensions.get(STAMPED)
+        feed = decoder.feed_raw
+        append = reads.append
+        stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
-            async for ts, data in stamped.stamped():
+
+            def take(ts: int, data: bytes) -> None:
                 if stamps.first_byte is None:
                     stamps.first_byte = ts
-                for payload in feed(data):
-                    append((ts, payload))
+                got = feed(data)
+                if got:
+                    append((ts, got))
+
+            await stamped.drain(take)
         else:
             now_ns = self._now_ns
             async for data in response.aiter_raw():
                 ts = now_ns()
                 if stamps.first_byte is None:
                     stamps.first_byte = ts
-                for payload in feed(data):
-                    append((ts, payload))
+                got = feed(data)
+                if got:
+                    append((ts, got))
         tail = decoder.flush()
         if tail:
-            ts = self._now_ns()
-            events.extend((ts, payload) for payload in tail)
+            append((self._now_ns(), tail))
 
     def _record(
         self,
@@ -228,13 +235,13 @@ class StreamingClient:
         sent_ns: int,
         end_ns: int,
         stamps: _Stamps,
-        events: list[tuple[int, bytes]],
+        reads: list[Read],
         status: int | None,
         outcome: str,
         error: str | None,
         header_timings: ServerTimings | None = None,
     ) -> RequestRecord:
-        parsed = summarize_stream(events, sent_ns)
+        parsed = summarize_reads(reads, sent_ns)
         if outcome == s.OUTCOME_OK:
             if parsed.error is not None:
                 outcome, error = s.OUTCOME_PROTOCOL_ERROR, parsed.error

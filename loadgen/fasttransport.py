@@ -23,6 +23,7 @@ from typing import Any, cast
 import httptools
 import httpx
 
+from loadgen.read_deadline import ReadDeadline
 from loadgen.transport import STAMPED
 
 _HIGH_WATER = 4 * 1024 * 1024
@@ -38,10 +39,12 @@ class _Exchange:
         "buffered",
         "chunks",
         "complete",
+        "deadline",
         "error",
         "headers",
         "headers_done",
         "keep_alive",
+        "sink",
         "status",
         "waiter",
     )
@@ -56,6 +59,9 @@ class _Exchange:
         self.keep_alive = False
         self.error: Exception | None = None
         self.waiter: asyncio.Future[None] | None = None
+        self.sink: Callable[[int, bytes], None] | None = None
+        """While set (``drain``), each read goes straight to it instead of ``chunks``."""
+        self.deadline: ReadDeadline | None = None
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -74,6 +80,9 @@ class _Connection(asyncio.Protocol):
         self._exchange: _Exchange | None = None
         self._parser: httptools.HttpResponseParser | None = None
         self._pieces: list[bytes] = []
+        # httptools' ``on_body`` callback, once per HTTP chunk: the list's own append, so no
+        # Python frame per chunk (the parser looks the callback up when it is created).
+        self.on_body: Callable[[bytes], None] = self._pieces.append
         self._paused = False
 
     # -- asyncio.Protocol
@@ -99,6 +108,18 @@ class _Connection(asyncio.Protocol):
         # One stamped piece per socket read, however many HTTP chunks it carried.
         body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         pieces.clear()
+        sink = ex.sink
+        if sink is not None:
+            try:
+                sink(stamp, body)
+            except Exception as exc:  # the consumer failed: so does the exchange
+                ex.error = exc  # even when this read completed the message
+                ex.wake()
+                self.abort()
+                return
+            if ex.deadline is not None:
+                ex.deadline.restart()
+            return
         ex.chunks.append((stamp, body))
         ex.buffered += len(body)
         if ex.buffered > _HIGH_WATER and not self._paused and self.transport is not None:
@@ -138,9 +159,6 @@ class _Connection(asyncio.Protocol):
         ex.status = self._parser.get_status_code()
         if not ex.headers_done.done():
             ex.headers_done.set_result(None)
-
-    def on_body(self, body: bytes) -> None:
-        self._pieces.append(body)
 
     def on_message_complete(self) -> None:
         # Runs inside feed_data: data_received hands this read's body on right after.
@@ -206,6 +224,8 @@ class _StampedBody(httpx.AsyncByteStream):
         conn = self._conn
         chunks = ex.chunks
         loop = asyncio.get_running_loop()
+        timeout_s = self._read_timeout_s
+        deadline = ReadDeadline(loop, timeout_s) if timeout_s is not None else None
         try:
             while True:
                 while chunks:
@@ -218,18 +238,56 @@ class _StampedBody(httpx.AsyncByteStream):
                     raise ex.error
                 waiter = loop.create_future()
                 ex.waiter = waiter
-                timer = (
-                    loop.call_later(self._read_timeout_s, _expire, waiter)
-                    if self._read_timeout_s is not None
-                    else None
-                )
+                if deadline is not None:
+                    deadline.waiting(waiter)
                 try:
                     await waiter
                 finally:
                     ex.waiter = None
-                    if timer is not None:
-                        timer.cancel()
         finally:
+            if deadline is not None:
+                deadline.cancel()
+            await self.aclose()
+
+    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+        """Give ``sink`` each read's ``(arrival_ns, bytes)``, as ``stamped()`` yields them,
+        until the body ends; raises what ``stamped()`` raises.
+
+        ``sink`` runs inside the protocol's ``data_received``: no task switch and no future
+        per read, only one wait for the whole body (the read timeout restarts with every
+        read). It must be quick and must not raise (that fails the exchange).
+        """
+        ex = self._ex
+        conn = self._conn
+        loop = asyncio.get_running_loop()
+        timeout_s = self._read_timeout_s
+        deadline = ReadDeadline(loop, timeout_s) if timeout_s is not None else None
+        try:
+            chunks = ex.chunks
+            while chunks:
+                stamp, data = chunks.popleft()
+                conn.consumed(len(data))
+                sink(stamp, data)
+            ex.sink = sink
+            ex.deadline = deadline
+            while not ex.complete:
+                if ex.error is not None:
+                    raise ex.error
+                waiter = loop.create_future()
+                ex.waiter = waiter
+                if deadline is not None:
+                    deadline.waiting(waiter)
+                try:
+                    await waiter
+                finally:
+                    ex.waiter = None
+            if ex.error is not None:  # the sink failed on the last read
+                raise ex.error
+        finally:
+            ex.sink = None
+            ex.deadline = None
+            if deadline is not None:
+                deadline.cancel()
             await self.aclose()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -244,11 +302,6 @@ class _StampedBody(httpx.AsyncByteStream):
         reusable = ex.complete and ex.keep_alive and ex.error is None and not self._conn.closed
         self._conn.finish()
         self._release(self._conn, reusable)
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(httpx.ReadTimeout("no bytes received within the read timeout"))
 
 
 class FastTransport(httpx.AsyncBaseTransport):

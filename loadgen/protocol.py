@@ -328,7 +328,7 @@ _PLAIN_CONTENT = re.compile(rb'"(?:delta":\{"content|text)":"(?!")')
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":(\d+)')
 
 
-def _plain_content_tokens(payload: bytes) -> int | None:
+def plain_content_tokens(payload: bytes) -> int | None:
     """For a chunk that is certainly plain content with no finish reason, its
     cumulative completion tokens (-1 when it carries no usage); None for anything else.
 
@@ -336,11 +336,119 @@ def _plain_content_tokens(payload: bytes) -> int | None:
     serialised chunks; any other shape falls through to the full decode.
     """
     # Errors carry no content delta, and server timings ride on the final chunk (whose
-    # finish_reason is set), so these two checks are enough.
-    if b'"finish_reason":null' not in payload or _PLAIN_CONTENT.search(payload) is None:
+    # finish_reason is set), so these two checks are enough. (``find``, not ``in``: see
+    # loadgen.sse.)
+    if payload.find(b'"finish_reason":null') < 0 or _PLAIN_CONTENT.search(payload) is None:
         return None
     match = _COMPLETION_TOKENS.search(payload)
     return int(match.group(1)) if match is not None else -1
+
+
+class StreamState:
+    """A response's events classified so far, fed in arrival order (``add``, one event).
+
+    The reference per-event path of ``summarize_stream``; ``loadgen.sse_bulk`` also appends
+    whole runs of plain content chunks to ``content``/``tokens`` the way ``add`` would.
+    """
+
+    __slots__ = (
+        "content",
+        "done",
+        "error",
+        "finish",
+        "first_reasoning",
+        "first_token",
+        "last_completion",
+        "reasoning",
+        "sent_ns",
+        "timings",
+        "tokens",
+        "tokens_known",
+        "usage_raw",
+    )
+
+    def __init__(self, sent_ns: int) -> None:
+        self.sent_ns = sent_ns
+        self.content: list[int] = []
+        self.reasoning: list[int] = []
+        self.tokens: list[int] = []
+        self.tokens_known = True
+        self.last_completion = 0
+        self.first_token: int | None = None
+        self.first_reasoning: int | None = None
+        self.usage_raw: Any = None
+        self.timings: ServerTimings | None = None
+        self.finish: str | None = None
+        self.done = False
+        self.error: str | None = None
+
+    def add(self, ts: int, payload: bytes) -> None:
+        """Classify one event's data, which arrived at ``ts``."""
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        plain = plain_content_tokens(payload)
+        if plain is not None:
+            if self.first_token is None:
+                self.first_token = ts
+            self.content.append((ts - self.sent_ns) // 1000)
+            if plain >= 0:
+                self.tokens.append(plain - self.last_completion)
+                self.last_completion = plain
+            else:
+                self.tokens_known = False
+            return
+        try:
+            obj = _decode(payload)
+        except ValueError as exc:
+            self.error = self.error or str(exc)
+            return
+        self._add_decoded(ts, obj)
+
+    def _add_decoded(self, ts: int, obj: dict[str, Any]) -> None:
+        kind, chunk_finish = _kind(obj)
+        raw = obj.get("usage")
+        if raw is not None:
+            self.usage_raw = raw
+        if "metrics" in obj or "timings" in obj:
+            self.timings = parse_timings(obj) or self.timings
+        if chunk_finish is not None:
+            self.finish = chunk_finish
+        if kind is Kind.CONTENT:
+            if self.first_token is None:
+                self.first_token = ts
+            self.content.append((ts - self.sent_ns) // 1000)
+            completion = raw.get("completion_tokens") if isinstance(raw, dict) else None
+            if isinstance(completion, int):
+                self.tokens.append(completion - self.last_completion)
+                self.last_completion = completion
+            else:
+                self.tokens_known = False
+        elif kind is Kind.REASONING:
+            if self.first_reasoning is None:
+                self.first_reasoning = ts
+            self.reasoning.append((ts - self.sent_ns) // 1000)
+            completion = raw.get("completion_tokens") if isinstance(raw, dict) else None
+            if isinstance(completion, int):
+                self.last_completion = completion
+        elif kind is Kind.ERROR:
+            self.error = self.error or f"server error in stream: {_error_message(obj)}"
+
+    def summary(self) -> StreamSummary:
+        """What the events added so far said."""
+        content = self.content
+        return StreamSummary(
+            content_offsets_us=content,
+            chunk_tokens=self.tokens if self.tokens_known and content else None,
+            reasoning_offsets_us=self.reasoning,
+            first_token_ns=self.first_token,
+            first_reasoning_ns=self.first_reasoning,
+            usage=parse_usage(self.usage_raw),
+            timings=self.timings,
+            finish_reason=self.finish,
+            done=self.done,
+            error=self.error,
+        )
 
 
 def summarize_stream(events: list[tuple[int, bytes]], sent_ns: int) -> StreamSummary:
@@ -350,74 +458,8 @@ def summarize_stream(events: list[tuple[int, bytes]], sent_ns: int) -> StreamSum
     come from cumulative ``usage.completion_tokens`` when the server sends usage on every
     chunk (vLLM's ``continuous_usage_stats``); otherwise they are unknown (None).
     """
-    content: list[int] = []
-    reasoning: list[int] = []
-    tokens: list[int] = []
-    tokens_known = True
-    last_completion = 0
-    first_token: int | None = None
-    first_reasoning: int | None = None
-    usage_raw: Any = None
-    timings: ServerTimings | None = None
-    finish: str | None = None
-    done = False
-    error: str | None = None
+    state = StreamState(sent_ns)
+    add = state.add
     for ts, payload in events:
-        if payload == b"[DONE]":
-            done = True
-            continue
-        plain = _plain_content_tokens(payload)
-        if plain is not None:
-            if first_token is None:
-                first_token = ts
-            content.append((ts - sent_ns) // 1000)
-            if plain >= 0:
-                tokens.append(plain - last_completion)
-                last_completion = plain
-            else:
-                tokens_known = False
-            continue
-        try:
-            obj = _decode(payload)
-        except ValueError as exc:
-            error = error or str(exc)
-            continue
-        kind, chunk_finish = _kind(obj)
-        raw = obj.get("usage")
-        if raw is not None:
-            usage_raw = raw
-        if "metrics" in obj or "timings" in obj:
-            timings = parse_timings(obj) or timings
-        if chunk_finish is not None:
-            finish = chunk_finish
-        if kind is Kind.CONTENT:
-            if first_token is None:
-                first_token = ts
-            content.append((ts - sent_ns) // 1000)
-            completion = raw.get("completion_tokens") if isinstance(raw, dict) else None
-            if isinstance(completion, int):
-                tokens.append(completion - last_completion)
-                last_completion = completion
-            else:
-                tokens_known = False
-        elif kind is Kind.REASONING:
-            if first_reasoning is None:
-                first_reasoning = ts
-            reasoning.append((ts - sent_ns) // 1000)
-            completion = raw.get("completion_tokens") if isinstance(raw, dict) else None
-            if isinstance(completion, int):
-                last_completion = completion
-        elif kind is Kind.ERROR:
-            error = error or f"server error in stream: {_error_message(obj)}"
-    return StreamSummary(
-        content_offsets_us=content,
-        chunk_tokens=tokens if tokens_known and content else None,
-        reasoning_offsets_us=reasoning,
-        first_token_ns=first_token,
-        first_reasoning_ns=first_reasoning,
-        usage=parse_usage(usage_raw),
-        timings=timings,
-        finish_reason=finish,
-        done=done,
-        error=error,
-    )
+        add(ts, payload)
+    return state.summary()

@@ -23,6 +23,9 @@ class StampedStream(Protocol):
 
     def stamped(self) -> AsyncIterator[tuple[int, bytes]]: ...
 
+    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+        """Call ``sink`` with every pair ``stamped()`` yields, until the body ends."""
+
 
 class _StampingStream(httpx.AsyncByteStream):
     """Wraps a transport's body stream; iterating ``stamped()`` yields arrival-stamped reads."""
@@ -37,6 +40,11 @@ class _StampingStream(httpx.AsyncByteStream):
         now_ns = self._now_ns
         async for data in self._inner:
             yield now_ns(), data
+
+    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+        now_ns = self._now_ns
+        async for data in self._inner:
+            sink(now_ns(), data)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for data in self._inner:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from loadgen.clock import Clock
 from loadgen.fasttransport import FastTransport
+from loadgen.read_deadline import ReadDeadline
 from loadgen.transport import STAMPED
 
 SSE = b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
@@ -97,6 +98,17 @@ async def fetch(client: httpx.AsyncClient, url: str) -> tuple[int, list[tuple[in
     async with client.stream("POST", url + "/v1/x", content=b'{"a":1}') as resp:
         stamped = resp.extensions[STAMPED]
         pieces = [item async for item in stamped.stamped()]
+        return resp.status_code, pieces
+
+
+async def fetch_drained(
+    client: httpx.AsyncClient, url: str, *, wait_s: float = 0.0
+) -> tuple[int, list[tuple[int, bytes]]]:
+    """As ``fetch``, through ``drain``; ``wait_s`` lets reads queue up before it starts."""
+    async with client.stream("POST", url + "/v1/x", content=b'{"a":1}') as resp:
+        await asyncio.sleep(wait_s)
+        pieces: list[tuple[int, bytes]] = []
+        await resp.extensions[STAMPED].drain(lambda ts, data: pieces.append((ts, data)))
         return resp.status_code, pieces
 
 
@@ -195,6 +207,94 @@ def test_read_timeout_between_chunks() -> None:
                     await fetch(client, url)
 
     run(main())
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 0.05])
+def test_drain_gives_what_stamped_yields(wait_s: float) -> None:
+    async def main() -> None:
+        data = response(SSE, sizes=(5, 7, 3))
+        async with (
+            scripted_server([data, data], splits=(10, 40, 60)) as (url, _),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            status, pieces = await fetch_drained(client, url, wait_s=wait_s)
+            _, again = await fetch_drained(client, url)  # the connection was kept alive
+        assert status == 200
+        assert b"".join(p for _, p in pieces) == SSE == b"".join(p for _, p in again)
+        stamps = [t for t, _ in pieces]
+        assert stamps == sorted(stamps)
+
+    run(main())
+
+
+def test_drain_read_timeout_between_chunks() -> None:
+    async def main() -> None:
+        head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
+        transport = FastTransport(Clock().now_ns)
+        async with (
+            scripted_server([head + b"0\r\n\r\n"], splits=(len(head),)) as (url, _),
+            httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(0.001)) as client,
+        ):
+            with pytest.raises(httpx.ReadTimeout):
+                await fetch_drained(client, url)
+
+    run(main())
+
+
+@pytest.mark.parametrize("fail_on", [1, 2, 3], ids=["buffered", "mid-body", "last-read"])
+def test_a_failing_sink_fails_the_exchange(fail_on: int) -> None:
+    calls = 0
+
+    def sink(ts: int, data: bytes) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == fail_on:  # 3: the read that also completes the message
+            raise ValueError("sink failed")
+
+    data = response(SSE)
+    body_at = data.index(b"\r\n\r\n") + 4
+    splits = (body_at + 8, body_at + 20)  # three reads of the body
+
+    async def main() -> None:
+        async with (
+            scripted_server([data, data], splits=splits) as (url, _),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            async with client.stream("POST", url + "/v1/x", content=b"{}") as resp:
+                with pytest.raises(ValueError, match="sink failed"):
+                    await resp.extensions[STAMPED].drain(sink)
+            status, pieces = await fetch(client, url)  # on a new connection
+            assert status == 200
+            assert b"".join(p for _, p in pieces) == SSE
+
+    run(main())
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def test_read_deadline_counts_from_the_start_of_each_wait() -> None:
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        deadline = ReadDeadline(loop, 0.05)
+        out: list[str] = []
+        # Bytes come after each hold: three waits within the timeout (longer than it
+        # together), then one beyond it.
+        for hold in (0.03, 0.03, 0.03, 0.08):
+            waiter: asyncio.Future[None] = loop.create_future()
+            deadline.waiting(waiter)
+            loop.call_later(hold, _resolve, waiter)
+            try:
+                await waiter
+                out.append("bytes")
+            except httpx.ReadTimeout:
+                out.append("timeout")
+        deadline.cancel()
+        return out
+
+    assert run(main()) == ["bytes", "bytes", "bytes", "timeout"]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

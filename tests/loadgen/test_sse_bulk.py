@@ -1,0 +1,298 @@
+"""The bulk path (``feed_raw`` + ``summarize_reads``) against the per-event reference.
+
+The reference is what the client did before: ``SSEDecoder.feed`` per read, one
+``(ts, data)`` per event, ``summarize_stream``. For any bytes split into reads at any points,
+both must give the same ``StreamSummary``; the strategies mix every kind of chunk (and bytes
+that only look like them) so that runs of plain content are interrupted anywhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadgen import sse_bulk
+from loadgen.protocol import StreamState, StreamSummary, summarize_stream
+from loadgen.sse import SSEDecoder, decode_blocks
+from loadgen.sse_bulk import Read, summarize_reads
+
+HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1795953908, "model": "m"}
+
+
+def reference(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
+    dec = SSEDecoder()
+    events: list[tuple[int, bytes]] = []
+    for ts, data in zip(stamps, pieces, strict=True):
+        events.extend((ts, payload) for payload in dec.feed(data))
+    events.extend((end_ns, payload) for payload in dec.flush())
+    return summarize_stream(events, 1_000)
+
+
+def bulk(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
+    dec = SSEDecoder()
+    reads: list[Read] = []
+    for ts, data in zip(stamps, pieces, strict=True):
+        got = dec.feed_raw(data)
+        if got:
+            reads.append((ts, got))
+    tail = dec.flush()
+    if tail:
+        reads.append((end_ns, tail))
+    return summarize_reads(reads, 1_000)
+
+
+def split(stream: bytes, cuts: list[int]) -> list[bytes]:
+    bounds = [0, *sorted(cuts), len(stream)]
+    return [stream[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def usage(completion: object) -> dict[str, object]:
+    return {"prompt_tokens": 7, "total_tokens": 9, "completion_tokens": completion}
+
+
+tokens_value = st.one_of(
+    st.integers(0, 300), st.integers(0, 2**64 - 1), st.sampled_from(["5", None, 1.5])
+)
+
+
+@st.composite
+def json_chunk(draw: st.DrawFn) -> bytes:
+    """A compact (orjson) chunk of any kind a server sends."""
+    kind = draw(
+        st.sampled_from(
+            [
+                *("chat", "chat", "chat", "text", "llama", "role", "reasoning", "finish"),
+                *("usage", "error", "empty", "tool"),
+            ]
+        )
+    )
+    text = draw(st.text(max_size=6))
+    finish = draw(st.sampled_from([None, None, None, "length", "stop"]))
+    obj: dict[str, object] = dict(HEAD)
+    if kind == "chat":
+        obj["choices"] = [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]
+    elif kind == "text":
+        obj["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
+    elif kind == "llama":
+        obj = {"choices": [{"finish_reason": finish, "index": 0, "delta": {"content": text}}]}
+        obj.update(HEAD)
+    elif kind == "role":
+        obj["choices"] = [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        ]
+    elif kind == "reasoning":
+        obj["choices"] = [{"index": 0, "delta": {"reasoning_content": text}, "finish_reason": None}]
+    elif kind == "finish":
+        obj["choices"] = [{"index": 0, "delta": {}, "finish_reason": finish or "stop"}]
+    elif kind == "usage":
+        obj["choices"] = []
+        obj["metrics"] = {"queue_ms": 1.0, "prefill_ms": 2.0}
+    elif kind == "error":
+        obj = {"error": {"message": text, "code": 500}}
+    elif kind == "empty":
+        obj["choices"] = [{"index": 0, "delta": {"content": ""}, "finish_reason": None}]
+    else:
+        obj["choices"] = [
+            {"index": 0, "delta": {"tool_calls": [{"index": 0}]}, "finish_reason": None}
+        ]
+    if kind != "error" and draw(st.booleans()):
+        obj["usage"] = usage(draw(tokens_value))
+    return orjson.dumps(obj)
+
+
+FRAGMENTS = [
+    b'"delta":{"content":"',
+    b'"text":"',
+    b'"finish_reason":null',
+    b'"completion_tokens":',
+    b'"completion_tokens":7',
+    b'"completion_tokens":007',
+    b'"completion_tokens":12345678901234567890123',
+    b'"finish_reason":"stop"',
+    b'{"content":"',
+    b'"next":"a',
+    b'_reason":null',
+    b'_tokens":3',
+    b'"',
+    b"x",
+    b"{",
+    b"}",
+    b",",
+    b"[DONE]",
+    b"data: ",
+]
+
+
+@st.composite
+def odd_payload(draw: st.DrawFn) -> bytes:
+    """Bytes built from the keys the byte checks look for: mostly not JSON at all."""
+    return b"".join(draw(st.lists(st.sampled_from(FRAGMENTS), max_size=8)))
+
+
+@st.composite
+def plain_chunks(draw: st.DrawFn) -> list[bytes]:
+    """Plain content chunks of one layout, with cumulative usage or without."""
+    layout = draw(st.sampled_from(["chat", "text", "llama"]))
+    usage_kind = draw(st.sampled_from(["cumulative", "none", "fixed", "odd"]))
+    out: list[bytes] = []
+    completion = draw(st.integers(0, 2**64 - 100))
+    for _ in range(draw(st.integers(1, 12))):
+        text = draw(st.text(min_size=1, max_size=4))
+        if layout == "chat":
+            choice = {"index": 0, "delta": {"content": text}, "finish_reason": None}
+            obj: dict[str, object] = {**HEAD, "choices": [choice]}
+        elif layout == "text":
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+            obj = {**HEAD, "choices": [choice]}
+        else:
+            choice = {"finish_reason": None, "index": 0, "delta": {"content": text}}
+            obj = {"choices": [choice], **HEAD}
+        completion += draw(st.integers(0, 3))
+        if usage_kind == "cumulative":
+            obj["usage"] = usage(completion)
+        elif usage_kind == "fixed":
+            obj["usage"] = usage(5)
+        elif usage_kind == "odd":
+            obj["usage"] = usage(draw(tokens_value))
+        out.append(orjson.dumps(obj))
+    return out
+
+
+@st.composite
+def near_plain(draw: st.DrawFn, line: bytes) -> bytes:
+    """A plain content line changed where the byte checks look: a key removed, renamed or
+    emptied, a fragment inserted anywhere (a second usage key, say) and maybe more, or cut
+    short."""
+    how = draw(st.integers(0, 5))
+    if how == 0:
+        return line.replace(b'"finish_reason":null', b'"stop_reason":null')
+    if how == 1:
+        return line.replace(b'{"content":"', b'{"content":""').replace(b'"text":"', b'"text":""')
+    if how == 2:
+        return line.replace(draw(st.sampled_from(FRAGMENTS)), b"")
+    if how == 3:
+        return line[: draw(st.integers(0, len(line)))]
+    cut = draw(st.integers(0, len(line)))
+    line = line[:cut] + draw(st.sampled_from(FRAGMENTS)) + line[cut:]
+    return draw(near_plain(line)) if draw(st.booleans()) else line
+
+
+@st.composite
+def sse_stream(draw: st.DrawFn) -> bytes:
+    """Events of every kind, mostly plain content in long runs, framed in every way."""
+    plain = draw(plain_chunks())
+    one = plain[0]
+    out: list[bytes] = []
+    for _ in range(draw(st.integers(0, 30))):
+        pick = draw(st.integers(0, 21))
+        if pick < 10:
+            out.extend(b"data: " + p + b"\n\n" for p in plain)
+        elif pick < 12:
+            out.append(b"data: " + draw(json_chunk()) + b"\n\n")
+        elif pick < 14:
+            out.append(b"data: " + draw(odd_payload()) + b"\n\n")
+        elif pick == 14:
+            out.append(b"data: [DONE]\n\n")
+        elif pick == 15:  # multi-line data, or data without the space
+            out.append(b"data: " + one + b"\ndata:" + one + b"\n\n")
+        elif pick == 16:  # comments and extra blank lines
+            out.append(draw(st.sampled_from([b": ping\n\n", b"\n", b"\n\n\n", b"event: x\n"])))
+        elif pick == 17:
+            out.append(b"data: " + one + draw(st.sampled_from([b"\r\n\r\n", b"\r\r", b"\n"])))
+        else:
+            out.append(b"data: " + draw(near_plain(one)) + b"\n\n")
+    if draw(st.booleans()) and out:
+        out[-1] = out[-1].rstrip(b"\n")  # no final blank line: flush dispatches it
+    return b"".join(out)
+
+
+@pytest.fixture(params=[0, 512], ids=["bulk-always", "default"])
+def small_text(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sse_bulk, "_SMALL_TEXT", request.param)
+
+
+@pytest.mark.usefixtures("small_text")
+@settings(max_examples=400, deadline=None)
+@given(stream=sse_stream(), data=st.data())
+def test_bulk_summary_equals_per_event_reference(stream: bytes, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=20))
+    pieces = split(stream, cuts)
+    stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
+    assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
+
+
+@st.composite
+def raw_stream(draw: st.DrawFn) -> bytes:
+    parts = draw(
+        st.lists(
+            st.sampled_from(
+                [b"data: a", b"data: b", b"data:c", b"\n", b"\r", b"\r\n", b": c", b"x"]
+            ),
+            max_size=30,
+        )
+    )
+    return b"".join(parts)
+
+
+@settings(max_examples=400, deadline=None)
+@given(stream=st.one_of(raw_stream(), sse_stream(), st.binary(max_size=120)), data=st.data())
+def test_feed_raw_decodes_to_what_feed_returns(stream: bytes, data: st.DataObject) -> None:
+    pieces = split(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    ref, raw = SSEDecoder(), SSEDecoder()
+    for piece in pieces:
+        got = raw.feed_raw(piece)
+        assert (decode_blocks(got) if isinstance(got, bytes) else got) == ref.feed(piece)
+    assert raw.flush() == ref.flush()
+
+
+def vllm_stream(n: int, *, continuous: bool, api: str = "chat") -> bytes:
+    chunks: list[dict[str, object]] = [
+        {**HEAD, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    ]
+    for k in range(1, n + 1):
+        if api == "chat":
+            choice: dict[str, object] = {"index": 0, "delta": {"content": f" t{k}"}}
+        else:
+            choice = {"index": 0, "text": f" t{k}"}
+        choice.update({"logprobs": None, "finish_reason": None})
+        chunk: dict[str, object] = {**HEAD, "choices": [choice]}
+        if continuous:
+            chunk["usage"] = usage(k)
+        chunks.append(chunk)
+    chunks.append({**HEAD, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+    chunks.append({**HEAD, "choices": [], "usage": usage(n)})
+    events = [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks]
+    return b"".join(events) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("paced", [False, True], ids=["bursts", "paced"])
+@pytest.mark.parametrize("continuous", [True, False])
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_plain_runs_skip_the_per_event_path(
+    continuous: bool, api: str, paced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+    add = StreamState.add
+
+    def counting_add(self: StreamState, ts: int, payload: bytes) -> None:
+        nonlocal calls
+        calls += 1
+        add(self, ts, payload)
+
+    monkeypatch.setattr(StreamState, "add", counting_add)
+    stream = vllm_stream(200, continuous=continuous, api=api)
+    if paced:  # one event per read, as when tokens come slower than the client reads
+        ends = [i + 2 for i in range(len(stream) - 1) if stream[i : i + 2] == b"\n\n"]
+        pieces = split(stream, ends[:-1])
+    else:
+        pieces = split(stream, [len(stream) // 3, len(stream) // 2])
+    stamps = [1_000_000 * (i + 2) for i in range(len(pieces))]
+    summary = bulk(pieces, stamps, 10**9)
+    assert calls <= 4 + 2 * 3  # role, finish, usage, [DONE], read boundaries
+    assert len(summary.content_offsets_us) == 200
+    assert summary.chunk_tokens == ([1] * 200 if continuous else None)
+    assert summary == reference(pieces, stamps, 10**9)
