@@ -163,18 +163,24 @@ def _alone_prefill_ms(arrivals: list[Arrival], shape: EngineShape) -> dict[tuple
     return out
 
 
-def try_load_aware(
+def predict_phases(
     lf: pl.LazyFrame,
     budget: BudgetModel,
     *,
     network_ms: float,
     time_scale: float,
+    load_aware: bool,
     deployment: Deployment | None,
+    calibrated: bool,
     max_steps: int,
-) -> LoadAwareResult:
-    """``load_aware_phases``, or no predictions (with the reason) when the replay fails."""
+) -> tuple[str, pl.DataFrame]:
+    """How the server terms are predicted, and the replay's phases: none at batch 1
+    (``load_aware`` off, or the replay failed, the description says why)."""
+    batch_1 = "batch-1 budget" + (" (calibrated)" if calibrated else "")
+    if not load_aware:
+        return batch_1, empty_phases()
     try:
-        return load_aware_phases(
+        replay = load_aware_phases(
             lf,
             budget,
             network_ms=network_ms,
@@ -183,6 +189,7 @@ def try_load_aware(
             max_steps=max_steps,
         )
     except BudgetError as exc:
-        return LoadAwareResult(
-            frame=empty_phases(), requests=0, description=f"batch-1 predictions ({exc})"
-        )
+        return f"batch-1 predictions ({exc})", empty_phases()
+    if replay.requests and calibrated:
+        return replay.description + ", at the calibrated efficiency", replay.frame
+    return replay.description, replay.frame

@@ -22,8 +22,8 @@ cached`` tokens, one decode step for the first token or none, the KV transfer ov
 budget's link or none). The network is estimated once for the run, and the queue is the
 remainder, clamped at 0; a negative remainder is kept as ``overshoot_ms`` (<= 0) so the
 parts still add up. The ``budget_*`` columns stay the batch-1 budget, except the queue's,
-which is the replay's predicted queue (null without a replay). The budget model the predictions come
-from is ``analyzers.decompose_budget``'s ``BudgetModel``.
+which is the replay's predicted queue (null without a replay). The budget model the
+predictions come from is ``analyzers.decompose_budget``'s ``BudgetModel``.
 
 Must not import loadgen or httpx.
 """
@@ -47,7 +47,7 @@ from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.decompose_budget import BudgetModel
-from analyzers.decompose_load import ROW, empty_phases, try_load_aware
+from analyzers.decompose_load import ROW, empty_phases, predict_phases
 from analyzers.errors import AnalyzerError, BudgetError
 from analyzers.frames import RowSelection, scan_run, select_rows
 from analyzers.validity import ValidityThresholds
@@ -417,25 +417,22 @@ def request_terms(
         prefill_fallback = "calibrated"
     prediction, phases = "", empty_phases()
     if budget is not None and needs_prediction:
-        prediction = "batch-1 budget" + (" (calibrated)" if calibration is not None else "")
-        if options.load_aware:
-            deploy = None
-            if calibration is not None:
-                eff = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
-                deploy = calibrated(budget.deployment, _as_calibration(calibration, eff))
-            replay = try_load_aware(
-                scanned,
-                budget,
-                network_ms=network.value_ms,
-                time_scale=options.time_scale,
-                deployment=deploy,
-                max_steps=options.max_replay_steps,
-            )
-            phases, prediction = replay.frame, replay.description
-            if replay.requests and calibration is not None:
-                prediction += ", at the calibrated efficiency"
-            if replay.requests:
-                prefill_fallback = "schedule"
+        deploy = None
+        if calibration is not None:
+            eff = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
+            deploy = calibrated(budget.deployment, _as_calibration(calibration, eff))
+        prediction, phases = predict_phases(
+            scanned,
+            budget,
+            network_ms=network.value_ms,
+            time_scale=options.time_scale,
+            load_aware=options.load_aware,
+            deployment=deploy,
+            calibrated=calibration is not None,
+            max_steps=options.max_replay_steps,
+        )
+        if phases.height:
+            prefill_fallback = "schedule"
     frame = frame.join(phases, on=ROW, how="left")
     if calibration is not None:
         # The calibrated line is what a prompt costs alone on this server; the replay says
