@@ -296,8 +296,10 @@ def test_stall_pauses_mid_stream(sim: SimFactory) -> None:
     gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(arrivals)]
     assert len(gaps) == 5
     # The stall (100 ms) lands before the middle chunk; the machine's noise is far smaller.
+    # Chunks are due at absolute times, so a late chunk before the stall shortens the gap
+    # after it: the stall is measured from the first chunk to the one after it (3 ITLs).
     assert max(range(5), key=gaps.__getitem__) == 2, gaps
-    assert 100.0 <= gaps[2] < 150.0, gaps
+    assert 100.0 <= sum(gaps[:3]) < 150.0, gaps
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
