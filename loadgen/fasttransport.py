@@ -219,13 +219,28 @@ class _StampedBody(httpx.AsyncByteStream):
         self._read_timeout_s = read_timeout_s
         self._closed = False
 
+    def _deadline(self, loop: asyncio.AbstractEventLoop) -> ReadDeadline | None:
+        timeout_s = self._read_timeout_s
+        return ReadDeadline(loop, timeout_s) if timeout_s is not None else None
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop, deadline: ReadDeadline | None) -> None:
+        """Until the protocol wakes this body (bytes, the end, an error) or the read times out."""
+        ex = self._ex
+        waiter = loop.create_future()
+        ex.waiter = waiter
+        if deadline is not None:
+            deadline.waiting(waiter)
+        try:
+            await waiter
+        finally:
+            ex.waiter = None
+
     async def stamped(self) -> AsyncIterator[tuple[int, bytes]]:
         ex = self._ex
         conn = self._conn
         chunks = ex.chunks
         loop = asyncio.get_running_loop()
-        timeout_s = self._read_timeout_s
-        deadline = ReadDeadline(loop, timeout_s) if timeout_s is not None else None
+        deadline = self._deadline(loop)
         try:
             while True:
                 while chunks:
@@ -236,14 +251,7 @@ class _StampedBody(httpx.AsyncByteStream):
                     return
                 if ex.error is not None:
                     raise ex.error
-                waiter = loop.create_future()
-                ex.waiter = waiter
-                if deadline is not None:
-                    deadline.waiting(waiter)
-                try:
-                    await waiter
-                finally:
-                    ex.waiter = None
+                await self._wait(loop, deadline)
         finally:
             if deadline is not None:
                 deadline.cancel()
@@ -260,8 +268,7 @@ class _StampedBody(httpx.AsyncByteStream):
         ex = self._ex
         conn = self._conn
         loop = asyncio.get_running_loop()
-        timeout_s = self._read_timeout_s
-        deadline = ReadDeadline(loop, timeout_s) if timeout_s is not None else None
+        deadline = self._deadline(loop)
         try:
             chunks = ex.chunks
             while chunks:
@@ -273,14 +280,7 @@ class _StampedBody(httpx.AsyncByteStream):
             while not ex.complete:
                 if ex.error is not None:
                     raise ex.error
-                waiter = loop.create_future()
-                ex.waiter = waiter
-                if deadline is not None:
-                    deadline.waiting(waiter)
-                try:
-                    await waiter
-                finally:
-                    ex.waiter = None
+                await self._wait(loop, deadline)
             if ex.error is not None:  # the sink failed on the last read
                 raise ex.error
         finally:

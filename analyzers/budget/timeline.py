@@ -164,7 +164,7 @@ class _Replay:
         self.order = itertools.count()
         self.turn = itertools.count()
         self.link_free: dict[str, float] = {}
-        self.waiting_first = 0
+        self.front_of: dict[int, _Instance] = {}
         for a in arrivals:
             if a.key in self.specs:
                 raise BudgetError(f"request key {a.key} appears twice in the schedule replay")
@@ -206,6 +206,7 @@ class _Replay:
         if kind == "arrive":
             inst = self._choose(self.front)
             self.tracks[key].front = inst.name
+            self.front_of[key] = inst
             spec = SeqSpec(
                 seq_id=key,
                 prompt_tokens=a.prompt_tokens,
@@ -215,7 +216,7 @@ class _Replay:
             inst.pending.append((t, spec))
             return
         # "deliver": the KV cache arrived; the prefill instance frees its blocks.
-        front = next(i for i in self.front if i.name == self.tracks[key].front)
+        front = self.front_of[key]
         front.scheduler.release(key)
         front.kick = t if front.kick is None else min(front.kick, t)
         back = self._choose(self.back)
