@@ -317,14 +317,19 @@ class FastTransport(httpx.AsyncBaseTransport):
         self._now_ns = now_ns
         self._idle: dict[tuple[str, str, int], deque[_Connection]] = {}
         self._limit = asyncio.Semaphore(max_connections) if max_connections else None
-        if isinstance(verify, ssl.SSLContext):
-            self._ssl: ssl.SSLContext = verify
-        else:
+        self._verify = verify
+        # Built on the first https connection: loading the CA store costs ~30 ms, which a
+        # plain-http run would otherwise pay before its first request.
+        self._ssl: ssl.SSLContext | None = verify if isinstance(verify, ssl.SSLContext) else None
+        self._open: set[_Connection] = set()
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
             self._ssl = ssl.create_default_context()
-            if not verify:
+            if not self._verify:
                 self._ssl.check_hostname = False
                 self._ssl.verify_mode = ssl.CERT_NONE
-        self._open: set[_Connection] = set()
+        return self._ssl
 
     async def _connect(
         self, origin: tuple[str, str, int], timeout_s: float | None, trace: Trace | None
@@ -339,7 +344,7 @@ class FastTransport(httpx.AsyncBaseTransport):
                     lambda: _Connection(self._now_ns),
                     host,
                     port,
-                    ssl=self._ssl if scheme == "https" else None,
+                    ssl=self._ssl_context() if scheme == "https" else None,
                     server_hostname=host if scheme == "https" else None,
                 )
         except TimeoutError as exc:

@@ -209,7 +209,10 @@ async def run_session(
         if opts.workers == 1 and opts.ray is None:
             return [
                 await replay_shard(
-                    plan, on_start=on_start, install_signal_handlers=install_signal_handlers
+                    plan,
+                    on_start=on_start,
+                    install_signal_handlers=install_signal_handlers,
+                    requests=requests,  # read once
                 )
             ]
         from loadgen.workers import run_workers

@@ -28,6 +28,7 @@ from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.shards import select_shard, split_evenly
 from loadgen.transport import default_transport
 from traces.prompts import HFTokenCounter, PromptMaker
+from traces.records import TraceRequest
 
 _SWITCH_INTERVAL_S = 0.0005
 """GIL switch interval during a replay (Python's default is 5 ms)."""
@@ -138,11 +139,14 @@ async def replay_shard(
     on_start: Callable[[StatsView, int], None] | None = None,
     install_signal_handlers: bool = True,
     stop_signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+    requests: list[TraceRequest] | None = None,
 ) -> ShardOutcome:
     """Replay one shard of the trace into ``plan.out_dir`` (in the calling process);
-    ``stop_signals`` stop it gracefully (a second one cancels in-flight requests)."""
+    ``stop_signals`` stop it gracefully (a second one cancels in-flight requests).
+    ``requests``: the trace as ``load_requests`` read it, when the caller already has it."""
     opts = plan.opts
-    requests, _ = load_requests(opts)
+    if requests is None:
+        requests, _ = load_requests(opts)
     mine = select_shard(requests, plan.shard, plan.shards)
     clock = Clock()
     shape = _shard_shape(opts, plan.time_factor, plan.shard, plan.shards)

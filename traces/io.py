@@ -73,7 +73,11 @@ def read_trace_table(path: Path) -> pa.Table:
     if path.is_dir():
         raise TraceFileError(f"{path}: is a directory, expected a trace .parquet file")
     try:
-        table = pq.read_table(path)
+        # One local file: ParquetFile reads it as pq.read_table would (same options, no
+        # partitioning for a single file) without importing pyarrow.dataset and Acero,
+        # which would cost ``loadgen replay`` tens of ms before its first request.
+        with pq.ParquetFile(path) as parquet:
+            table = parquet.read()
     except (OSError, pa.ArrowInvalid) as exc:
         raise TraceFileError(f"{path}: not a readable Parquet file ({exc})") from exc
     table = conform_trace(table, str(path))
