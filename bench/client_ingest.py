@@ -702,6 +702,7 @@ async def _client_loadgen(
             run_id="bench",
             headers=_bench_headers(spec.itl_ms, spec.log),
             transport=transport,
+            defer_records=True,  # as the replay does
         )
 
         # As the replay does: requests are built before they are due, then only sent.
@@ -722,6 +723,7 @@ async def _client_loadgen(
 
         timer.start()
         await _gather_staggered(one, _start_offsets_s(spec))
+        client.flush()  # the records still deferred: their CPU counts too
         timer.stop()
 
     out: list[StreamResult] = []

@@ -5,7 +5,9 @@ read on arrival (the transport does it, and hands each read straight to a callba
 the bytes to the SSE decoder and keep the text of the events each read completed with its
 arrival time. Classifying the events (``loadgen.sse_bulk``) waits until the stream ends.
 Every outcome, including cancellation, becomes exactly one ``RequestRecord`` given to the
-sink; exceptions never escape except cancellation, which is re-raised after recording.
+sink; exceptions never escape except cancellation, which is re-raised after recording. The
+replay defers the classification and the record of a finished stream to the loop's spare
+time (``defer_records``; a cancelled request is still recorded at once).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
 import orjson
 
+from loadgen.deferred import DeferredCalls
 from loadgen.protocol import ServerTimings, Usage, timings_from_headers
 from loadgen.sse import SSEDecoder
 from loadgen.sse_bulk import Read, summarize_reads
@@ -87,9 +91,15 @@ class StreamingClient:
         headers: Mapping[str, str] | None = None,
         timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        defer_records: bool = False,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
-        then built by ``http`` (headers, timeouts) but sent by the transport directly."""
+        then built by ``http`` (headers, timeouts) but sent by the transport directly.
+
+        With ``defer_records``, a finished stream's classification and record wait for the
+        event loop's spare time (``loadgen.deferred``) instead of delaying the reads of other
+        streams; ``flush()`` then gives the sink whatever is still pending."""
+        self._deferred = DeferredCalls() if defer_records else None
         self._http = http
         self._transport = transport
         self._base_url = base_url.rstrip("/")
@@ -101,6 +111,17 @@ class StreamingClient:
         self._headers.setdefault("accept", "text/event-stream")
         self._headers.setdefault("accept-encoding", "identity")
         self._timeout_s = timeout_s
+
+    def flush(self) -> None:
+        """Give their sinks the records still deferred (``defer_records``): call it when
+        the requests are done and before the sinks are closed. Re-raises a sink's error."""
+        if self._deferred is not None:
+            self._deferred.flush()
+
+    @property
+    def deferred(self) -> int:
+        """Records waiting to be built (always 0 without ``defer_records``)."""
+        return len(self._deferred) if self._deferred is not None else 0
 
     def ready(self, job: PreparedRequest) -> ReadyRequest:
         """Build the ``httpx.Request`` now (before the request is due: it costs tens of µs)."""
@@ -190,9 +211,45 @@ class StreamingClient:
             raise
         if end is None:
             end = now_ns()
+        if self._deferred is not None:
+            self._deferred.submit(
+                partial(
+                    self._give,
+                    sink,
+                    job,
+                    due_ns,
+                    sent,
+                    end,
+                    stamps,
+                    reads,
+                    status,
+                    outcome,
+                    error,
+                    header_timings,
+                )
+            )
+            return
+        self._give(
+            sink, job, due_ns, sent, end, stamps, reads, status, outcome, error, header_timings
+        )
+
+    def _give(
+        self,
+        sink: Callable[[RequestRecord], None],
+        job: PreparedRequest,
+        due_ns: int,
+        sent_ns: int,
+        end_ns: int,
+        stamps: _Stamps,
+        reads: list[Read],
+        status: int | None,
+        outcome: str,
+        error: str | None,
+        header_timings: ServerTimings | None,
+    ) -> None:
         sink(
             self._record(
-                job, due_ns, sent, end, stamps, reads, status, outcome, error, header_timings
+                job, due_ns, sent_ns, end_ns, stamps, reads, status, outcome, error, header_timings
             )
         )
 

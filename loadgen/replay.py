@@ -125,16 +125,19 @@ class Replayer:
             await self._sleep_until(start_ns)
         monitor = LoopLagMonitor()
         start = start_ns if start_ns is not None else self._clock.now_ns()
-        async with asyncio.TaskGroup() as tg:
-            monitor_task = tg.create_task(monitor.run())
-            try:
-                if self._shape.concurrency is not None:
-                    await self._closed_loop(tg, start, self._shape.concurrency)
-                else:
-                    await self._open_loop(tg, start)
-                await self._drain()
-            finally:
-                monitor_task.cancel()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                monitor_task = tg.create_task(monitor.run())
+                try:
+                    if self._shape.concurrency is not None:
+                        await self._closed_loop(tg, start, self._shape.concurrency)
+                    else:
+                        await self._open_loop(tg, start)
+                    await self._drain()
+                finally:
+                    monitor_task.cancel()
+        finally:
+            self._client.flush()  # records the client deferred (``defer_records``)
         return ReplayResult(
             dispatched=self._dispatched,
             stop_reason=self._stop_reason,

@@ -170,6 +170,7 @@ async def replay_shard(
             worker=plan.shard,
             timeout_s=opts.request_timeout_s,
             transport=transport,
+            defer_records=True,
         )
         replayer = Replayer(
             requests=mine,
