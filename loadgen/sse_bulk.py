@@ -10,12 +10,18 @@ and counts over the text prove that the matches are exactly its lines, so the ru
 what ``StreamState.add`` adds event by event. Everything else (role, reasoning, finish, usage
 and error chunks, ``[DONE]``, other layouts, multi-line events) goes through
 ``StreamState.add``, one event at a time.
+
+Where the package was built with a C compiler, ``loadgen._sse_scan`` does the same walk in
+C instead, one read at a time (about 0.1-0.2 µs per event against 0.4-1 µs for the regex
+pass); the regex path stays for installs without it. Both are tested against the
+per-event reference on the same generated streams.
 """
 
 from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 from itertools import chain, repeat
 from typing import NamedTuple
 
@@ -60,6 +66,13 @@ _LAYOUTS = {
 """One pattern per layout: chat or completions, content before or after the finish reason
 (vLLM and OpenAI, or llama.cpp), with or without trailing cumulative usage."""
 
+_Scanner = Callable[[bytes, int, int, list[int], list[int] | None, int], tuple[int, int, int, bool]]
+_scan_plain: _Scanner | None
+try:
+    from loadgen._sse_scan import scan_plain as _scan_plain
+except ImportError:  # built without a C compiler: the regex path below gives the same result
+    _scan_plain = None
+
 _SMALL_TEXT = 512
 """A text shorter than this (a couple of events) alone goes event by event: cheaper."""
 
@@ -67,6 +80,15 @@ _SMALL_TEXT = 512
 def summarize_reads(reads: list[Read], sent_ns: int) -> StreamSummary:
     """``summarize_stream`` of the events of ``reads``, each stamped with its read's time."""
     state = StreamState(sent_ns)
+    scan = _scan_plain
+    if scan is not None:
+        for ts, got in reads:
+            if isinstance(got, bytes):
+                _add_scanned(state, ts, got, scan)
+            else:
+                for payload in got:
+                    state.add(ts, payload)
+        return state.summary()
     texts: list[tuple[int, bytes]] = []
     for ts, got in reads:
         if isinstance(got, bytes):
@@ -78,6 +100,33 @@ def summarize_reads(reads: list[Read], sent_ns: int) -> StreamSummary:
                 state.add(ts, payload)
     _add_texts(state, texts)
     return state.summary()
+
+
+def _add_scanned(state: StreamState, ts: int, text: bytes, scan: _Scanner) -> None:
+    """Add the events of ``text`` (whole CR-free blocks, as ``feed_raw`` returns): runs of
+    plain content by the C scan, every other event by ``StreamState.add``."""
+    pos, size = 0, len(text)
+    offset = (ts - state.sent_ns) // 1000
+    while True:
+        tokens = state.tokens if state.tokens_known else None
+        count, pos, last, known = scan(
+            text, pos, offset, state.content, tokens, state.last_completion
+        )
+        if count:
+            if state.first_token is None:
+                state.first_token = ts
+            state.last_completion = last
+            if not known:
+                state.tokens_known = False
+        if pos >= size:
+            return
+        cut = text.find(b"\n\n", pos)
+        payload = event_data(text[pos:] if cut < 0 else text[pos:cut])
+        if payload is not None:
+            state.add(ts, payload)
+        if cut < 0:
+            return
+        pos = cut + 2
 
 
 def _add_texts(state: StreamState, texts: list[tuple[int, bytes]]) -> None:
@@ -133,8 +182,8 @@ def _add_joined(state: StreamState, texts: list[tuple[int, bytes]]) -> None:
         scan = _scan(b"\n\n".join(parts))
         if scan.found is not None:
             # Every part is whole one-line events: two LFs between consecutive ones.
-            lfs = map(len, map(bytes.replace, parts, repeat(b"\n"), repeat(b"")))
-            counts = [(len(part) - rest) // 2 + 1 for part, rest in zip(parts, lfs, strict=True)]
+            lfs = map(bytes.count, parts, repeat(b"\n"))
+            counts = [lf // 2 + 1 for lf in lfs]
             stamped = [(ts, n) for (ts, _), n in zip(texts, counts, strict=True)]
             _add_plain(state, stamped, scan.found, scan.tokens)
             return

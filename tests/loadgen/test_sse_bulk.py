@@ -9,6 +9,7 @@ that only look like them) so that runs of plain content are interrupted anywhere
 from __future__ import annotations
 
 import itertools
+import shutil
 
 import orjson
 import pytest
@@ -210,6 +211,20 @@ def sse_stream(draw: st.DrawFn) -> bytes:
     return b"".join(out)
 
 
+C_SCAN = sse_bulk._scan_plain
+
+
+@pytest.fixture(autouse=True, params=["c", "regex"])
+def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs on both paths: the C scan and the pure-Python regex one."""
+    if request.param == "c":
+        if C_SCAN is None:
+            pytest.skip("loadgen._sse_scan is not built")
+    else:
+        monkeypatch.setattr(sse_bulk, "_scan_plain", None)
+    return str(request.param)
+
+
 @pytest.fixture(params=[0, 512], ids=["bulk-always", "default"])
 def small_text(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sse_bulk, "_SMALL_TEXT", request.param)
@@ -296,3 +311,129 @@ def test_plain_runs_skip_the_per_event_path(
     assert len(summary.content_offsets_us) == 200
     assert summary.chunk_tokens == ([1] * 200 if continuous else None)
     assert summary == reference(pieces, stamps, 10**9)
+
+
+def test_the_c_scan_is_built_where_a_compiler_is() -> None:
+    """``pip install -e .`` builds it; without it the client is about twice as slow."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here")
+    assert C_SCAN is not None, "loadgen._sse_scan is missing: rerun pip install -e ."
+
+
+INSERTS = [*FRAGMENTS, b"1", b"23", b"0", b'\\"', b"\n", b"\n\n", b"data: "]
+KEYS = [b'"finish_reason":null', b'"completion_tokens":', b'"delta":{"content":"', b'"text":"']
+
+
+@st.composite
+def changed_line(draw: st.DrawFn, line: bytes) -> bytes:
+    """``line`` with one change where the count proof looks: inside, before or after one
+    of its keys (a digit or a newline splitting it, a second copy, the key removed or its
+    value changed), or a fragment inserted anywhere."""
+    keys = [k for k in KEYS if line.find(k) >= 0]
+    how = draw(st.integers(0, 6))
+    if how == 6:  # into the content string, between the prefix and the tail lines share
+        start = max(line.find(b'"content":"'), line.find(b'"text":"'))
+        if start >= 0:
+            cut = draw(st.integers(start + 8, len(line)))
+            return line[:cut] + draw(st.sampled_from([b"\n", b"\n\n", *KEYS])) + line[cut:]
+    if how in (0, 6) or not keys:
+        cut = draw(st.integers(0, len(line)))
+        return line[:cut] + draw(st.sampled_from(INSERTS)) + line[cut:]
+    key = draw(st.sampled_from(keys))
+    at = line.find(key)
+    if how == 1:  # split the key
+        cut = at + draw(st.integers(1, len(key) - 1))
+        return line[:cut] + draw(st.sampled_from([b"7", b"\n", b'"'])) + line[cut:]
+    if how == 2:  # a second copy anywhere
+        cut = draw(st.integers(0, len(line)))
+        return line[:cut] + key + draw(st.sampled_from([b"", b"5", b"null"])) + line[cut:]
+    if how == 3:
+        return line.replace(key, b"", 1)
+    if how == 4:  # the value after the key
+        end = at + len(key)
+        return line[:end] + draw(st.sampled_from([b'"', b"null,", b'"stop",', b"9"])) + line[end:]
+    return line.replace(key, key + key, 1)
+
+
+@st.composite
+def template_run(draw: st.DrawFn) -> bytes:
+    """Plain content lines of one layout, some changed where ``_template``\'s count proof
+    looks (``changed_line``), so that the changes of two lines may cancel in the counts."""
+    lines = [b"data: " + p for p in draw(plain_chunks())]
+    out = [draw(changed_line(line)) if draw(st.integers(0, 3)) == 0 else line for line in lines]
+    return b"\n\n".join(out) + draw(st.sampled_from([b"\n\n", b"\n\ndata: [DONE]\n\n", b""]))
+
+
+@pytest.mark.usefixtures("small_text")
+@settings(max_examples=1500, deadline=None)
+@given(stream=template_run(), data=st.data())
+def test_template_runs_equal_per_event_reference(stream: bytes, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=4))
+    pieces = split(stream, cuts)
+    stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
+    assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
+
+
+def _changed(continuous: bool, changes: dict[int, tuple[bytes, bytes]]) -> bytes:
+    lines = vllm_stream(12, continuous=continuous).split(b"\n\n")
+    for i, (old, new) in changes.items():
+        assert lines[i].find(old) >= 0
+        lines[i] = lines[i].replace(old, new, 1)
+    return b"\n\n".join(lines)
+
+
+FIN = b'"finish_reason":null'
+TOK = b'"completion_tokens":'
+
+
+@pytest.mark.parametrize(
+    ("continuous", "changes"),
+    [
+        (False, {5: (b'" t5"', b'" t\n5"')}),  # a newline inside one line
+        (True, {5: (b'" t5"', b'" t\n5"')}),
+        (False, {5: (FIN, b'"finish_reason":"stop"')}),  # a finished chunk in the run
+        (False, {5: (FIN, b'"finish_reason":nul')}),  # no finish key, not JSON
+        (False, {5: (b'"delta":{"content":"', b'"delta":{"contents":"')}),  # no content key
+        (True, {5: (FIN, b'"finish_reason":nu7ll')}),  # a digit inside a key...
+        (True, {5: (FIN, FIN + FIN), 7: (FIN, b'"finish_reason":nu7ll')}),  # ...made up for
+        (True, {5: (FIN, FIN + FIN), 7: (FIN, b'"finish_reason":nul')}),
+        (True, {5: (FIN, TOK + b"1," + FIN), 7: (TOK, b'"completion_tok1ens":')}),
+        (True, {5: (TOK, TOK + b"12345678901234567890")}),  # a count beyond 19 digits
+        (False, {5: (b'{"content":"', b'{"content":""')}),  # empty content
+        (True, {1: (b'" t1"', b'" t1' + FIN + b'"')}),  # the first line's template itself
+        (True, {5: (b',"usage":', b'\ndata: ,"usage":')}),  # usage on a second data line
+    ],
+    ids=[
+        "newline",
+        "newline-usage",
+        "finish-stop",
+        "finish-broken",
+        "content-key-renamed",
+        "digit-in-key",
+        "two-keys-and-none",
+        "two-keys-and-none-usage",
+        "usage-two-and-none",
+        "usage-long",
+        "empty-content",
+        "odd-first-line",
+        "usage-second-line",
+    ],
+)
+def test_template_proof_cases(continuous: bool, changes: dict[int, tuple[bytes, bytes]]) -> None:
+    """Hand-made lines that the count proof must not take for plain content."""
+    stream = _changed(continuous, changes)
+    for cuts in ([], [len(stream) // 2], [len(stream) // 3, 2 * len(stream) // 3]):
+        pieces = split(stream, cuts)
+        stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
+        assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stream=st.one_of(st.binary(max_size=300), raw_stream(), odd_payload().map(b"data: ".__add__)),
+    data=st.data(),
+)
+def test_arbitrary_bytes_equal_per_event_reference(stream: bytes, data: st.DataObject) -> None:
+    pieces = split(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
+    assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)

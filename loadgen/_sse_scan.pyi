@@ -1,0 +1,3 @@
+def scan_plain(
+    text: bytes, pos: int, offset: int, content: list[int], tokens: list[int] | None, last: int, /
+) -> tuple[int, int, int, bool]: ...
