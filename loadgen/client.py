@@ -211,47 +211,23 @@ class StreamingClient:
             raise
         if end is None:
             end = now_ns()
+        make = partial(
+            self._record,
+            job,
+            due_ns,
+            sent,
+            end,
+            stamps,
+            reads,
+            status,
+            outcome,
+            error,
+            header_timings,
+        )
         if self._deferred is not None:
-            self._deferred.submit(
-                partial(
-                    self._give,
-                    sink,
-                    job,
-                    due_ns,
-                    sent,
-                    end,
-                    stamps,
-                    reads,
-                    status,
-                    outcome,
-                    error,
-                    header_timings,
-                )
-            )
-            return
-        self._give(
-            sink, job, due_ns, sent, end, stamps, reads, status, outcome, error, header_timings
-        )
-
-    def _give(
-        self,
-        sink: Callable[[RequestRecord], None],
-        job: PreparedRequest,
-        due_ns: int,
-        sent_ns: int,
-        end_ns: int,
-        stamps: _Stamps,
-        reads: list[Read],
-        status: int | None,
-        outcome: str,
-        error: str | None,
-        header_timings: ServerTimings | None,
-    ) -> None:
-        sink(
-            self._record(
-                job, due_ns, sent_ns, end_ns, stamps, reads, status, outcome, error, header_timings
-            )
-        )
+            self._deferred.submit(lambda: sink(make()))
+        else:
+            sink(make())
 
     async def _read_events(
         self, response: httpx.Response, reads: list[Read], stamps: _Stamps

@@ -46,6 +46,13 @@ def bulk(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
     return summarize_reads(reads, 1_000)
 
 
+def assert_same_as_reference(stream: bytes, cuts: list[int]) -> None:
+    """Split into reads at ``cuts``: the bulk path's summary is the per-event one."""
+    pieces = split(stream, cuts)
+    stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
+    assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
+
+
 def split(stream: bytes, cuts: list[int]) -> list[bytes]:
     bounds = [0, *sorted(cuts), len(stream)]
     return [stream[a:b] for a, b in itertools.pairwise(bounds)]
@@ -234,10 +241,7 @@ def small_text(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 @settings(max_examples=400, deadline=None)
 @given(stream=sse_stream(), data=st.data())
 def test_bulk_summary_equals_per_event_reference(stream: bytes, data: st.DataObject) -> None:
-    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=20))
-    pieces = split(stream, cuts)
-    stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
-    assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
+    assert_same_as_reference(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=20)))
 
 
 @st.composite
@@ -368,10 +372,7 @@ def template_run(draw: st.DrawFn) -> bytes:
 @settings(max_examples=1500, deadline=None)
 @given(stream=template_run(), data=st.data())
 def test_template_runs_equal_per_event_reference(stream: bytes, data: st.DataObject) -> None:
-    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=4))
-    pieces = split(stream, cuts)
-    stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
-    assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
+    assert_same_as_reference(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=4)))
 
 
 def _changed(continuous: bool, changes: dict[int, tuple[bytes, bytes]]) -> bytes:
@@ -423,9 +424,7 @@ def test_template_proof_cases(continuous: bool, changes: dict[int, tuple[bytes, 
     """Hand-made lines that the count proof must not take for plain content."""
     stream = _changed(continuous, changes)
     for cuts in ([], [len(stream) // 2], [len(stream) // 3, 2 * len(stream) // 3]):
-        pieces = split(stream, cuts)
-        stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
-        assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
+        assert_same_as_reference(stream, cuts)
 
 
 @settings(max_examples=300, deadline=None)
@@ -434,6 +433,4 @@ def test_template_proof_cases(continuous: bool, changes: dict[int, tuple[bytes, 
     data=st.data(),
 )
 def test_arbitrary_bytes_equal_per_event_reference(stream: bytes, data: st.DataObject) -> None:
-    pieces = split(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
-    stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
-    assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
+    assert_same_as_reference(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
