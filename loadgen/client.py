@@ -2,12 +2,14 @@
 
 The hot path: stamp connection events through httpx's ``trace`` extension, stamp every body
 read on arrival (the transport does it, and hands each read straight to a callback), feed
-the bytes to the SSE decoder and keep the text of the events each read completed with its
-arrival time. Classifying the events (``loadgen.sse_bulk``) waits until the stream ends.
-Every outcome, including cancellation, becomes exactly one ``RequestRecord`` given to the
-sink; exceptions never escape except cancellation, which is re-raised after recording. The
-replay defers the classification and the record of a finished stream to the loop's spare
-time (``defer_records``; a cancelled request is still recorded at once).
+the bytes to the SSE decoder and add the events each read completed, with its arrival
+time, to the stream's ``StreamState`` (``loadgen.sse_bulk.add_read``: runs of plain content
+chunks by a C scan, without decoding JSON; only the few other chunks are decoded). Nothing
+of a read is kept once it is counted. Every outcome, including cancellation, becomes
+exactly one ``RequestRecord`` given to the sink; exceptions never escape except
+cancellation, which is re-raised after recording. The replay defers building the record of
+a finished stream to the loop's spare time (``defer_records``; a cancelled request is
+still recorded at once).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
-from loadgen.protocol import ServerTimings, Usage, timings_from_headers
+from loadgen.protocol import ServerTimings, StreamState, Usage, timings_from_headers
 from loadgen.sse import SSEDecoder
-from loadgen.sse_bulk import Read, summarize_reads
+from loadgen.sse_bulk import add_read
 from loadgen.transport import STAMPED, StampedStream
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
@@ -96,7 +98,7 @@ class StreamingClient:
         """``transport``, when given, must be the one ``http`` was built with: requests are
         then built by ``http`` (headers, timeouts) but sent by the transport directly.
 
-        With ``defer_records``, a finished stream's classification and record wait for the
+        With ``defer_records``, a finished stream's record waits for the
         event loop's spare time (``loadgen.deferred``) instead of delaying the reads of other
         streams; ``flush()`` then gives the sink whatever is still pending."""
         self._deferred = DeferredCalls() if defer_records else None
@@ -148,12 +150,12 @@ class StreamingClient:
         job = ready.job
         request, stamps = ready.request, ready.stamps
         now_ns = self._now_ns
-        reads: list[Read] = []
         status: int | None = None
         header_timings: ServerTimings | None = None
         outcome = s.OUTCOME_OK
         error: str | None = None
         sent = now_ns()
+        state = StreamState(sent)
         end: int | None = None
         try:
             async with asyncio.timeout(self._timeout_s):
@@ -175,7 +177,7 @@ class StreamingClient:
                         outcome = s.OUTCOME_HTTP_ERROR
                         error = _error_text(status, body)
                     else:
-                        await self._read_events(response, reads, stamps)
+                        await self._read_events(response, state, stamps)
                         end = now_ns()
                 finally:
                     await response.aclose()
@@ -202,7 +204,7 @@ class StreamingClient:
                     sent,
                     now_ns(),
                     stamps,
-                    reads,
+                    state,
                     status,
                     s.OUTCOME_CANCELLED,
                     "cancelled before the response ended",
@@ -218,7 +220,7 @@ class StreamingClient:
             sent,
             end,
             stamps,
-            reads,
+            state,
             status,
             outcome,
             error,
@@ -230,13 +232,13 @@ class StreamingClient:
             sink(make())
 
     async def _read_events(
-        self, response: httpx.Response, reads: list[Read], stamps: _Stamps
+        self, response: httpx.Response, state: StreamState, stamps: _Stamps
     ) -> None:
-        """Read the body, keeping the SSE events each read completed with its arrival time
-        (undecoded: ``summarize_reads`` classifies them once the stream has ended)."""
+        """Read the body, adding the SSE events each read completed to ``state`` with the
+        read's arrival time (``add_read``: runs of plain content chunks by a C scan, while
+        the bytes are still in cache; the rare other chunks one by one)."""
         decoder = SSEDecoder()
         feed = decoder.feed_raw
-        append = reads.append
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
 
@@ -245,7 +247,7 @@ class StreamingClient:
                     stamps.first_byte = ts
                 got = feed(data)
                 if got:
-                    append((ts, got))
+                    add_read(state, ts, got)
 
             await stamped.drain(take)
         else:
@@ -256,10 +258,10 @@ class StreamingClient:
                     stamps.first_byte = ts
                 got = feed(data)
                 if got:
-                    append((ts, got))
+                    add_read(state, ts, got)
         tail = decoder.flush()
         if tail:
-            append((self._now_ns(), tail))
+            add_read(state, self._now_ns(), tail)
 
     def _record(
         self,
@@ -268,13 +270,13 @@ class StreamingClient:
         sent_ns: int,
         end_ns: int,
         stamps: _Stamps,
-        reads: list[Read],
+        state: StreamState,
         status: int | None,
         outcome: str,
         error: str | None,
         header_timings: ServerTimings | None = None,
     ) -> RequestRecord:
-        parsed = summarize_reads(reads, sent_ns)
+        parsed = state.summary()
         if outcome == s.OUTCOME_OK:
             if parsed.error is not None:
                 outcome, error = s.OUTCOME_PROTOCOL_ERROR, parsed.error

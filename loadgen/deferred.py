@@ -1,9 +1,10 @@
 """Bookkeeping that can wait: run between socket reads, a slice per event-loop iteration.
 
-When a stream ends, classifying its events and building its record costs about 100-200 µs.
-Done inline, streams that end together (200 streams started within one inter-token interval
-end within one too) queue that work back to back, and every read arriving meanwhile is
-stamped late by all of it: measured, the last token's stamp of a 200-stream run lagged the
+When a stream ends, building its record (its summary, the row, the live statistics) costs
+tens to hundreds of µs. Done inline, streams that end together (200 streams started within
+one inter-token interval end within one too) queue that work back to back, and every read
+arriving meanwhile is stamped late by all of it: measured, when that work still included
+classifying the stream's events, the last token's stamp of a 200-stream run lagged the
 server's write by up to 25 ms. Deferred here, each loop iteration runs at most about
 ``budget_ns`` of it and then polls the sockets again, so a stamp waits for one slice at
 most. The work is the same; only its place in the loop changes.

@@ -102,6 +102,20 @@ def summarize_reads(reads: list[Read], sent_ns: int) -> StreamSummary:
     return state.summary()
 
 
+def add_read(state: StreamState, ts: int, got: bytes | list[bytes]) -> None:
+    """Add the events one read completed (``got``, as ``feed_raw`` returned it) to
+    ``state``: ``summarize_reads`` one read at a time, as the reads arrive."""
+    if isinstance(got, bytes):
+        scan = _scan_plain
+        if scan is not None:
+            _add_scanned(state, ts, got, scan)
+        else:
+            _add_texts(state, [(ts, got)])
+    else:
+        for payload in got:
+            state.add(ts, payload)
+
+
 def _add_scanned(state: StreamState, ts: int, text: bytes, scan: _Scanner) -> None:
     """Add the events of ``text`` (whole CR-free blocks, as ``feed_raw`` returns): runs of
     plain content by the C scan, every other event by ``StreamState.add``."""

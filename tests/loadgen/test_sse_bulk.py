@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from loadgen import sse_bulk
 from loadgen.protocol import StreamState, StreamSummary, summarize_stream
 from loadgen.sse import SSEDecoder, decode_blocks
-from loadgen.sse_bulk import Read, summarize_reads
+from loadgen.sse_bulk import Read, add_read, summarize_reads
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1795953908, "model": "m"}
 
@@ -33,7 +33,7 @@ def reference(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSumm
     return summarize_stream(events, 1_000)
 
 
-def bulk(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
+def raw_reads(pieces: list[bytes], stamps: list[int], end_ns: int) -> list[Read]:
     dec = SSEDecoder()
     reads: list[Read] = []
     for ts, data in zip(stamps, pieces, strict=True):
@@ -43,7 +43,22 @@ def bulk(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
     tail = dec.flush()
     if tail:
         reads.append((end_ns, tail))
-    return summarize_reads(reads, 1_000)
+    return reads
+
+
+def incremental(reads: list[Read]) -> StreamSummary:
+    """As the client does it: one read at a time, as they arrive."""
+    state = StreamState(1_000)
+    for ts, got in reads:
+        add_read(state, ts, got)
+    return state.summary()
+
+
+def bulk(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
+    reads = raw_reads(pieces, stamps, end_ns)
+    summary = summarize_reads(reads, 1_000)
+    assert incremental(reads) == summary
+    return summary
 
 
 def assert_same_as_reference(stream: bytes, cuts: list[int]) -> None:
@@ -292,7 +307,7 @@ def vllm_stream(n: int, *, continuous: bool, api: str = "chat") -> bytes:
 @pytest.mark.parametrize("continuous", [True, False])
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_plain_runs_skip_the_per_event_path(
-    continuous: bool, api: str, paced: bool, monkeypatch: pytest.MonkeyPatch
+    continuous: bool, api: str, paced: bool, scanner: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = 0
     add = StreamState.add
@@ -310,8 +325,13 @@ def test_plain_runs_skip_the_per_event_path(
     else:
         pieces = split(stream, [len(stream) // 3, len(stream) // 2])
     stamps = [1_000_000 * (i + 2) for i in range(len(pieces))]
-    summary = bulk(pieces, stamps, 10**9)
+    reads = raw_reads(pieces, stamps, 10**9)
+    summary = summarize_reads(reads, 1_000)
     assert calls <= 4 + 2 * 3  # role, finish, usage, [DONE], read boundaries
+    if scanner == "c":  # the client's way too (the regex path needs reads joined)
+        calls = 0
+        assert incremental(reads) == summary
+        assert calls <= 4 + 2 * 3
     assert len(summary.content_offsets_us) == 200
     assert summary.chunk_tokens == ([1] * 200 if continuous else None)
     assert summary == reference(pieces, stamps, 10**9)
