@@ -74,13 +74,7 @@ class SSEDecoder:
         buf, self._buf = self._buf, b""
         if buf.endswith(b"\r"):
             buf = buf[:-1]
-        buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        out: list[bytes] = []
-        for block in buf.split(b"\n\n"):
-            payload = event_data(block)
-            if payload is not None:
-                out.append(payload)
-        return out
+        return decode_blocks(buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n"))
 
 
 def event_data(block: bytes) -> bytes | None:
