@@ -1,11 +1,15 @@
 """One streaming request over an injected ``httpx.AsyncClient``, recorded as one run row.
 
-The hot path: stamp connection events through httpx's ``trace`` extension, stamp every body
-read on arrival (the transport does it, and hands each read straight to a callback), feed
-the bytes to the SSE decoder and add the events each read completed, with its arrival
-time, to the stream's ``StreamState`` (``loadgen.sse_bulk.add_read``: runs of plain content
-chunks by a C scan, without decoding JSON; only the few other chunks are decoded). Nothing
-of a read is kept once it is counted. Every outcome, including cancellation, becomes
+The hot path: encode the request before it is due (``ready``); send it and note each step
+of the exchange (``loadgen.transport.Progress``: the fast transport directly, httpx's
+through its ``trace`` extension); stamp every body read on arrival (the transport does it,
+and hands each read straight to a callback), feed the bytes to the SSE decoder and add the
+events each read completed, with its arrival time, to the stream's ``StreamState``
+(``loadgen.sse_bulk.add_read``: runs of plain content chunks by a C scan, without decoding
+JSON; only the few other chunks are decoded). Nothing of a read is kept once it is
+counted. With the fast transport no ``httpx.Request``, ``httpx.Response`` or
+``asyncio.timeout`` is made per request: they cost more than the rest of a short
+exchange. Every outcome, including cancellation, becomes
 exactly one ``RequestRecord`` given to the sink; exceptions never escape except
 cancellation, which is re-raised after recording. The replay defers building the record of
 a finished stream to the loop's spare time (``defer_records``; a cancelled request is
@@ -18,20 +22,22 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
+from loadgen.fasttransport import FastTransport, Outgoing, RequestTemplate, Timeouts, encode
 from loadgen.protocol import ServerTimings, StreamState, Usage, timings_from_headers
 from loadgen.sse import SSEDecoder
 from loadgen.sse_bulk import add_read
-from loadgen.transport import STAMPED, StampedStream
+from loadgen.transport import STAMPED, Progress, StampedStream
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
 
 _ERROR_BODY_LIMIT = 2048
+_NO_USAGE = Usage()
+_NO_TIMINGS = ServerTimings()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,38 +51,14 @@ class PreparedRequest:
     warmup: bool = False
 
 
-class _Stamps:
-    """Mutable per-request timestamps, filled by the trace callback and the reader."""
-
-    __slots__ = ("connect_start", "connected", "first_byte", "headers", "now_ns", "written")
-
-    def __init__(self, now_ns: Callable[[], int]) -> None:
-        self.now_ns = now_ns
-        self.connect_start: int | None = None
-        self.connected: int | None = None
-        self.written: int | None = None
-        self.headers: int | None = None
-        self.first_byte: int | None = None
-
-    async def trace(self, event: str, info: Mapping[str, Any]) -> None:
-        """httpx's ``trace`` extension; only these events matter for the TTFT chain."""
-        if event == "connection.connect_tcp.started":
-            self.connect_start = self.now_ns()
-        elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
-            self.connected = self.now_ns()
-        elif event == "http11.send_request_body.complete":
-            self.written = self.now_ns()
-        elif event == "http11.receive_response_headers.complete":
-            self.headers = self.now_ns()
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReadyRequest:
-    """A prepared request turned into an ``httpx.Request`` ahead of its due time."""
+    """A prepared request encoded ahead of its due time: the fast transport's ``Outgoing``,
+    or an ``httpx.Request`` for any other transport."""
 
     job: PreparedRequest
-    request: httpx.Request
-    stamps: _Stamps
+    send: Outgoing | httpx.Request
+    progress: Progress
 
 
 class StreamingClient:
@@ -96,7 +78,8 @@ class StreamingClient:
         defer_records: bool = False,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
-        then built by ``http`` (headers, timeouts) but sent by the transport directly.
+        then built by ``http`` (headers, timeouts) but sent by the transport directly (the
+        fast transport's own ``open``, past httpx's request and response objects).
 
         With ``defer_records``, a finished stream's record waits for the
         event loop's spare time (``loadgen.deferred``) instead of delaying the reads of other
@@ -104,6 +87,8 @@ class StreamingClient:
         self._deferred = DeferredCalls() if defer_records else None
         self._http = http
         self._transport = transport
+        self._fast = transport if isinstance(transport, FastTransport) else None
+        self._templates: dict[str, RequestTemplate] = {}
         self._base_url = base_url.rstrip("/")
         self._now_ns = now_ns
         self._run_id = run_id
@@ -113,6 +98,13 @@ class StreamingClient:
         self._headers.setdefault("accept", "text/event-stream")
         self._headers.setdefault("accept-encoding", "identity")
         self._timeout_s = timeout_s
+        self._timeout_ns = int(timeout_s * 1e9)
+        limits = http.timeout
+        self._fast_timeouts = Timeouts(
+            connect_s=limits.connect if limits.connect is not None else timeout_s,
+            read_s=limits.read if limits.read is not None else timeout_s,
+            total_s=timeout_s,
+        )
 
     def flush(self) -> None:
         """Give their sinks the records still deferred (``defer_records``): call it when
@@ -125,19 +117,32 @@ class StreamingClient:
         """Records waiting to be built (always 0 without ``defer_records``)."""
         return len(self._deferred) if self._deferred is not None else 0
 
-    def ready(self, job: PreparedRequest) -> ReadyRequest:
-        """Build the ``httpx.Request`` now (before the request is due: it costs tens of µs)."""
-        stamps = _Stamps(self._now_ns)
+    def _build(self, job: PreparedRequest, progress: Progress) -> httpx.Request:
         headers = dict(self._headers)
         headers["x-request-id"] = job.x_request_id
-        request = self._http.build_request(
+        return self._http.build_request(
             "POST",
             self._base_url + job.path,
             content=job.body,
             headers=headers,
-            extensions={"trace": stamps.trace},
+            extensions={"trace": progress.trace},
         )
-        return ReadyRequest(job=job, request=request, stamps=stamps)
+
+    def ready(self, job: PreparedRequest) -> ReadyRequest:
+        """Encode the request now, before it is due. For the fast transport: from a
+        template of the path's head that httpx built once (a few µs); else an
+        ``httpx.Request`` (about 100 µs)."""
+        progress = Progress(self._now_ns)
+        if self._fast is not None:
+            template = self._templates.get(job.path)
+            if template is None:
+                template = RequestTemplate.of(self._build(job, progress))
+                self._templates[job.path] = template
+            out = template.encode(job.x_request_id, job.body)
+            if out is None:
+                out = encode(self._build(job, progress), job.body)
+            return ReadyRequest(job=job, send=out, progress=progress)
+        return ReadyRequest(job=job, send=self._build(job, progress), progress=progress)
 
     async def execute(
         self,
@@ -147,40 +152,17 @@ class StreamingClient:
     ) -> None:
         """Send ``job`` now, stream the response, and give its record to ``sink``."""
         ready = job if isinstance(job, ReadyRequest) else self.ready(job)
-        job = ready.job
-        request, stamps = ready.request, ready.stamps
+        job, progress = ready.job, ready.progress
         now_ns = self._now_ns
-        status: int | None = None
         header_timings: ServerTimings | None = None
         outcome = s.OUTCOME_OK
         error: str | None = None
         sent = now_ns()
         state = StreamState(sent)
-        end: int | None = None
         try:
-            async with asyncio.timeout(self._timeout_s):
-                if self._transport is not None:
-                    # Straight to the transport: the client's per-request machinery (auth,
-                    # cookies, redirects, hooks) is unused here and costs ~100 µs a request.
-                    response = await self._transport.handle_async_request(request)
-                    response.request = request
-                else:
-                    response = await self._http.send(request, stream=True)
-                try:
-                    status = response.status_code
-                    if stamps.headers is None:
-                        stamps.headers = now_ns()
-                    header_timings = timings_from_headers(response.headers)
-                    if status >= 400:
-                        body = await response.aread()
-                        end = now_ns()
-                        outcome = s.OUTCOME_HTTP_ERROR
-                        error = _error_text(status, body)
-                    else:
-                        await self._read_events(response, state, stamps)
-                        end = now_ns()
-                finally:
-                    await response.aclose()
+            header_timings, error = await self._exchange(ready.send, progress, state)
+            if error is not None:
+                outcome = s.OUTCOME_HTTP_ERROR
         except TimeoutError:
             outcome, error = s.OUTCOME_TIMEOUT, f"no complete response within {self._timeout_s:g} s"
         except httpx.TimeoutException as exc:
@@ -203,25 +185,21 @@ class StreamingClient:
                     due_ns,
                     sent,
                     now_ns(),
-                    stamps,
+                    progress,
                     state,
-                    status,
                     s.OUTCOME_CANCELLED,
                     "cancelled before the response ended",
                 )
             )
             raise
-        if end is None:
-            end = now_ns()
         make = partial(
             self._record,
             job,
             due_ns,
             sent,
-            end,
-            stamps,
+            now_ns(),
+            progress,
             state,
-            status,
             outcome,
             error,
             header_timings,
@@ -231,37 +209,70 @@ class StreamingClient:
         else:
             sink(make())
 
+    async def _exchange(
+        self, send: Outgoing | httpx.Request, progress: Progress, state: StreamState
+    ) -> tuple[ServerTimings | None, str | None]:
+        """Send the request and read its response into ``state``. Returns the timings the
+        headers carried and, for an HTTP error status, the error text."""
+        if isinstance(send, Outgoing):
+            fast = self._fast
+            assert fast is not None  # ready() encodes an Outgoing only for it
+            exchange = await fast.open(
+                send, progress, self._fast_timeouts, state.sent_ns + self._timeout_ns
+            )
+            try:
+                header_timings = timings_from_headers(exchange.headers)
+                if exchange.status >= 400:
+                    return header_timings, _error_text(exchange.status, await exchange.aread())
+                feed = _EventFeed(state)
+                await exchange.drain(feed.take)  # the transport notes the first byte
+                feed.finish(self._now_ns())
+            finally:
+                exchange.close()
+            return header_timings, None
+        async with asyncio.timeout(self._timeout_s):
+            if self._transport is not None:
+                # Straight to the transport: the client's per-request machinery (auth,
+                # cookies, redirects, hooks) is unused here and costs ~100 µs a request.
+                response = await self._transport.handle_async_request(send)
+                response.request = send
+            else:
+                response = await self._http.send(send, stream=True)
+            try:
+                progress.status = status = response.status_code
+                if progress.headers_ns is None:
+                    progress.headers_ns = self._now_ns()
+                header_timings = timings_from_headers(response.headers)
+                if status >= 400:
+                    return header_timings, _error_text(status, await response.aread())
+                await self._read_events(response, state, progress)
+            finally:
+                await response.aclose()
+            return header_timings, None
+
     async def _read_events(
-        self, response: httpx.Response, state: StreamState, stamps: _Stamps
+        self, response: httpx.Response, state: StreamState, progress: Progress
     ) -> None:
-        """Read the body, adding the SSE events each read completed to ``state`` with the
-        read's arrival time (``add_read``: runs of plain content chunks by a C scan, while
-        the bytes are still in cache; the rare other chunks one by one)."""
-        decoder = SSEDecoder()
-        feed = decoder.feed_raw
+        """Read the body of an httpx response into ``state``, stamping each read (when the
+        transport offers no stamped stream) and noting the first byte."""
+        feed = _EventFeed(state)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
 
             def take(ts: int, data: bytes) -> None:
-                if stamps.first_byte is None:
-                    stamps.first_byte = ts
-                got = feed(data)
-                if got:
-                    add_read(state, ts, got)
+                if progress.first_byte_ns is None:
+                    progress.first_byte_ns = ts
+                feed.take(ts, data)
 
             await stamped.drain(take)
         else:
             now_ns = self._now_ns
             async for data in response.aiter_raw():
                 ts = now_ns()
-                if stamps.first_byte is None:
-                    stamps.first_byte = ts
-                got = feed(data)
-                if got:
-                    add_read(state, ts, got)
-        tail = decoder.flush()
-        if tail:
-            add_read(state, self._now_ns(), tail)
+                if progress.first_byte_ns is None:
+                    progress.first_byte_ns = ts
+                feed.take(ts, data)
+        feed.finish(self._now_ns())
 
     def _record(
         self,
@@ -269,9 +280,8 @@ class StreamingClient:
         due_ns: int,
         sent_ns: int,
         end_ns: int,
-        stamps: _Stamps,
+        progress: Progress,
         state: StreamState,
-        status: int | None,
         outcome: str,
         error: str | None,
         header_timings: ServerTimings | None = None,
@@ -286,8 +296,8 @@ class StreamingClient:
                     "stream ended without [DONE] or a finish_reason",
                 )
         req = job.trace
-        usage = parsed.usage or Usage()
-        timings = parsed.timings or header_timings or ServerTimings()
+        usage = parsed.usage or _NO_USAGE
+        timings = parsed.timings or header_timings or _NO_TIMINGS
         return RequestRecord(
             run_id=self._run_id,
             trace_index=req.index,
@@ -306,11 +316,11 @@ class StreamingClient:
             warmup=job.warmup,
             due_ns=due_ns,
             sent_ns=sent_ns,
-            connect_start_ns=stamps.connect_start,
-            connected_ns=stamps.connected,
-            request_written_ns=stamps.written,
-            headers_ns=stamps.headers,
-            first_byte_ns=stamps.first_byte,
+            connect_start_ns=progress.connect_start_ns,
+            connected_ns=progress.connected_ns,
+            request_written_ns=progress.written_ns,
+            headers_ns=progress.headers_ns,
+            first_byte_ns=progress.first_byte_ns,
             first_token_ns=parsed.first_token_ns,
             first_reasoning_ns=parsed.first_reasoning_ns,
             end_ns=end_ns,
@@ -322,7 +332,7 @@ class StreamingClient:
             cached_tokens=usage.cached_tokens,
             reasoning_tokens=usage.reasoning_tokens,
             outcome=outcome,
-            http_status=status,
+            http_status=progress.status,
             error=error,
             finish_reason=parsed.finish_reason,
             server_queue_ms=timings.queue_ms,
@@ -333,6 +343,30 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=timings.instance,
         )
+
+
+class _EventFeed:
+    """One response body's reads into its ``StreamState``: the SSE decoder frames each
+    read, and the events it completed are added with the read's arrival time
+    (``add_read``: runs of plain content chunks by a C scan while the bytes are still in
+    cache, the rare other chunks one by one)."""
+
+    __slots__ = ("_decoder", "_state")
+
+    def __init__(self, state: StreamState) -> None:
+        self._state = state
+        self._decoder = SSEDecoder()
+
+    def take(self, ts: int, data: bytes) -> None:
+        got = self._decoder.feed_raw(data)
+        if got:
+            add_read(self._state, ts, got)
+
+    def finish(self, ts: int) -> None:
+        """The body ended: a last event that lacked its blank line still counts."""
+        tail = self._decoder.flush()
+        if tail:
+            add_read(self._state, ts, tail)
 
 
 def _error_text(status: int, body: bytes) -> str:

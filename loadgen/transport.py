@@ -5,17 +5,58 @@ stamps every read of the response body with the run's clock *before* anything pa
 The stamped stream is exposed to the client through ``response.extensions[STAMPED]``; a
 faster transport can provide the same extension natively. The client never stamps bytes
 itself unless a transport offers no stamped stream (then it stamps as it iterates).
+``Progress`` is when one exchange passed each step: the fast transport fills it as it goes,
+httpx's transport through its ``trace`` extension (``Progress.trace``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
 
 import httpx
 
 STAMPED = "loadgen.stamped"
 """Response extension key holding a ``StampedStream``."""
+
+
+class Progress:
+    """How far one request's exchange got, and when: epoch ns on the run's clock (None:
+    the step did not happen, e.g. no new connection). Mutable, one per request, filled as
+    the exchange goes (a per-request record of events, not a value)."""
+
+    __slots__ = (
+        "connect_start_ns",
+        "connected_ns",
+        "first_byte_ns",
+        "headers_ns",
+        "now_ns",
+        "status",
+        "written_ns",
+    )
+
+    def __init__(self, now_ns: Callable[[], int]) -> None:
+        self.now_ns = now_ns
+        self.connect_start_ns: int | None = None
+        self.connected_ns: int | None = None
+        self.written_ns: int | None = None
+        """The request was handed to the socket."""
+        self.headers_ns: int | None = None
+        """The response head was parsed."""
+        self.first_byte_ns: int | None = None
+        """The first body bytes were read."""
+        self.status: int | None = None
+
+    async def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """httpx's ``trace`` extension; only these events matter for the TTFT chain."""
+        if event == "connection.connect_tcp.started":
+            self.connect_start_ns = self.now_ns()
+        elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            self.connected_ns = self.now_ns()
+        elif event == "http11.send_request_body.complete":
+            self.written_ns = self.now_ns()
+        elif event == "http11.receive_response_headers.complete":
+            self.headers_ns = self.now_ns()
 
 
 class StampedStream(Protocol):

@@ -33,7 +33,7 @@ def imports_of(path: Path) -> set[str]:
 
 
 _SIM_MUST_NOT_USE = frozenset(
-    {"client", "replay", "transport", "fasttransport", "recorder", "session", "workers"}
+    {"client", "replay", "transport", "fasttransport", "http11", "recorder", "session", "workers"}
 )
 _REPLAY_MUST_NOT_USE = frozenset({"polars", "matplotlib"})
 

@@ -10,14 +10,13 @@ import asyncio
 import shutil
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scripted import response, scripted_server
 
 from loadgen.clock import Clock
 from loadgen.fasttransport import FastTransport
@@ -25,73 +24,6 @@ from loadgen.read_deadline import ReadDeadline
 from loadgen.transport import STAMPED
 
 SSE = b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
-
-
-def chunked(body: bytes, sizes: Sequence[int]) -> bytes:
-    out = b""
-    pos = 0
-    for n in sizes:
-        part = body[pos : pos + n]
-        pos += n
-        if part:
-            out += f"{len(part):x}\r\n".encode() + part + b"\r\n"
-    if pos < len(body):
-        rest = body[pos:]
-        out += f"{len(rest):x}\r\n".encode() + rest + b"\r\n"
-    return out + b"0\r\n\r\n"
-
-
-def response(body: bytes, *, sizes: Sequence[int] = (), close: bool = False) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
-    if close:
-        head += b"connection: close\r\n"
-    return head + b"\r\n" + chunked(body, sizes)
-
-
-@asynccontextmanager
-async def scripted_server(
-    replies: list[bytes],
-    *,
-    splits: Sequence[int] = (),
-    close_after: bool = False,
-    ssl_ctx: ssl.SSLContext | None = None,
-) -> AsyncIterator[tuple[str, list[bytes]]]:
-    """Serve ``replies`` in order, one per request on any connection; record requests."""
-    requests: list[bytes] = []
-    queue = list(replies)
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while queue:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                body = await reader.readexactly(length)
-                requests.append(head + body)
-                data = queue.pop(0)
-                pos = 0
-                for cut in [*splits, len(data)]:
-                    writer.write(data[pos:cut])
-                    await writer.drain()
-                    await asyncio.sleep(0.002)
-                    pos = cut
-                if close_after:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ssl_ctx)
-    port = server.sockets[0].getsockname()[1]
-    scheme = "https" if ssl_ctx else "http"
-    try:
-        yield f"{scheme}://127.0.0.1:{port}", requests
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 async def fetch(client: httpx.AsyncClient, url: str) -> tuple[int, list[tuple[int, bytes]]]:
@@ -121,10 +53,11 @@ def test_chunked_stream_is_decoded_and_stamped_in_order() -> None:
         clock = Clock()
         data = response(SSE, sizes=(5, 7, 3))
         async with (
-            scripted_server([data], splits=(10, 40, 60)) as (url, reqs),
+            scripted_server([data], splits=(10, 40, 60)) as (url, log),
             httpx.AsyncClient(transport=FastTransport(clock.now_ns)) as client,
         ):
             status, pieces = await fetch(client, url)
+        reqs = log.requests
         assert status == 200
         assert b"".join(p for _, p in pieces) == SSE
         stamps = [t for t, _ in pieces]
@@ -146,7 +79,7 @@ def test_keep_alive_reuses_one_connection() -> None:
                 connects += 1
 
         async with (
-            scripted_server([response(SSE)] * 3) as (url, reqs),
+            scripted_server([response(SSE)] * 3) as (url, log),
             httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
         ):
             for _ in range(3):
@@ -154,7 +87,7 @@ def test_keep_alive_reuses_one_connection() -> None:
                     "POST", url + "/v1/x", content=b"{}", extensions={"trace": trace}
                 ) as resp:
                     assert await resp.aread() == SSE
-        assert len(reqs) == 3
+        assert len(log.requests) == 3
         assert connects == 1
 
     run(main())
@@ -278,7 +211,7 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
 def test_read_deadline_counts_from_the_start_of_each_wait() -> None:
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
-        deadline = ReadDeadline(loop, 0.05)
+        deadline = ReadDeadline(loop, Clock().now_ns, 0.05)
         out: list[str] = []
         # Bytes come after each hold: three waits within the timeout (longer than it
         # together), then one beyond it.
