@@ -1,150 +1,145 @@
-/* The plain-content scan of loadgen.sse_bulk, in C: one pass over a read's SSE text.
+/* The per-read event walk of loadgen.sse_bulk, in C: one call per socket read.
  *
- * scan_plain(text, pos, offset, content, tokens, last) walks the events of `text` (whole
- * CR-free blocks separated by "\n\n", as SSEDecoder.feed_raw returns them) from offset
- * `pos`, for as long as each is a one-line `data: ` event that
- * loadgen.protocol.plain_content_tokens calls plain content:
+ * scan_read(state, ts, text, add_block) adds the events of `text` (whole CR-free blocks
+ * separated by "\n\n", as SSEDecoder.feed_raw returns them), which arrived at `ts`, to
+ * `state` (a loadgen.protocol.StreamState), exactly as StreamState.add would one by one.
+ *
+ * Runs of one-line `data: ` events that loadgen.protocol.plain_content_tokens calls plain
+ * content are taken here, without Python:
  *
  *   - it holds "finish_reason":null, and
  *   - it holds "delta":{"content":" or "text":" not followed by a quote, and
  *   - its cumulative usage is the digits after the first "completion_tokens": followed by
  *     a digit (none: the chunk carries no usage).
  *
- * For each, as StreamState.add does: `offset` (the read's arrival, µs after the send) is
- * appended to `content`, and, unless `tokens` is None (the counts are already unknown),
- * the usage value minus `last` to `tokens`, `last` becoming the value. A chunk without
- * usage makes the counts unknown and stops that bookkeeping.
+ * For each, as StreamState.add does: the read's arrival, (ts - sent_ns) // 1000 µs after
+ * the send, is appended to state.content, and, while state.tokens_known, the usage value
+ * minus state.last_completion to state.tokens, last_completion becoming the value; a chunk
+ * without usage clears tokens_known. The first such event sets state.first_token.
  *
- * Returns (count, stop, last, known): the events taken, the offset of the first block not
- * taken (len(text) when all were), the last usage value, and False when a chunk without
- * usage was met. Anything else stops the walk: [DONE], a multi-line or non-data block, an
- * empty one, any other chunk, or a usage value longer than 18 digits (the Python path
- * reads those exactly). The caller hands that block to the per-event path and calls again
- * after it.
+ * Every other block goes to Python: `data: [DONE]` sets state.done, another one-line
+ * `data: ` event goes to state.add(ts, payload) (or state.add_decoded, where the walk
+ * already saw that it is not plain content), anything else (multi-line events,
+ * comments, other fields) to add_block(state, ts, block). So do plain events whose usage
+ * value is longer than 18 digits or whose predecessor's is (the Python path reads those
+ * exactly). The state is read again after each of those calls.
  *
- * Every key is found by memchr on a byte that is rare in compact JSON, then memcmp: the
- * same first occurrence a substring search finds, at the speed of the C library's memchr.
+ * Every key is found by memchr on a byte that is rare in compact JSON, then compared in
+ * place: the occurrences a substring search finds, at the speed of the C library's
+ * memchr. The finish and usage keys share theirs ('_'), so one walk over a line's
+ * underscores serves both (a byte-by-byte walk over each line, comparing keys at every
+ * quote, took 2.4 times as long).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
 
-typedef struct {
-    const char *bytes;
-    Py_ssize_t len;
-    Py_ssize_t anchor; /* a byte of the key that is rare in compact JSON */
-} Key;
-
-static const Key FINISH = {"\"finish_reason\":null", 20, 7};     /* '_' */
-static const Key CHAT = {"\"delta\":{\"content\":\"", 20, 8};    /* '{' */
-static const Key TEXT = {"\"text\":\"", 8, 3};                    /* 'x' */
-static const Key TOKENS = {"\"completion_tokens\":", 20, 11};    /* '_' */
+/* The keys plain_content_tokens looks for. Compared with constant lengths, so that the
+ * compiler expands each comparison in place instead of calling the library. */
+#define FINISH "\"finish_reason\":null"
+#define CHAT "\"delta\":{\"content\":\""
+#define TEXT "\"text\":\""
+#define TOKENS "\"completion_tokens\":"
+#define LEN(key) ((Py_ssize_t)sizeof(key) - 1)
+/* Whether `key` starts at `start`, within [p, end). */
+#define KEY_AT(start, p, end, key)                                                       \
+    ((start) >= (p) && (end) - (start) >= LEN(key) && memcmp((start), key, LEN(key)) == 0)
 
 #define MAX_DIGITS 18 /* below 2**60: a C long long holds it */
 #define LAST_LIMIT (1LL << 62) /* so that value - last fits too */
 
-/* The first occurrence of `key` starting in [from, end) and ending by `end`, or NULL. */
-static const char *
-find_key(const char *from, const char *end, const Key *key)
+/* What plain_content_tokens looks for in one event's payload. */
+typedef struct {
+    int finish;  /* "finish_reason":null occurs */
+    int content; /* "delta":{"content":" or "text":" occurs, not followed by a quote */
+    int usage;   /* 1: the first "completion_tokens": followed by a digit has `value`;
+                    0: there is none; -1: its digits are too many to read here */
+    long long value;
+} Line;
+
+/* Whether an occurrence of a content key, found by memchr on its byte `anchor` (rare in
+ * compact JSON), is not followed by a quote. */
+static int
+has_content(const char *p, const char *end, int chat)
 {
-    const char *q = from + key->anchor;
-    const char c = key->bytes[key->anchor];
-    while (q < end) {
+    const Py_ssize_t anchor = chat ? 8 : 3; /* '{' of CHAT, 'x' of TEXT */
+    const char c = chat ? '{' : 'x';
+    for (const char *q = p + anchor; q < end; q++) {
         q = memchr(q, c, (size_t)(end - q));
         if (q == NULL) {
-            return NULL;
-        }
-        const char *start = q - key->anchor;
-        if (end - start >= key->len && memcmp(start, key->bytes, (size_t)key->len) == 0) {
-            return start;
-        }
-        q++;
-    }
-    return NULL;
-}
-
-/* Whether some occurrence of `key` in [p, end) is not followed by a quote. */
-static int
-has_content(const char *p, const char *end, const Key *key)
-{
-    for (;;) {
-        const char *hit = find_key(p, end, key);
-        if (hit == NULL) {
             return 0;
         }
-        const char *after = hit + key->len;
-        if (after >= end || *after != '"') {
-            return 1;
+        const char *start = q - anchor;
+        const Py_ssize_t len = chat ? LEN(CHAT) : LEN(TEXT);
+        if (chat ? KEY_AT(start, p, end, CHAT) : KEY_AT(start, p, end, TEXT)) {
+            if (start + len >= end || start[len] != '"') {
+                return 1;
+            }
         }
-        p = hit + 1;
     }
+    return 0;
 }
 
-/* The usage value of [p, end): 1 and *value set, 0 for none, -1 when too long. */
-static int
-usage_value(const char *p, const char *end, long long *value)
+/* The event payload [p, end), read as plain_content_tokens' substring searches would:
+ * the finish and usage keys share their rare byte ('_'), so one walk over the
+ * underscores finds both; the content keys have their own. */
+static void
+scan_line(const char *p, const char *end, Line *line)
 {
-    for (;;) {
-        const char *hit = find_key(p, end, &TOKENS);
-        if (hit == NULL) {
-            return 0;
+    line->finish = line->content = line->usage = 0;
+    line->value = 0;
+    int usage_done = 0;
+    for (const char *q = p; q < end && !(line->finish && usage_done); q++) {
+        q = memchr(q, '_', (size_t)(end - q));
+        if (q == NULL) {
+            break;
         }
-        const char *d = hit + TOKENS.len;
-        if (d < end && *d >= '0' && *d <= '9') {
-            long long v = 0;
+        if (!line->finish && KEY_AT(q - 7, p, end, FINISH)) {
+            line->finish = 1;
+        }
+        if (!usage_done && KEY_AT(q - 11, p, end, TOKENS)) {
+            const char *d = q - 11 + LEN(TOKENS);
             int n = 0;
+            long long v = 0;
             while (d < end && *d >= '0' && *d <= '9') {
                 if (++n > MAX_DIGITS) {
-                    return -1;
+                    break;
                 }
                 v = v * 10 + (*d - '0');
                 d++;
             }
-            *value = v;
-            return 1;
+            if (n > MAX_DIGITS) {
+                line->usage = -1;
+                usage_done = 1;
+            }
+            else if (n > 0) {
+                line->usage = 1;
+                line->value = v;
+                usage_done = 1;
+            }
         }
-        p = hit + 1;
+    }
+    if (line->finish) {
+        line->content = has_content(p, end, 1) || has_content(p, end, 0);
     }
 }
 
-static PyObject *
-scan_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The run of plain content events of `s` from `*pos` (whole blocks up to `end`), as
+ * StreamState.add would add them: `offset` appended to `content` for each, and, while
+ * `tokens` is not NULL, the usage value minus `*last` to `tokens` (`*last` becoming the
+ * value; `*known` cleared by a chunk without usage, which also stops that bookkeeping).
+ * Returns the number of events taken, or -1 with an exception set; `*pos` is left at the
+ * first block not taken, and `*other` is set when that block is a one-line `data: ` event
+ * that plain_content_tokens rejects (no unfinished reason or no non-empty content). */
+static Py_ssize_t
+walk_plain(const char *s, const char *end, Py_ssize_t *pos, PyObject *offset, PyObject *content,
+           PyObject *tokens, long long *last, int *known, int *other)
 {
-    (void)module;
-    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyList_Check(args[3])
-        || (args[4] != Py_None && !PyList_Check(args[4]))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "scan_plain(text: bytes, pos: int, offset: int, content: list, "
-                        "tokens: list | None, last: int)");
-        return NULL;
-    }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    int overflow = 0;
-    long long last = PyLong_AsLongLongAndOverflow(args[5], &overflow);
-    if (last == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (overflow || last > LAST_LIMIT || last < -LAST_LIMIT) {
-        /* value - last could overflow: take nothing, the per-event path reads it exactly */
-        return Py_BuildValue("nnOO", (Py_ssize_t)0, pos, args[5], Py_True);
-    }
-    const char *s = PyBytes_AS_STRING(args[0]);
-    const Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
-    if (pos < 0 || pos > n) {
-        PyErr_SetString(PyExc_ValueError, "pos out of range");
-        return NULL;
-    }
-    PyObject *offset = args[2];
-    PyObject *content = args[3];
-    PyObject *tokens = args[4] == Py_None ? NULL : args[4];
-    int known = 1;
+    *other = 0;
     Py_ssize_t count = 0;
-    const char *end = s + n;
-    while (pos < n) {
-        const char *block = s + pos;
+    const Py_ssize_t n = end - s;
+    while (*pos < n) {
+        const char *block = s + *pos;
         const char *nl = memchr(block, '\n', (size_t)(end - block));
         const char *stop = nl != NULL ? nl : end;
         if (nl != NULL && (nl + 1 >= end || nl[1] != '\n')) {
@@ -153,55 +148,274 @@ scan_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (stop - block < 6 || memcmp(block, "data: ", 6) != 0) {
             break;
         }
-        const char *payload = block + 6;
-        if (find_key(payload, stop, &FINISH) == NULL) {
-            break; /* [DONE] and every finished chunk end up here */
-        }
-        if (!has_content(payload, stop, &CHAT) && !has_content(payload, stop, &TEXT)) {
+        Line line;
+        scan_line(block + 6, stop, &line);
+        if (!line.finish || !line.content) {
+            *other = 1; /* not plain content: [DONE], finished chunks, role, usage... */
             break;
         }
-        if (tokens != NULL && known) {
-            long long value = 0;
-            int got = usage_value(payload, stop, &value);
-            if (got < 0) {
+        if (tokens != NULL && *known) {
+            if (line.usage < 0) {
                 break;
             }
-            if (got == 0) {
-                known = 0; /* tokens per chunk are unknown from here on */
+            if (line.usage == 0) {
+                *known = 0; /* tokens per chunk are unknown from here on */
             }
             else {
-                PyObject *diff = PyLong_FromLongLong(value - last);
+                PyObject *diff = PyLong_FromLongLong(line.value - *last);
                 if (diff == NULL || PyList_Append(tokens, diff) < 0) {
                     Py_XDECREF(diff);
-                    return NULL;
+                    return -1;
                 }
                 Py_DECREF(diff);
-                last = value;
+                *last = line.value;
             }
         }
         if (PyList_Append(content, offset) < 0) {
-            return NULL;
+            return -1;
         }
         count++;
-        pos = nl != NULL ? (nl - s) + 2 : n;
+        *pos = nl != NULL ? (nl - s) + 2 : n;
     }
-    return Py_BuildValue("nnLO", count, pos, last, known ? Py_True : Py_False);
+    return count;
+}
+
+typedef struct {
+    PyObject *add, *add_decoded, *content, *done, *first_token, *last_completion, *sent_ns, *tokens,
+        *tokens_known;
+} Names;
+
+static Names names;
+
+/* The state's bookkeeping that the walk reads, fetched again after any Python call. */
+typedef struct {
+    PyObject *tokens; /* NULL when the counts are unknown */
+    long long last;
+    int usable; /* 0 when `last` is beyond what the walk computes with exactly */
+} Book;
+
+static int
+read_book(PyObject *state, Book *book)
+{
+    Py_CLEAR(book->tokens);
+    PyObject *known = PyObject_GetAttr(state, names.tokens_known);
+    if (known == NULL) {
+        return -1;
+    }
+    int is_known = PyObject_IsTrue(known);
+    Py_DECREF(known);
+    if (is_known < 0) {
+        return -1;
+    }
+    if (is_known) {
+        book->tokens = PyObject_GetAttr(state, names.tokens);
+        if (book->tokens == NULL) {
+            return -1;
+        }
+        if (!PyList_Check(book->tokens)) {
+            PyErr_SetString(PyExc_TypeError, "state.tokens must be a list");
+            return -1;
+        }
+    }
+    PyObject *last = PyObject_GetAttr(state, names.last_completion);
+    if (last == NULL) {
+        return -1;
+    }
+    int overflow = 0;
+    book->last = PyLong_AsLongLongAndOverflow(last, &overflow);
+    Py_DECREF(last);
+    if (book->last == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    /* value - last could overflow: then the per-event path takes every event */
+    book->usable = !overflow && book->last <= LAST_LIMIT && book->last >= -LAST_LIMIT;
+    return 0;
+}
+
+/* After a run of `count` events: the first token's stamp, the last usage value and
+ * whether the counts are still known, as StreamState.add leaves them. */
+static int
+write_book(PyObject *state, PyObject *ts, Book *book, int known)
+{
+    PyObject *first = PyObject_GetAttr(state, names.first_token);
+    if (first == NULL) {
+        return -1;
+    }
+    int unset = first == Py_None;
+    Py_DECREF(first);
+    if (unset && PyObject_SetAttr(state, names.first_token, ts) < 0) {
+        return -1;
+    }
+    PyObject *last = PyLong_FromLongLong(book->last);
+    if (last == NULL) {
+        return -1;
+    }
+    int rc = PyObject_SetAttr(state, names.last_completion, last);
+    Py_DECREF(last);
+    if (rc < 0) {
+        return -1;
+    }
+    if (!known) {
+        Py_CLEAR(book->tokens);
+        return PyObject_SetAttr(state, names.tokens_known, Py_False);
+    }
+    return 0;
+}
+
+/* One block the walk did not take, [pos, stop): `[DONE]` sets state.done, a one-line
+ * `data: ` event goes to state.add(ts, payload) (state.add_decoded when `other`: it is
+ * known not to be plain content), anything else to add_block(state, ts, block) (the
+ * decoder's own rules for multi-line events, comments and other fields). */
+static int
+add_other(PyObject *state, PyObject *ts, const char *block, const char *stop, int other,
+          PyObject *add_block)
+{
+    const Py_ssize_t len = stop - block;
+    const char *nl = memchr(block, '\n', (size_t)len);
+    PyObject *res;
+    if (nl == NULL && len >= 6 && memcmp(block, "data: ", 6) == 0) {
+        if (len == 12 && memcmp(block + 6, "[DONE]", 6) == 0) {
+            return PyObject_SetAttr(state, names.done, Py_True);
+        }
+        PyObject *payload = PyBytes_FromStringAndSize(block + 6, len - 6);
+        if (payload == NULL) {
+            return -1;
+        }
+        res = PyObject_CallMethodObjArgs(state, other ? names.add_decoded : names.add, ts,
+                                         payload, NULL);
+        Py_DECREF(payload);
+    }
+    else {
+        PyObject *text = PyBytes_FromStringAndSize(block, len);
+        if (text == NULL) {
+            return -1;
+        }
+        res = PyObject_CallFunctionObjArgs(add_block, state, ts, text, NULL);
+        Py_DECREF(text);
+    }
+    if (res == NULL) {
+        return -1;
+    }
+    Py_DECREF(res);
+    return 0;
+}
+
+static PyObject *
+scan_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyLong_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_read(state: StreamState, ts: int, text: bytes, add_block)");
+        return NULL;
+    }
+    PyObject *state = args[0], *ts = args[1], *text = args[2], *add_block = args[3];
+    const char *s = PyBytes_AS_STRING(text);
+    const char *end = s + PyBytes_GET_SIZE(text);
+    const Py_ssize_t n = end - s;
+    PyObject *offset = NULL, *content = NULL;
+    Book book = {NULL, 0, 0};
+    PyObject *sent = PyObject_GetAttr(state, names.sent_ns);
+    if (sent == NULL) {
+        return NULL;
+    }
+    /* (ts - sent_ns) // 1000 with Python's own arithmetic, as StreamState.add computes it */
+    PyObject *elapsed = PyNumber_Subtract(ts, sent);
+    Py_DECREF(sent);
+    if (elapsed != NULL) {
+        PyObject *thousand = PyLong_FromLong(1000);
+        if (thousand != NULL) {
+            offset = PyNumber_FloorDivide(elapsed, thousand);
+            Py_DECREF(thousand);
+        }
+        Py_DECREF(elapsed);
+    }
+    if (offset == NULL) {
+        return NULL;
+    }
+    content = PyObject_GetAttr(state, names.content);
+    if (content == NULL) {
+        goto fail;
+    }
+    if (!PyList_Check(content)) {
+        PyErr_SetString(PyExc_TypeError, "state.content must be a list");
+        goto fail;
+    }
+    if (read_book(state, &book) < 0) {
+        goto fail;
+    }
+    Py_ssize_t pos = 0;
+    while (pos < n) {
+        int other = 0;
+        if (book.usable) {
+            int known = 1;
+            Py_ssize_t count = walk_plain(s, end, &pos, offset, content, book.tokens, &book.last,
+                                          &known, &other);
+            if (count < 0) {
+                goto fail;
+            }
+            if (count > 0 && write_book(state, ts, &book, known) < 0) {
+                goto fail;
+            }
+            if (pos >= n) {
+                break;
+            }
+        }
+        const char *block = s + pos;
+        const char *cut = NULL;
+        for (const char *q = block; (q = memchr(q, '\n', (size_t)(end - q))) != NULL; q++) {
+            if (q + 1 < end && q[1] == '\n') {
+                cut = q;
+                break;
+            }
+        }
+        const char *stop = cut != NULL ? cut : end;
+        if (add_other(state, ts, block, stop, other, add_block) < 0
+            || read_book(state, &book) < 0) {
+            goto fail;
+        }
+        pos = cut != NULL ? (cut - s) + 2 : n;
+    }
+    Py_XDECREF(book.tokens);
+    Py_DECREF(content);
+    Py_DECREF(offset);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(book.tokens);
+    Py_XDECREF(content);
+    Py_XDECREF(offset);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
-    {"scan_plain", (PyCFunction)(void (*)(void))scan_plain, METH_FASTCALL,
-     "scan_plain(text, pos, offset, content, tokens, last) -> (count, stop, last, known): "
-     "add the run of plain content events of text from pos."},
+    {"scan_read", (PyCFunction)(void (*)(void))scan_read, METH_FASTCALL,
+     "scan_read(state, ts, text, add_block) -> None: add the events of one read's text "
+     "(whole blocks, as SSEDecoder.feed_raw returns them) to state, stamped ts."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_sse_scan", "The plain-content scan of loadgen.sse_bulk, in C.",
+    PyModuleDef_HEAD_INIT, "_sse_scan", "The per-read event walk of loadgen.sse_bulk, in C.",
     0, methods, NULL, NULL, NULL, NULL,
 };
+
+static int
+intern(PyObject **slot, const char *name)
+{
+    *slot = PyUnicode_InternFromString(name);
+    return *slot == NULL ? -1 : 0;
+}
 
 PyMODINIT_FUNC
 PyInit__sse_scan(void)
 {
+    if (intern(&names.add, "add") < 0 || intern(&names.add_decoded, "add_decoded") < 0
+        || intern(&names.content, "content") < 0
+        || intern(&names.done, "done") < 0 || intern(&names.first_token, "first_token") < 0
+        || intern(&names.last_completion, "last_completion") < 0
+        || intern(&names.sent_ns, "sent_ns") < 0 || intern(&names.tokens, "tokens") < 0
+        || intern(&names.tokens_known, "tokens_known") < 0) {
+        return NULL;
+    }
     return PyModule_Create(&module_def);
 }

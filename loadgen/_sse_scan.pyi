@@ -1,3 +1,11 @@
-def scan_plain(
-    text: bytes, pos: int, offset: int, content: list[int], tokens: list[int] | None, last: int, /
-) -> tuple[int, int, int, bool]: ...
+from collections.abc import Callable
+
+from loadgen.protocol import StreamState
+
+def scan_read(
+    state: StreamState,
+    ts: int,
+    text: bytes,
+    add_block: Callable[[StreamState, int, bytes], None],
+    /,
+) -> None: ...

@@ -398,6 +398,11 @@ class StreamState:
             else:
                 self.tokens_known = False
             return
+        self.add_decoded(ts, payload)
+
+    def add_decoded(self, ts: int, payload: bytes) -> None:
+        """``add`` for an event already known not to be ``[DONE]`` nor plain content
+        (``plain_content_tokens`` is None): it is decoded."""
         try:
             obj = _decode(payload)
         except ValueError as exc:

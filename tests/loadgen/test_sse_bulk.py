@@ -233,7 +233,7 @@ def sse_stream(draw: st.DrawFn) -> bytes:
     return b"".join(out)
 
 
-C_SCAN = sse_bulk._scan_plain
+C_SCAN = sse_bulk._scan_read
 
 
 @pytest.fixture(autouse=True, params=["c", "regex"])
@@ -243,7 +243,7 @@ def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         if C_SCAN is None:
             pytest.skip("loadgen._sse_scan is not built")
     else:
-        monkeypatch.setattr(sse_bulk, "_scan_plain", None)
+        monkeypatch.setattr(sse_bulk, "_scan_read", None)
     return str(request.param)
 
 
