@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import http.client
 import json
 import os
@@ -663,6 +662,7 @@ async def _client_loadgen(
 
     from loadgen.client import PreparedRequest, StreamingClient
     from loadgen.clock import Clock
+    from loadgen.collector import steady_collector
     from loadgen.session import make_transport
     from traces.records import RequestRecord, TraceRequest
     from traces.schema import OUTCOME_OK
@@ -711,20 +711,18 @@ async def _client_loadgen(
             for i in range(spec.streams)
         ]
 
-        # As the replay does after its set-up (loadgen.shard): collect once, then freeze,
-        # so the collector never rescans the set-up's objects during the streams.
-        gc.collect()
-        gc.freeze()
-
         async def one(i: int) -> StreamResult:
             await client.execute(ready[i], clock.now_ns(), records.append)
             xid = f"{spec.prefix}-{i}"
             return StreamResult(xid=xid, ok=False, tokens=0, sent=0, first=None, stamps=None)
 
-        timer.start()
-        await _gather_staggered(one, _start_offsets_s(spec))
-        client.flush()  # the records still deferred: their CPU counts too
-        timer.stop()
+        # As the replay does after its set-up (loadgen.shard): set-up frozen, and no
+        # collector passes over the requests in flight (loadgen.collector).
+        with steady_collector():
+            timer.start()
+            await _gather_staggered(one, _start_offsets_s(spec))
+            client.flush()  # the records still deferred: their CPU counts too
+            timer.stop()
 
     out: list[StreamResult] = []
     for rec in records:

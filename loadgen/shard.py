@@ -6,7 +6,6 @@ thread, signal handlers) and the replay of its slice of the trace from a common 
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import httpx
 
 from loadgen.client import StreamingClient
 from loadgen.clock import Clock
+from loadgen.collector import steady_collector
 from loadgen.errors import ConfigError
 from loadgen.fasttransport import FastTransport
 from loadgen.live import LiveStats, StatsView
@@ -195,19 +195,17 @@ async def replay_shard(
                     installed.append(sig)
                 except (NotImplementedError, RuntimeError):
                     continue
-        gc.collect()
-        gc.freeze()  # set-up objects never need scanning again; keeps GC pauses short
         # The recorder and scraper threads run Python code; with the default 5 ms switch
         # interval the event loop could wait that long for the GIL when a request is due.
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(_SWITCH_INTERVAL_S)
         try:
-            result = await replayer.run(start_ns=plan.start_ns)
+            with steady_collector():  # set-up frozen; no collector passes over requests
+                result = await replayer.run(start_ns=plan.start_ns)
         finally:
             sys.setswitchinterval(switch_interval)
             for sig in installed:
                 loop.remove_signal_handler(sig)
-            gc.unfreeze()
             await asyncio.to_thread(recorder.close)
     return ShardOutcome(
         shard=plan.shard,
