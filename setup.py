@@ -1,7 +1,9 @@
-"""The one compiled module, beside the PEP 621 metadata in pyproject.toml.
+"""The compiled modules, beside the PEP 621 metadata in pyproject.toml.
 
-``loadgen._sse_scan`` is optional: where it cannot be built (no C compiler), the install
-goes on and ``loadgen.sse_bulk`` uses its pure-Python path, which gives the same results.
+Both are optional: where they cannot be built (no C compiler), the install goes on and the
+pure-Python path is used, which gives the same results more slowly. ``loadgen._sse_scan``
+classifies SSE events (else ``loadgen.sse_bulk``'s regex path); ``loadgen._chunked``
+decodes chunked response bodies (else httptools decodes them, as it parses every head).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +15,12 @@ setup(
             ["loadgen/_sse_scan.c"],
             optional=True,
             extra_compile_args=["-O2"],
-        )
+        ),
+        Extension(
+            "loadgen._chunked",
+            ["loadgen/_chunked.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -1,8 +1,11 @@
 """One HTTP/1.1 connection of the fast transport, and the streamed response on it.
 
 ``Connection`` is an ``asyncio.Protocol``. Every ``data_received`` is stamped with the
-run's clock before a byte is parsed; httptools (llhttp, in C) then parses the response,
-and the body pieces of one read go on as one stamped piece: straight to the consumer's
+run's clock before a byte is parsed; httptools (llhttp, in C) then parses the response
+head, and the body of a chunked response goes to ``loadgen._chunked`` (httptools would
+hand each chunk to Python as its own object, at one chunk per SSE event more than the
+event's classification costs), other bodies to httptools too. The body bytes of one read
+go on as one stamped piece: straight to the consumer's
 callback while it drains the body (``Exchange.drain``, inside ``data_received``: no
 future or task switch per read), else into a buffer that ``stamped()`` yields from. The
 ``Exchange`` also carries the status, the raw headers and how far it got
@@ -17,13 +20,22 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import httptools
 import httpx
 
 from loadgen.read_deadline import ReadDeadline
 from loadgen.transport import Progress
+
+if TYPE_CHECKING:
+    from loadgen._chunked import Dechunker
+
+_Dechunker: type[Dechunker] | None
+try:
+    from loadgen._chunked import Dechunker as _Dechunker
+except ImportError:  # built without a C compiler: httptools decodes the bodies too
+    _Dechunker = None
 
 _HIGH_WATER = 4 * 1024 * 1024
 """Buffered body bytes above which the socket stops being read (back-pressure)."""
@@ -191,6 +203,12 @@ class Connection(asyncio.Protocol):
         self._pieces: list[bytes] = []
         self._read_ns = 0
         """The arrival stamp of the read being parsed."""
+        self._dechunker: Dechunker | None = None
+        """The C decoder of the current chunked body, once httptools has read its head."""
+        self._head_tail = b""
+        """The last bytes of a head not yet complete (its end may straddle two reads)."""
+        self._chunked_head = False
+        self._keep_alive = False
         # httptools' ``on_body`` callback, once per HTTP chunk: the list's own append, so no
         # Python frame per chunk (the parser looks the callback up when it is created).
         self.on_body: Callable[[bytes], None] = self._pieces.append
@@ -204,22 +222,76 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         stamp = self._now_ns()  # before any parsing: the arrival time of these bytes
         self._read_ns = stamp
+        dechunker = self._dechunker
+        if dechunker is not None:  # the body of a chunked response, after its head
+            self._dechunk(stamp, dechunker, data)
+            return
         parser = self._parser
         if parser is None:
             self._fail(httpx.RemoteProtocolError("unexpected bytes with no request in flight"))
             return
         pieces = self._pieces
+        ex = self._exchange
         try:
-            parser.feed_data(data)
+            if ex is not None and ex.status == 0 and _Dechunker is not None:
+                rest = self._feed_head(parser, ex, data)
+                if rest is not None:
+                    dechunker = self._dechunker
+                    assert dechunker is not None
+                    self._dechunk(stamp, dechunker, rest)
+                    return
+            else:
+                parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
             return
+        if pieces and ex is not None:
+            # One stamped piece per socket read, however many HTTP chunks it carried.
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            self._deliver(ex, stamp, body)
+
+    def _feed_head(
+        self, parser: httptools.HttpResponseParser, ex: Exchange, data: bytes
+    ) -> bytes | None:
+        """Feed httptools the head, exactly up to its end: the body bytes after it when the
+        C decoder takes the body on (a chunked response whose head ended there), else None
+        (httptools was fed the whole read)."""
+        tail = self._head_tail
+        buf = tail + data if tail else data
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            self._head_tail = buf[-3:]
+            parser.feed_data(data)
+            return None
+        self._head_tail = b""
+        split = end + 4 - len(tail)
+        view = memoryview(data)
+        parser.feed_data(view[:split])
+        if self._chunked_head and ex.status >= 200 and not ex.complete and not self._pieces:
+            assert _Dechunker is not None
+            self._dechunker = _Dechunker()
+            return data[split:]
+        parser.feed_data(view[split:])  # anything else: httptools reads the body as well
+        return None
+
+    def _dechunk(self, stamp: int, dechunker: Dechunker, data: bytes) -> None:
         ex = self._exchange
-        if not pieces or ex is None:
+        try:
+            body = dechunker.feed(data)
+        except ValueError as exc:
+            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
             return
-        # One stamped piece per socket read, however many HTTP chunks it carried.
-        body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        pieces.clear()
+        if ex is None:
+            return
+        if dechunker.done:
+            # Bytes after the body (none are expected: no pipelining) close the connection.
+            self._complete(ex, self._keep_alive and not dechunker.leftover)
+        if body:
+            self._deliver(ex, stamp, body)
+
+    def _deliver(self, ex: Exchange, stamp: int, body: bytes) -> None:
+        """One read's body bytes: to the consumer's sink while it drains, else buffered."""
         progress = ex.progress
         if progress.first_byte_ns is None:
             progress.first_byte_ns = stamp
@@ -264,6 +336,11 @@ class Connection(asyncio.Protocol):
         return
 
     # -- httptools callbacks
+    def on_message_begin(self) -> None:
+        ex = self._exchange
+        if ex is not None and ex.complete:  # bytes after the response: not ours, no reuse
+            ex.keep_alive = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._exchange is not None:
             self._exchange.raw_headers.append((name, value))
@@ -275,6 +352,8 @@ class Connection(asyncio.Protocol):
         ex.status = self._parser.get_status_code()
         # Inside the data_received of the read that completed the head: its arrival.
         ex.progress.headers_ns = self._read_ns
+        self._keep_alive = self._parser.should_keep_alive()
+        self._chunked_head = _Dechunker is not None and _only_chunked(ex.raw_headers)
         if not ex.headers_done.done():
             ex.headers_done.set_result(None)
 
@@ -283,15 +362,22 @@ class Connection(asyncio.Protocol):
         ex = self._exchange
         if ex is None or self._parser is None:
             return
-        ex.keep_alive = self._parser.should_keep_alive()
+        self._complete(ex, self._parser.should_keep_alive())
+
+    def _complete(self, ex: Exchange, keep_alive: bool) -> None:
+        ex.keep_alive = keep_alive
         ex.complete = True
         self._parser = None
+        self._dechunker = None
         ex.wake()
 
     # -- used by the transport and the response
     def start(self, exchange: Exchange) -> None:
         self._exchange = exchange
         self._parser = httptools.HttpResponseParser(self)
+        self._dechunker = None
+        self._head_tail = b""
+        self._chunked_head = False
 
     def consumed(self, nbytes: int) -> None:
         ex = self._exchange
@@ -349,6 +435,21 @@ class RawHeaders(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._raw)
+
+
+def _only_chunked(raw_headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the body is framed by the chunked coding and nothing else: one
+    Transfer-Encoding, ``chunked``, and no Content-Length (else httptools decodes it)."""
+    codings = 0
+    for name, value in raw_headers:
+        lower = name.lower()
+        if lower == b"content-length":
+            return False
+        if lower == b"transfer-encoding":
+            codings += 1
+            if codings > 1 or value.strip().lower() != b"chunked":
+                return False
+    return codings == 1
 
 
 def request_head(request: httpx.Request, body: bytes) -> bytes:

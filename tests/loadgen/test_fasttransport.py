@@ -1,7 +1,8 @@
 """The fast transport against real loopback servers that misbehave on purpose.
 
 A raw asyncio server writes scripted response bytes, split at chosen points, so the
-parser sees the same splits a real network produces; nothing is mocked.
+parser sees the same splits a real network produces; nothing is mocked. Every test runs
+with chunked bodies decoded by ``loadgen._chunked`` and by httptools.
 """
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scripted import response, scripted_server
+from scripted import Paced, response, scripted_server
 
+from loadgen import http11
 from loadgen.clock import Clock
 from loadgen.fasttransport import FastTransport
 from loadgen.read_deadline import ReadDeadline
 from loadgen.transport import STAMPED
 
 SSE = b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
+STALLED = Paced(
+    steps=(
+        (0.0, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"),
+        (0.5, b"0\r\n\r\n"),  # ten read timeouts later
+    )
+)
+"""A body that stops after its first chunk for longer than the tests' read timeout."""
 
 
 async def fetch(client: httpx.AsyncClient, url: str) -> tuple[int, list[tuple[int, bytes]]]:
@@ -42,6 +51,18 @@ async def fetch_drained(
         pieces: list[tuple[int, bytes]] = []
         await resp.extensions[STAMPED].drain(lambda ts, data: pieces.append((ts, data)))
         return resp.status_code, pieces
+
+
+@pytest.fixture(autouse=True, params=["c", "httptools"])
+def body_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with both decoders of chunked bodies: the C one (after httptools
+    has read the head) and httptools for the whole response."""
+    if request.param == "c":
+        if http11._Dechunker is None:
+            pytest.skip("loadgen._chunked is not built")
+    else:
+        monkeypatch.setattr(http11, "_Dechunker", None)
+    return str(request.param)
 
 
 def run(coro: object) -> object:
@@ -130,11 +151,10 @@ def test_refused_connection_is_a_connect_error() -> None:
 
 def test_read_timeout_between_chunks() -> None:
     async def main() -> None:
-        head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
-        async with scripted_server([head + b"0\r\n\r\n"], splits=(len(head),)) as (url, _):
+        async with scripted_server([STALLED]) as (url, _):
             transport = FastTransport(Clock().now_ns)
             async with httpx.AsyncClient(
-                transport=transport, timeout=httpx.Timeout(0.001)
+                transport=transport, timeout=httpx.Timeout(5.0, read=0.05)
             ) as client:
                 with pytest.raises(httpx.ReadTimeout):
                     await fetch(client, url)
@@ -162,11 +182,10 @@ def test_drain_gives_what_stamped_yields(wait_s: float) -> None:
 
 def test_drain_read_timeout_between_chunks() -> None:
     async def main() -> None:
-        head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
         transport = FastTransport(Clock().now_ns)
         async with (
-            scripted_server([head + b"0\r\n\r\n"], splits=(len(head),)) as (url, _),
-            httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(0.001)) as client,
+            scripted_server([STALLED]) as (url, _),
+            httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(5.0, read=0.05)) as client,
         ):
             with pytest.raises(httpx.ReadTimeout):
                 await fetch_drained(client, url)
@@ -289,5 +308,23 @@ def test_tls_against_a_self_signed_server(tmp_path: Path) -> None:
             async with httpx.AsyncClient(transport=strict) as client:
                 with pytest.raises(httpx.ConnectError):
                     await fetch(client, url)
+
+    run(main())
+
+
+def test_bytes_after_a_body_close_the_connection() -> None:
+    """The body ends where its coding says; what follows (no pipelining here) is no
+    response of ours, so the connection is not used again."""
+
+    async def main() -> None:
+        async with (
+            scripted_server([response(SSE) + b"HTTP/1.1 200 OK\r\n", response(SSE)]) as (url, log),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            for _ in range(2):
+                status, pieces = await fetch(client, url)
+                assert status == 200
+                assert b"".join(p for _, p in pieces) == SSE
+        assert log.connections == 2
 
     run(main())
