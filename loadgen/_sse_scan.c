@@ -181,8 +181,9 @@ walk_plain(const char *s, const char *end, Py_ssize_t *pos, PyObject *offset, Py
 }
 
 typedef struct {
-    PyObject *add, *add_decoded, *content, *done, *first_token, *last_completion, *sent_ns, *tokens,
-        *tokens_known;
+    PyObject *add, *add_decoded, *buf, *content, *done, *feed, *first_token, *last_completion,
+        *sent_ns, *tokens, *tokens_known;
+    PyObject *empty, *thousand; /* b"" and 1000 */
 } Names;
 
 static Names names;
@@ -300,38 +301,27 @@ add_other(PyObject *state, PyObject *ts, const char *block, const char *stop, in
     return 0;
 }
 
-static PyObject *
-scan_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* Add the events of [s, s + n) (whole CR-free blocks), which arrived at `ts`, to `state`.
+ * 0, or -1 with an exception set. */
+static int
+walk_text(PyObject *state, PyObject *ts, const char *s, Py_ssize_t n, PyObject *add_block)
 {
-    (void)module;
-    if (nargs != 4 || !PyLong_Check(args[1]) || !PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "scan_read(state: StreamState, ts: int, text: bytes, add_block)");
-        return NULL;
-    }
-    PyObject *state = args[0], *ts = args[1], *text = args[2], *add_block = args[3];
-    const char *s = PyBytes_AS_STRING(text);
-    const char *end = s + PyBytes_GET_SIZE(text);
-    const Py_ssize_t n = end - s;
+    const char *end = s + n;
     PyObject *offset = NULL, *content = NULL;
     Book book = {NULL, 0, 0};
     PyObject *sent = PyObject_GetAttr(state, names.sent_ns);
     if (sent == NULL) {
-        return NULL;
+        return -1;
     }
     /* (ts - sent_ns) // 1000 with Python's own arithmetic, as StreamState.add computes it */
     PyObject *elapsed = PyNumber_Subtract(ts, sent);
     Py_DECREF(sent);
     if (elapsed != NULL) {
-        PyObject *thousand = PyLong_FromLong(1000);
-        if (thousand != NULL) {
-            offset = PyNumber_FloorDivide(elapsed, thousand);
-            Py_DECREF(thousand);
-        }
+        offset = PyNumber_FloorDivide(elapsed, names.thousand);
         Py_DECREF(elapsed);
     }
     if (offset == NULL) {
-        return NULL;
+        return -1;
     }
     content = PyObject_GetAttr(state, names.content);
     if (content == NULL) {
@@ -379,18 +369,145 @@ scan_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XDECREF(book.tokens);
     Py_DECREF(content);
     Py_DECREF(offset);
-    Py_RETURN_NONE;
+    return 0;
 fail:
     Py_XDECREF(book.tokens);
     Py_XDECREF(content);
     Py_XDECREF(offset);
-    return NULL;
+    return -1;
+}
+
+static PyObject *
+scan_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyLong_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_read(state: StreamState, ts: int, text: bytes, add_block)");
+        return NULL;
+    }
+    PyObject *text = args[2];
+    if (walk_text(args[0], args[1], PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text), args[3])
+        < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The start of the last "\n\n" in [s, s + n), or -1 (bytes.rfind(b"\n\n")). */
+static Py_ssize_t
+last_separator(const char *s, Py_ssize_t n)
+{
+    for (Py_ssize_t j = n - 1; j >= 1; j--) {
+        if (s[j] == '\n' && s[j - 1] == '\n') {
+            return j - 1;
+        }
+    }
+    return -1;
+}
+
+/* The events of a CR-holding (or otherwise unusual) buffer: decoder.feed's list, each
+ * event through state.add, as the client does with what feed_raw returns. */
+static int
+feed_slowly(PyObject *decoder, PyObject *state, PyObject *ts, PyObject *buf)
+{
+    PyObject *got = PyObject_CallMethodObjArgs(decoder, names.feed, buf, NULL);
+    if (got == NULL) {
+        return -1;
+    }
+    if (!PyList_Check(got)) {
+        Py_DECREF(got);
+        PyErr_SetString(PyExc_TypeError, "SSEDecoder.feed must return a list");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(got); i++) {
+        PyObject *res =
+            PyObject_CallMethodObjArgs(state, names.add, ts, PyList_GET_ITEM(got, i), NULL);
+        if (res == NULL) {
+            Py_DECREF(got);
+            return -1;
+        }
+        Py_DECREF(res);
+    }
+    Py_DECREF(got);
+    return 0;
+}
+
+static PyObject *
+scan_feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5 || !PyLong_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_feed(decoder: SSEDecoder, state: StreamState, add_block, "
+                        "ts: int, data: bytes)");
+        return NULL;
+    }
+    PyObject *decoder = args[0], *state = args[1], *add_block = args[2], *ts = args[3];
+    PyObject *pending = PyObject_GetAttr(decoder, names.buf);
+    if (pending == NULL) {
+        return NULL;
+    }
+    if (!PyBytes_Check(pending)) {
+        Py_DECREF(pending);
+        PyErr_SetString(PyExc_TypeError, "SSEDecoder._buf must be bytes");
+        return NULL;
+    }
+    PyObject *buf;
+    if (PyBytes_GET_SIZE(pending) > 0) {
+        buf = pending;
+        Py_INCREF(args[4]);
+        PyObject *data = args[4];
+        PyBytes_ConcatAndDel(&buf, data); /* steals both references; buf is the sum */
+        if (buf == NULL) {
+            return NULL;
+        }
+    }
+    else {
+        Py_DECREF(pending);
+        buf = args[4];
+        Py_INCREF(buf);
+    }
+    const char *s = PyBytes_AS_STRING(buf);
+    const Py_ssize_t n = PyBytes_GET_SIZE(buf);
+    int rc;
+    if (memchr(s, '\r', (size_t)n) == NULL) {
+        Py_ssize_t end = last_separator(s, n);
+        if (end < 0) { /* no event completed: keep it all */
+            rc = PyObject_SetAttr(decoder, names.buf, buf);
+            Py_DECREF(buf);
+            return rc < 0 ? NULL : Py_NewRef(Py_None);
+        }
+        if (end == 0 || s[end - 1] != '\n') { /* where feed would split too */
+            PyObject *rest = PyBytes_FromStringAndSize(s + end + 2, n - end - 2);
+            if (rest == NULL) {
+                Py_DECREF(buf);
+                return NULL;
+            }
+            rc = PyObject_SetAttr(decoder, names.buf, rest);
+            Py_DECREF(rest);
+            if (rc == 0) {
+                rc = walk_text(state, ts, s, end, add_block);
+            }
+            Py_DECREF(buf);
+            return rc < 0 ? NULL : Py_NewRef(Py_None);
+        }
+    }
+    rc = PyObject_SetAttr(decoder, names.buf, names.empty);
+    if (rc == 0) {
+        rc = feed_slowly(decoder, state, ts, buf);
+    }
+    Py_DECREF(buf);
+    return rc < 0 ? NULL : Py_NewRef(Py_None);
 }
 
 static PyMethodDef methods[] = {
     {"scan_read", (PyCFunction)(void (*)(void))scan_read, METH_FASTCALL,
      "scan_read(state, ts, text, add_block) -> None: add the events of one read's text "
      "(whole blocks, as SSEDecoder.feed_raw returns them) to state, stamped ts."},
+    {"scan_feed", (PyCFunction)(void (*)(void))scan_feed, METH_FASTCALL,
+     "scan_feed(decoder, state, add_block, ts, data) -> None: one socket read of an SSE "
+     "body: framed as decoder.feed_raw frames it, its events added as scan_read adds them."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -409,7 +526,13 @@ intern(PyObject **slot, const char *name)
 PyMODINIT_FUNC
 PyInit__sse_scan(void)
 {
+    names.empty = PyBytes_FromStringAndSize(NULL, 0);
+    names.thousand = PyLong_FromLong(1000);
+    if (names.empty == NULL || names.thousand == NULL) {
+        return NULL;
+    }
     if (intern(&names.add, "add") < 0 || intern(&names.add_decoded, "add_decoded") < 0
+        || intern(&names.buf, "_buf") < 0 || intern(&names.feed, "feed") < 0
         || intern(&names.content, "content") < 0
         || intern(&names.done, "done") < 0 || intern(&names.first_token, "first_token") < 0
         || intern(&names.last_completion, "last_completion") < 0

@@ -29,8 +29,7 @@ import orjson
 from loadgen.deferred import DeferredCalls
 from loadgen.fasttransport import FastTransport, Outgoing, RequestTemplate, Timeouts, encode
 from loadgen.protocol import ServerTimings, StreamState, Usage, timings_from_headers
-from loadgen.sse import SSEDecoder
-from loadgen.sse_bulk import add_read
+from loadgen.sse_bulk import EventFeed
 from loadgen.transport import STAMPED, Progress, StampedStream
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
@@ -224,7 +223,7 @@ class StreamingClient:
                 header_timings = timings_from_headers(exchange.headers)
                 if exchange.status >= 400:
                     return header_timings, _error_text(exchange.status, await exchange.aread())
-                feed = _EventFeed(state)
+                feed = EventFeed(state)
                 await exchange.drain(feed.take)  # the transport notes the first byte
                 feed.finish(self._now_ns())
             finally:
@@ -255,7 +254,7 @@ class StreamingClient:
     ) -> None:
         """Read the body of an httpx response into ``state``, stamping each read (when the
         transport offers no stamped stream) and noting the first byte."""
-        feed = _EventFeed(state)
+        feed = EventFeed(state)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
 
@@ -343,30 +342,6 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=timings.instance,
         )
-
-
-class _EventFeed:
-    """One response body's reads into its ``StreamState``: the SSE decoder frames each
-    read, and the events it completed are added with the read's arrival time
-    (``add_read``: runs of plain content chunks by a C scan while the bytes are still in
-    cache, the rare other chunks one by one)."""
-
-    __slots__ = ("_decoder", "_state")
-
-    def __init__(self, state: StreamState) -> None:
-        self._state = state
-        self._decoder = SSEDecoder()
-
-    def take(self, ts: int, data: bytes) -> None:
-        got = self._decoder.feed_raw(data)
-        if got:
-            add_read(self._state, ts, got)
-
-    def finish(self, ts: int) -> None:
-        """The body ended: a last event that lacked its blank line still counts."""
-        tail = self._decoder.flush()
-        if tail:
-            add_read(self._state, ts, tail)
 
 
 def _error_text(status: int, body: bytes) -> str:

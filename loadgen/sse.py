@@ -22,6 +22,8 @@ class SSEDecoder:
     """
 
     __slots__ = ("_buf",)
+    # ``_buf`` (the bytes of an event not yet complete) is also read and written by
+    # ``loadgen._sse_scan.scan_feed``, which frames a read exactly as ``feed_raw`` does.
 
     def __init__(self) -> None:
         self._buf = b""

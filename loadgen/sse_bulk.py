@@ -24,13 +24,14 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable
+from functools import partial
 from itertools import chain, repeat
 from typing import NamedTuple
 
 import orjson
 
 from loadgen.protocol import StreamState, StreamSummary, plain_content_tokens
-from loadgen.sse import decode_blocks, event_data
+from loadgen.sse import SSEDecoder, decode_blocks, event_data
 
 Read = tuple[int, bytes | list[bytes]]
 """One socket read: its arrival time and its completed events, as ``feed_raw`` gave them
@@ -68,12 +69,14 @@ _LAYOUTS = {
 """One pattern per layout: chat or completions, content before or after the finish reason
 (vLLM and OpenAI, or llama.cpp), with or without trailing cumulative usage."""
 
-_ReadScanner = Callable[[StreamState, int, bytes, Callable[[StreamState, int, bytes], None]], None]
-_scan_read: _ReadScanner | None
+_AddBlock = Callable[[StreamState, int, bytes], None]
+_scan_read: Callable[[StreamState, int, bytes, _AddBlock], None] | None
+_scan_feed: Callable[[SSEDecoder, StreamState, _AddBlock, int, bytes], None] | None
 try:
+    from loadgen._sse_scan import scan_feed as _scan_feed
     from loadgen._sse_scan import scan_read as _scan_read
 except ImportError:  # built without a C compiler: the regex path below gives the same result
-    _scan_read = None
+    _scan_read = _scan_feed = None
 
 _SMALL_TEXT = 512
 """A text shorter than this (a couple of events) alone goes event by event: cheaper."""
@@ -111,6 +114,38 @@ def add_read(state: StreamState, ts: int, got: bytes | list[bytes]) -> None:
     else:
         for payload in got:
             state.add(ts, payload)
+
+
+class EventFeed:
+    """One response body's reads into its ``StreamState``: ``take(ts, data)`` for each
+    socket read (the transport's sink), ``finish(ts)`` at the end of the body.
+
+    Each read is framed (``SSEDecoder.feed_raw``) and the events it completed are added with
+    its arrival time (``add_read``). Where the C module is built, ``take`` is that module's
+    ``scan_feed`` bound to this body's decoder and state: framing and classification in one
+    call, with no Python frame per read."""
+
+    __slots__ = ("_decoder", "_state", "take")
+
+    def __init__(self, state: StreamState) -> None:
+        self._state = state
+        self._decoder = SSEDecoder()
+        self.take: Callable[[int, bytes], None] = (
+            partial(_scan_feed, self._decoder, state, _add_block)
+            if _scan_feed is not None
+            else self._take
+        )
+
+    def _take(self, ts: int, data: bytes) -> None:
+        got = self._decoder.feed_raw(data)
+        if got:
+            add_read(self._state, ts, got)
+
+    def finish(self, ts: int) -> None:
+        """The body ended: a last event that lacked its blank line still counts."""
+        tail = self._decoder.flush()
+        if tail:
+            add_read(self._state, ts, tail)
 
 
 def _add_block(state: StreamState, ts: int, block: bytes) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from loadgen import sse_bulk
 from loadgen.protocol import StreamState, StreamSummary, summarize_stream
 from loadgen.sse import SSEDecoder, decode_blocks
-from loadgen.sse_bulk import Read, add_read, summarize_reads
+from loadgen.sse_bulk import EventFeed, Read, add_read, summarize_reads
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1795953908, "model": "m"}
 
@@ -54,10 +54,21 @@ def incremental(reads: list[Read]) -> StreamSummary:
     return state.summary()
 
 
+def fed(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
+    """As the client does it: each piece through an ``EventFeed`` as it arrives."""
+    state = StreamState(1_000)
+    feed = EventFeed(state)
+    for ts, data in zip(stamps, pieces, strict=True):
+        feed.take(ts, data)
+    feed.finish(end_ns)
+    return state.summary()
+
+
 def bulk(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
     reads = raw_reads(pieces, stamps, end_ns)
     summary = summarize_reads(reads, 1_000)
     assert incremental(reads) == summary
+    assert fed(pieces, stamps, end_ns) == summary
     return summary
 
 
@@ -244,6 +255,7 @@ def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
             pytest.skip("loadgen._sse_scan is not built")
     else:
         monkeypatch.setattr(sse_bulk, "_scan_read", None)
+        monkeypatch.setattr(sse_bulk, "_scan_feed", None)
     return str(request.param)
 
 
