@@ -176,6 +176,11 @@ TRAILERS = [
         b"5\r\nhello\r\n0\r\nbad trailer\r\n\r\n",
         b"5;a b\r\nhello\r\n0\r\n\r\n",
         b'5;a="x\r\nhello\r\n',
+        b"5\r\nhelloX\n0\r\n\r\n",  # a byte where the CR after the data belongs
+        b"5\r\nhello\rX0\r\n\r\n",
+        b"5\rXhello\r\n0\r\n\r\n",
+        b"5\r\nhello\r\n0\r\nX: y\rZ\r\n\r\n",
+        b"5\r\nhello\r\n0\r\n\rX",
         *(b"1" + ext + b"\r\nX\r\n0\r\n\r\n" for ext in EXTENSIONS),
         *(b"1\r\nX\r\n0\r\n" + field + b"\r\n" for field in TRAILERS),
     ],

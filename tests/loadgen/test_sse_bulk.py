@@ -340,10 +340,13 @@ def test_plain_runs_skip_the_per_event_path(
     reads = raw_reads(pieces, stamps, 10**9)
     summary = summarize_reads(reads, 1_000)
     assert calls <= 4 + 2 * 3  # role, finish, usage, [DONE], read boundaries
-    if scanner == "c":  # the client's way too (the regex path needs reads joined)
+    if scanner == "c":  # the client's ways too (the regex path needs reads joined)
         calls = 0
         assert incremental(reads) == summary
         assert calls <= 4 + 2 * 3
+        calls = 0
+        assert fed(pieces, stamps, 10**9) == summary
+        assert calls <= 3 + 2 * 3  # [DONE] is taken in C
     assert len(summary.content_offsets_us) == 200
     assert summary.chunk_tokens == ([1] * 200 if continuous else None)
     assert summary == reference(pieces, stamps, 10**9)
