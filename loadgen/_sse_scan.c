@@ -17,9 +17,10 @@
  * minus state.last_completion to state.tokens, last_completion becoming the value; a chunk
  * without usage clears tokens_known. The first such event sets state.first_token.
  *
- * Every other block goes to Python: `data: [DONE]` sets state.done, another one-line
- * `data: ` event goes to state.add(ts, payload) (or state.add_decoded, where the walk
- * already saw that it is not plain content), anything else (multi-line events,
+ * Every other block: `data: [DONE]` sets state.done; another one-line `data: ` event the
+ * walk saw is not plain content is decoded by orjson and classified here as
+ * StreamState.add_decoded would (errors and server timings by that method itself); other
+ * one-line events go to state.add(ts, payload), anything else (multi-line events,
  * comments, other fields) to add_block(state, ts, block). So do plain events whose usage
  * value is longer than 18 digits or whose predecessor's is (the Python path reads those
  * exactly). The state is read again after each of those calls.
@@ -183,7 +184,12 @@ walk_plain(const char *s, const char *end, Py_ssize_t *pos, PyObject *offset, Py
 typedef struct {
     PyObject *add, *add_decoded, *buf, *content, *done, *feed, *first_token, *last_completion,
         *sent_ns, *tokens, *tokens_known;
+    /* what classify_decoded reads and writes (StreamState._add_decoded's names) */
+    PyObject *add_object, *choices, *completion_tokens, *delta, *error, *finish,
+        *finish_reason, *first_reasoning, *metrics, *reasoning, *reasoning_content, *text,
+        *timings, *tool_calls, *usage, *usage_raw;
     PyObject *empty, *thousand; /* b"" and 1000 */
+    PyObject *loads;            /* orjson.loads */
 } Names;
 
 static Names names;
@@ -263,17 +269,167 @@ write_book(PyObject *state, PyObject *ts, Book *book, int known)
     return 0;
 }
 
+/* A borrowed value of `dict` (NULL when missing), or -1 through *failed. */
+static PyObject *
+item(PyObject *dict, PyObject *key, int *failed)
+{
+    PyObject *value = PyDict_GetItemWithError(dict, key);
+    if (value == NULL && PyErr_Occurred()) {
+        *failed = 1;
+    }
+    return value;
+}
+
+/* Whether a JSON value is truthy (JSON values' truth cannot fail; NULL is missing). */
+static int
+truthy(PyObject *value)
+{
+    return value != NULL && value != Py_None && PyObject_IsTrue(value) == 1;
+}
+
+/* state.attr, if it is None, becomes ts. */
+static int
+set_if_none(PyObject *state, PyObject *attr, PyObject *ts)
+{
+    PyObject *now = PyObject_GetAttr(state, attr);
+    if (now == NULL) {
+        return -1;
+    }
+    int unset = now == Py_None;
+    Py_DECREF(now);
+    return unset ? PyObject_SetAttr(state, attr, ts) : 0;
+}
+
+/* Append `value` to the list state.attr. */
+static int
+append_to(PyObject *state, PyObject *attr, PyObject *value)
+{
+    PyObject *list = PyObject_GetAttr(state, attr);
+    if (list == NULL) {
+        return -1;
+    }
+    int rc = PyList_Check(list) ? PyList_Append(list, value) : -1;
+    if (rc < 0 && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError, "StreamState lists must be lists");
+    }
+    Py_DECREF(list);
+    return rc;
+}
+
+enum { OTHER_KIND, CONTENT_KIND, REASONING_KIND };
+
+/* One event known not to be plain content nor [DONE]: decoded by orjson and classified
+ * here exactly as StreamState.add_decoded classifies it (loadgen.protocol._kind and
+ * StreamState._add_decoded), `offset` being its arrival in µs after the send. Errors,
+ * server timings ("metrics", "timings") and anything orjson rejects or that is no object
+ * go to the Python methods, which also word the errors. */
+static int
+classify_decoded(PyObject *state, PyObject *ts, PyObject *offset, PyObject *payload)
+{
+    PyObject *obj = PyObject_CallOneArg(names.loads, payload);
+    if (obj == NULL || !PyDict_CheckExact(obj)) {
+        if (obj == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
+                return -1;
+            }
+            PyErr_Clear();
+        }
+        Py_XDECREF(obj);
+        PyObject *res = PyObject_CallMethodObjArgs(state, names.add_decoded, ts, payload, NULL);
+        Py_XDECREF(res);
+        return res == NULL ? -1 : 0;
+    }
+    int failed = 0, rc = 0;
+    PyObject *error = item(obj, names.error, &failed);
+    int python = (error != NULL && error != Py_None) || item(obj, names.metrics, &failed)
+                 || item(obj, names.timings, &failed);
+    if (failed) {
+        Py_DECREF(obj);
+        return -1;
+    }
+    if (python) {
+        PyObject *res = PyObject_CallMethodObjArgs(state, names.add_object, ts, obj, NULL);
+        Py_DECREF(obj);
+        Py_XDECREF(res);
+        return res == NULL ? -1 : 0;
+    }
+    int kind = OTHER_KIND;
+    PyObject *finish = NULL;
+    PyObject *choices = item(obj, names.choices, &failed);
+    if (choices != NULL && PyList_Check(choices) && PyList_GET_SIZE(choices) > 0) {
+        PyObject *choice = PyList_GET_ITEM(choices, 0);
+        if (PyDict_Check(choice)) {
+            finish = item(choice, names.finish_reason, &failed);
+            PyObject *delta = item(choice, names.delta, &failed);
+            if (delta != NULL && PyDict_Check(delta)) {
+                if (truthy(item(delta, names.content, &failed))
+                    || truthy(item(delta, names.tool_calls, &failed))) {
+                    kind = CONTENT_KIND;
+                }
+                else if (truthy(item(delta, names.reasoning_content, &failed))
+                         || truthy(item(delta, names.reasoning, &failed))) {
+                    kind = REASONING_KIND;
+                }
+            }
+            else if (truthy(item(choice, names.text, &failed))) {
+                kind = CONTENT_KIND;
+            }
+        }
+    }
+    PyObject *usage = item(obj, names.usage, &failed);
+    PyObject *completion = usage != NULL && PyDict_Check(usage)
+                               ? item(usage, names.completion_tokens, &failed)
+                               : NULL;
+    int counted = completion != NULL && PyLong_Check(completion);
+    if (failed) {
+        Py_DECREF(obj);
+        return -1;
+    }
+    if (usage != NULL && usage != Py_None) {
+        rc = PyObject_SetAttr(state, names.usage_raw, usage);
+    }
+    if (rc == 0 && finish != NULL && finish != Py_None) {
+        rc = PyObject_SetAttr(state, names.finish, finish);
+    }
+    if (rc == 0 && kind == CONTENT_KIND) {
+        rc = set_if_none(state, names.first_token, ts);
+        if (rc == 0) {
+            rc = append_to(state, names.content, offset);
+        }
+        if (rc == 0 && counted) {
+            PyObject *last = PyObject_GetAttr(state, names.last_completion);
+            PyObject *diff = last != NULL ? PyNumber_Subtract(completion, last) : NULL;
+            rc = diff != NULL ? append_to(state, names.tokens, diff) : -1;
+            Py_XDECREF(diff);
+            Py_XDECREF(last);
+        }
+        else if (rc == 0) {
+            rc = PyObject_SetAttr(state, names.tokens_known, Py_False);
+        }
+    }
+    else if (rc == 0 && kind == REASONING_KIND) {
+        rc = set_if_none(state, names.first_reasoning, ts);
+        if (rc == 0) {
+            rc = append_to(state, names.reasoning, offset);
+        }
+    }
+    if (rc == 0 && counted && kind != OTHER_KIND) {
+        rc = PyObject_SetAttr(state, names.last_completion, completion);
+    }
+    Py_DECREF(obj);
+    return rc;
+}
+
 /* One block the walk did not take, [pos, stop): `[DONE]` sets state.done, a one-line
- * `data: ` event goes to state.add(ts, payload) (state.add_decoded when `other`: it is
+ * `data: ` event goes to state.add(ts, payload) (classify_decoded when `other`: it is
  * known not to be plain content), anything else to add_block(state, ts, block) (the
  * decoder's own rules for multi-line events, comments and other fields). */
 static int
-add_other(PyObject *state, PyObject *ts, const char *block, const char *stop, int other,
-          PyObject *add_block)
+add_other(PyObject *state, PyObject *ts, PyObject *offset, const char *block, const char *stop,
+          int other, PyObject *add_block)
 {
     const Py_ssize_t len = stop - block;
     const char *nl = memchr(block, '\n', (size_t)len);
-    PyObject *res;
     if (nl == NULL && len >= 6 && memcmp(block, "data: ", 6) == 0) {
         if (len == 12 && memcmp(block + 6, "[DONE]", 6) == 0) {
             return PyObject_SetAttr(state, names.done, Py_True);
@@ -282,23 +438,26 @@ add_other(PyObject *state, PyObject *ts, const char *block, const char *stop, in
         if (payload == NULL) {
             return -1;
         }
-        res = PyObject_CallMethodObjArgs(state, other ? names.add_decoded : names.add, ts,
-                                         payload, NULL);
-        Py_DECREF(payload);
-    }
-    else {
-        PyObject *text = PyBytes_FromStringAndSize(block, len);
-        if (text == NULL) {
-            return -1;
+        int rc;
+        if (other) {
+            rc = classify_decoded(state, ts, offset, payload);
         }
-        res = PyObject_CallFunctionObjArgs(add_block, state, ts, text, NULL);
-        Py_DECREF(text);
+        else {
+            PyObject *res = PyObject_CallMethodObjArgs(state, names.add, ts, payload, NULL);
+            rc = res == NULL ? -1 : 0;
+            Py_XDECREF(res);
+        }
+        Py_DECREF(payload);
+        return rc;
     }
-    if (res == NULL) {
+    PyObject *text = PyBytes_FromStringAndSize(block, len);
+    if (text == NULL) {
         return -1;
     }
-    Py_DECREF(res);
-    return 0;
+    PyObject *res = PyObject_CallFunctionObjArgs(add_block, state, ts, text, NULL);
+    Py_DECREF(text);
+    Py_XDECREF(res);
+    return res == NULL ? -1 : 0;
 }
 
 /* Add the events of [s, s + n) (whole CR-free blocks), which arrived at `ts`, to `state`.
@@ -360,7 +519,7 @@ walk_text(PyObject *state, PyObject *ts, const char *s, Py_ssize_t n, PyObject *
             }
         }
         const char *stop = cut != NULL ? cut : end;
-        if (add_other(state, ts, block, stop, other, add_block) < 0
+        if (add_other(state, ts, offset, block, stop, other, add_block) < 0
             || read_book(state, &book) < 0) {
             goto fail;
         }
@@ -529,6 +688,25 @@ PyInit__sse_scan(void)
     names.empty = PyBytes_FromStringAndSize(NULL, 0);
     names.thousand = PyLong_FromLong(1000);
     if (names.empty == NULL || names.thousand == NULL) {
+        return NULL;
+    }
+    PyObject *orjson = PyImport_ImportModule("orjson");
+    if (orjson == NULL) {
+        return NULL;
+    }
+    names.loads = PyObject_GetAttrString(orjson, "loads");
+    Py_DECREF(orjson);
+    if (names.loads == NULL || intern(&names.add_object, "_add_decoded") < 0
+        || intern(&names.choices, "choices") < 0
+        || intern(&names.completion_tokens, "completion_tokens") < 0
+        || intern(&names.delta, "delta") < 0 || intern(&names.error, "error") < 0
+        || intern(&names.finish, "finish") < 0 || intern(&names.finish_reason, "finish_reason") < 0
+        || intern(&names.first_reasoning, "first_reasoning") < 0
+        || intern(&names.metrics, "metrics") < 0 || intern(&names.reasoning, "reasoning") < 0
+        || intern(&names.reasoning_content, "reasoning_content") < 0
+        || intern(&names.text, "text") < 0 || intern(&names.timings, "timings") < 0
+        || intern(&names.tool_calls, "tool_calls") < 0 || intern(&names.usage, "usage") < 0
+        || intern(&names.usage_raw, "usage_raw") < 0) {
         return NULL;
     }
     if (intern(&names.add, "add") < 0 || intern(&names.add_decoded, "add_decoded") < 0

@@ -100,7 +100,7 @@ def json_chunk(draw: st.DrawFn) -> bytes:
         st.sampled_from(
             [
                 *("chat", "chat", "chat", "text", "llama", "role", "reasoning", "finish"),
-                *("usage", "error", "empty", "tool"),
+                *("usage", "error", "empty", "tool", "timings", "reasoning2"),
             ]
         )
     )
@@ -125,6 +125,11 @@ def json_chunk(draw: st.DrawFn) -> bytes:
     elif kind == "usage":
         obj["choices"] = []
         obj["metrics"] = {"queue_ms": 1.0, "prefill_ms": 2.0}
+    elif kind == "timings":  # llama.cpp's last chunk
+        obj["choices"] = [{"index": 0, "delta": {}, "finish_reason": finish or "stop"}]
+        obj["timings"] = {"prompt_n": 5, "prompt_ms": 4.5, "predicted_ms": 9.25}
+    elif kind == "reasoning2":
+        obj["choices"] = [{"index": 0, "delta": {"reasoning": text}, "finish_reason": None}]
     elif kind == "error":
         obj = {"error": {"message": text, "code": 500}}
     elif kind == "empty":
@@ -133,8 +138,12 @@ def json_chunk(draw: st.DrawFn) -> bytes:
         obj["choices"] = [
             {"index": 0, "delta": {"tool_calls": [{"index": 0}]}, "finish_reason": None}
         ]
-    if kind != "error" and draw(st.booleans()):
-        obj["usage"] = usage(draw(tokens_value))
+    if kind != "error":
+        how = draw(st.integers(0, 3))
+        if how == 1:
+            obj["usage"] = None  # OpenAI's chunks before the last, with include_usage
+        elif how >= 2:
+            obj["usage"] = usage(draw(tokens_value))
     return orjson.dumps(obj)
 
 
