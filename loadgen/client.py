@@ -3,11 +3,10 @@
 The hot path: encode the request before it is due (``ready``); send it and note each step
 of the exchange (``loadgen.transport.Progress``: the fast transport directly, httpx's
 through its ``trace`` extension); stamp every body read on arrival (the transport does it,
-and hands each read straight to a callback), feed the bytes to the SSE decoder and add the
-events each read completed, with its arrival time, to the stream's ``StreamState``
-(``loadgen.sse_bulk.add_read``: runs of plain content chunks by a C scan, without decoding
-JSON; only the few other chunks are decoded). Nothing of a read is kept once it is
-counted. With the fast transport no ``httpx.Request``, ``httpx.Response`` or
+and hands each read straight to a callback: the body's ``loadgen.sse_bulk.EventFeed``,
+which frames the read and adds the events it completed, with its arrival time, to the
+stream's ``StreamState``, in one C call where the extension is built). Nothing of a read
+is kept once it is counted. With the fast transport no ``httpx.Request``, ``httpx.Response`` or
 ``asyncio.timeout`` is made per request: they cost more than the rest of a short
 exchange. Every outcome, including cancellation, becomes
 exactly one ``RequestRecord`` given to the sink; exceptions never escape except
