@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a shorter schedule (about 20 s)")
     parser.add_argument("--json", type=Path, default=None, help="also save the results here")
     parser.add_argument(
-        "--pairs", type=int, default=3, help="(e): interleaved 1- and 2-worker runs (default 3)"
+        "--pairs", type=int, default=5, help="(e): interleaved 1- and 2-worker runs (default 5)"
     )
     args = parser.parse_args(argv)
     ingest = _ingest_module()
