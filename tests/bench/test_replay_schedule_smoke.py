@@ -4,32 +4,20 @@ and noisy."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "replay_schedule.py"
+from benchrun import run_bench
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_replay_schedule_quick_runs_and_prints_each_target(tmp_path: Path) -> None:
-    out_json = tmp_path / "out.json"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out_json)],
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-        cwd=SCRIPT.parents[1],
+    stdout, doc = run_bench(
+        "replay_schedule.py", "--quick", out_json=tmp_path / "out.json", timeout_s=110
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     for line in ("(c) open loop", "(d) process start", "(e) closed loop", "[target"):
-        assert line in proc.stdout
-    doc = json.loads(out_json.read_text())
+        assert line in stdout
     assert doc["schedule"]["sent_share"] == 1.0
     assert doc["schedule"]["ok_share"] == 1.0
     assert doc["shards"]["same_request_set"] is True
