@@ -58,6 +58,14 @@ is_token(unsigned char c)
     return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
+/* A control character, which no quoted extension value or trailer value may hold (HTAB
+ * aside). */
+static int
+is_ctl(unsigned char c)
+{
+    return (c < 0x20 && c != '\t') || c == 0x7f;
+}
+
 static int
 hex_value(unsigned char c)
 {
@@ -187,12 +195,12 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
             else if (c == '\\') {
                 self->state = EXT_ESCAPE;
             }
-            else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            else if (is_ctl(c)) {
                 return "invalid character in chunk extension quoted value";
             }
             break;
         case EXT_ESCAPE:
-            if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            if (is_ctl(c)) {
                 return "invalid character in chunk extension quoted value";
             }
             self->state = EXT_QUOTED;
@@ -250,7 +258,7 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
             if (c == '\r') {
                 self->state = TRAILER_LF;
             }
-            else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            else if (is_ctl(c)) {
                 return "invalid character in trailer field value";
             }
             break;

@@ -239,18 +239,25 @@ read_book(PyObject *state, Book *book)
     return 0;
 }
 
+/* state.attr, if it is None, becomes ts. */
+static int
+set_if_none(PyObject *state, PyObject *attr, PyObject *ts)
+{
+    PyObject *now = PyObject_GetAttr(state, attr);
+    if (now == NULL) {
+        return -1;
+    }
+    int unset = now == Py_None;
+    Py_DECREF(now);
+    return unset ? PyObject_SetAttr(state, attr, ts) : 0;
+}
+
 /* After a run of `count` events: the first token's stamp, the last usage value and
  * whether the counts are still known, as StreamState.add leaves them. */
 static int
 write_book(PyObject *state, PyObject *ts, Book *book, int known)
 {
-    PyObject *first = PyObject_GetAttr(state, names.first_token);
-    if (first == NULL) {
-        return -1;
-    }
-    int unset = first == Py_None;
-    Py_DECREF(first);
-    if (unset && PyObject_SetAttr(state, names.first_token, ts) < 0) {
+    if (set_if_none(state, names.first_token, ts) < 0) {
         return -1;
     }
     PyObject *last = PyLong_FromLongLong(book->last);
@@ -285,19 +292,6 @@ static int
 truthy(PyObject *value)
 {
     return value != NULL && value != Py_None && PyObject_IsTrue(value) == 1;
-}
-
-/* state.attr, if it is None, becomes ts. */
-static int
-set_if_none(PyObject *state, PyObject *attr, PyObject *ts)
-{
-    PyObject *now = PyObject_GetAttr(state, attr);
-    if (now == NULL) {
-        return -1;
-    }
-    int unset = now == Py_None;
-    Py_DECREF(now);
-    return unset ? PyObject_SetAttr(state, attr, ts) : 0;
 }
 
 /* Append `value` to the list state.attr. */
