@@ -170,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         "--pairs", type=int, default=5, help="(e): interleaved 1- and 2-worker runs (default 5)"
     )
     args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     ingest = _ingest_module()
     n = 1500 if args.quick else 5000
     server = ingest._Server()
