@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo demo-compare test check lint typecheck bench clean
 
-$(STAMP): pyproject.toml setup.py loadgen/_sse_scan.c loadgen/_chunked.c
+$(STAMP): pyproject.toml setup.py loadgen/stream/_sse_scan.c loadgen/http/_chunked.c
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -1,8 +1,8 @@
 """The compiled modules, beside the PEP 621 metadata in pyproject.toml.
 
 Both are optional: where they cannot be built (no C compiler), the install goes on and the
-pure-Python path is used, which gives the same results more slowly. ``loadgen._sse_scan``
-classifies SSE events (else ``loadgen.sse_bulk``'s regex path); ``loadgen._chunked``
+pure-Python path is used, which gives the same results more slowly. ``loadgen.stream._sse_scan``
+classifies SSE events (else ``loadgen.stream.feed``'s regex path); ``loadgen.http._chunked``
 decodes chunked response bodies (else httptools decodes them, as it parses every head).
 """
 
@@ -11,14 +11,14 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "loadgen._sse_scan",
-            ["loadgen/_sse_scan.c"],
+            "loadgen.stream._sse_scan",
+            ["loadgen/stream/_sse_scan.c"],
             optional=True,
             extra_compile_args=["-O2"],
         ),
         Extension(
-            "loadgen._chunked",
-            ["loadgen/_chunked.c"],
+            "loadgen.http._chunked",
+            ["loadgen/http/_chunked.c"],
             optional=True,
             extra_compile_args=["-O2"],
         ),

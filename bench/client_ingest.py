@@ -12,7 +12,7 @@ client runs in a fresh process pinned to CPU 0, interleaved with the others:
 * ``raw-asyncio``: an ``asyncio.Protocol`` that stamps in ``data_received`` and counts events
   by splitting on ``b"\\n\\n"`` (no dechunking, no JSON): the practical limit.
 * ``httpx-raw``: a plain ``httpx.AsyncClient`` ``aiter_raw`` loop, same counting.
-* ``loadgen``: ``StreamingClient`` over the fast transport (``loadgen.fasttransport``:
+* ``loadgen``: ``StreamingClient`` over the fast transport (``loadgen.http.pool``:
   asyncio.Protocol + httptools, the replay's default), producing real ``RequestRecord`` rows.
 * ``loadgen-httpx``: the same client over httpx's own transport (``--transport httpx``).
 
@@ -418,8 +418,8 @@ class StreamResult:
 
 
 def _request_body(tokens: int) -> bytes:
-    from loadgen.protocol import Capabilities, build_body
-    from traces.prompts import Prompt
+    from loadgen.openai.bodies import Capabilities, build_body
+    from traces.prompts.maker import Prompt
     from traces.schema import API_CHAT
 
     prompt = Prompt(text=" ".join(["hello"] * 32))
@@ -663,7 +663,7 @@ async def _client_loadgen(
     from loadgen.client import PreparedRequest, StreamingClient
     from loadgen.clock import Clock
     from loadgen.collector import steady_collector
-    from loadgen.session import make_transport
+    from loadgen.run.session import make_transport
     from traces.records import RequestRecord, TraceRequest
     from traces.schema import OUTCOME_OK
 
@@ -716,7 +716,7 @@ async def _client_loadgen(
             xid = f"{spec.prefix}-{i}"
             return StreamResult(xid=xid, ok=False, tokens=0, sent=0, first=None, stamps=None)
 
-        # As the replay does after its set-up (loadgen.shard): set-up frozen, and no
+        # As the replay does after its set-up (loadgen.run.shard): set-up frozen, and no
         # collector passes over the requests in flight (loadgen.collector).
         with steady_collector():
             timer.start()

@@ -18,10 +18,10 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from traces.lengths import Fixed
-from traces.prompts import PromptMaker
+from traces.prompts.maker import PromptMaker
 from traces.records import TraceRequest, trace_requests_from_table
-from traces.synth import PrefixSpec, SynthConfig, synthesize, text_class
+from traces.synth.lengths import Fixed
+from traces.synth.trace import PrefixSpec, SynthConfig, synthesize, text_class
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -80,7 +80,7 @@ def _pin_client() -> None:
 def _replay(trace: Path, run_dir: Path, port: int, *extra: str) -> tuple[float, int]:
     """Run ``loadgen replay`` as a subprocess; return (wall start ns, exit code)."""
     cmd = [
-        sys.executable, "-m", "loadgen.cli", "replay", str(trace),
+        sys.executable, "-m", "loadgen.cli.root", "replay", str(trace),
         "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "bench",
         "-o", str(run_dir), "--no-progress", "--header", "x-bench-itl-ms: 0", *extra,
     ]  # fmt: skip

@@ -1,9 +1,9 @@
 """One streaming request over an injected ``httpx.AsyncClient``, recorded as one run row.
 
 The hot path: encode the request before it is due (``ready``); send it and note each step
-of the exchange (``loadgen.transport.Progress``: the fast transport directly, httpx's
+of the exchange (``loadgen.http.stamping.Progress``: the fast transport directly, httpx's
 through its ``trace`` extension); stamp every body read on arrival (the transport does it,
-and hands each read straight to a callback: the body's ``loadgen.sse_bulk.EventFeed``,
+and hands each read straight to a callback: the body's ``loadgen.stream.feed.EventFeed``,
 which frames the read and adds the events it completed, with its arrival time, to the
 stream's ``StreamState``, in one C call where the extension is built). Nothing of a read
 is kept once it is counted. With the fast transport no ``httpx.Request``, ``httpx.Response`` or
@@ -26,10 +26,12 @@ import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
-from loadgen.fasttransport import FastTransport, Outgoing, RequestTemplate, Timeouts, encode
-from loadgen.protocol import ServerTimings, StreamState, Usage, timings_from_headers
-from loadgen.sse_bulk import EventFeed
-from loadgen.transport import STAMPED, Progress, StampedStream
+from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts, encode
+from loadgen.http.stamping import STAMPED, Progress, StampedStream
+from loadgen.openai.chunks import Usage
+from loadgen.openai.timings import ServerTimings, timings_from_headers
+from loadgen.stream.feed import EventFeed
+from loadgen.stream.state import StreamState
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
 

@@ -10,8 +10,8 @@ import asyncio
 from dataclasses import dataclass
 
 from loadgen.client import PreparedRequest
-from loadgen.protocol import Capabilities, build_body, endpoint_path
-from traces.prompts import PromptMaker
+from loadgen.openai.bodies import Capabilities, build_body, endpoint_path
+from traces.prompts.maker import PromptMaker
 from traces.records import TraceRequest
 
 

@@ -1,7 +1,7 @@
 """Rendering of comparisons: runs against a base run, sweeps against load, two sweeps.
 
 Console (rich) and Markdown. Rendering only: every number comes from
-``analyzers.compare.Comparison`` or ``analyzers.sweep.SweepAnalysis`` /
+``analyzers.compare.runs.Comparison`` or ``analyzers.compare.sweep.SweepAnalysis`` /
 ``SweepComparison``.
 """
 
@@ -11,8 +11,8 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from analyzers.compare import Comparison, ComponentDelta, MetricDelta
-from analyzers.sweep import SweepAnalysis, SweepComparison
+from analyzers.compare.runs import Comparison, ComponentDelta, MetricDelta
+from analyzers.compare.sweep import SweepAnalysis, SweepComparison
 from reports.tables import fmt
 
 

@@ -1,6 +1,6 @@
 """Rendering of a gate's verdict: a console table, JUnit XML and Markdown.
 
-Rendering only: every number comes from ``analyzers.gate.GateReport``. The JUnit file has
+Rendering only: every number comes from ``analyzers.slo.gate.GateReport``. The JUnit file has
 one ``testsuite`` (named after the run) with one ``testcase`` per objective and per
 baseline check, plus one for the run's validity and one for the endpoint; a failed check
 carries a ``failure`` element, so CI systems list every objective by name.
@@ -14,9 +14,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from analyzers.gate import GateReport, RegressionResult
-from analyzers.slo import format_value
-from analyzers.slo_eval import ObjectiveResult
+from analyzers.slo.evaluate import ObjectiveResult
+from analyzers.slo.gate import GateReport, RegressionResult
+from analyzers.slo.parse import format_value
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "no_data": "yellow"}
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analyzers import exprs as e
-from reports.html import Report
-from reports.html_run import RunReport, Verdict, fmt
+from reports.html.report import Report
+from reports.html.run import RunReport, Verdict, fmt
 
 _ICON = {"ok": "✅", "warn": "⚠️", "bad": "❌", "info": "ℹ️"}
 

@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 
 
 def command_paths() -> list[list[str]]:
@@ -41,7 +41,7 @@ def test_every_command_has_help(path: list[str]) -> None:
 
 def test_root_help_lists_every_command_and_stays_light() -> None:
     code = (
-        "import sys; from click.testing import CliRunner; from loadgen.cli import cli;"
+        "import sys; from click.testing import CliRunner; from loadgen.cli.root import cli;"
         "r = CliRunner().invoke(cli, ['--help']); print(r.output);"
         "print('HEAVY', sorted(m for m in ('polars', 'matplotlib', 'ray') if m in sys.modules))"
     )

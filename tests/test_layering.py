@@ -2,8 +2,8 @@
 
 traces imports nothing of ours; loadgen (replay path) imports traces only; loadgen.sim may
 also use analyzers.budget; analyzers import traces only and never httpx; reports import
-analyzers and traces; only the CLI composition root (loadgen/cli*.py) touches everything,
-and the analyzers' own command modules (analyzers/cli*.py) may render through reports.
+analyzers and traces; only the CLI composition root (loadgen/cli/root*.py) touches everything,
+and the analyzers' own command modules (loadgen/cli/analyze*.py) may render through reports.
 Also checks that the four import packages resolve to this repository, not to the unrelated
 PyPI projects named ``traces`` and ``analyzers``.
 """
@@ -43,16 +43,15 @@ def allowed(module: str, target: str) -> bool:
     top = target.split(".")[0]
     pkg = module.split(".")[0]
     in_sim = module.startswith("loadgen.sim")
-    if module == "loadgen.cli" or module.startswith("loadgen.cli_"):
+    if module == "loadgen.cli" or module.startswith("loadgen.cli."):
         return True
-    if module == "analyzers.cli" or module.startswith("analyzers.cli_"):
-        # The analyzers' commands render through reports, like the root CLI.
-        return top in {"reports", "analyzers", "traces"} or top not in PACKAGES
     if top not in PACKAGES:
         if pkg == "analyzers" and top == "httpx":
             return False
         return not (pkg == "loadgen" and not in_sim and top in _REPLAY_MUST_NOT_USE)
     if top == pkg:
+        if target == "loadgen.cli" or target.startswith("loadgen.cli."):
+            return False
         if pkg == "loadgen" and not in_sim and target.startswith("loadgen.sim"):
             return False
         return not (in_sim and target.split(".")[1:2] and target.split(".")[1] in _SIM_MUST_NOT_USE)

@@ -22,6 +22,7 @@ from analyzers.budget.catalog import Catalog, default_catalog, load_catalog
 from analyzers.budget.claims import ClaimVerdict, check_claim
 from analyzers.budget.decode import decode_step_time_s, decode_tokens_per_s, tpot_s
 from analyzers.budget.disagg import BreakEven, PoolRatio, disagg_break_even, pool_ratio
+from analyzers.budget.engine.step import SequenceWork, StepCost, step_cost, step_time_s
 from analyzers.budget.images import (
     cross_attention_kv_bytes,
     image_encoder_flops,
@@ -40,7 +41,6 @@ from analyzers.budget.prefill import max_prompt_for_ttft, prefill_time_s
 from analyzers.budget.queueing import max_utilisation, mdc_wait_s, mg1_wait_s
 from analyzers.budget.report import BudgetReport, PlanInputs, Prediction, build_report
 from analyzers.budget.specs import Deployment, HardwareSpec, LinkSpec, ModelSpec, VisionSpec
-from analyzers.budget.step import SequenceWork, StepCost, step_cost, step_time_s
 from analyzers.budget.weights import fits, weights_bytes, weights_read_bytes
 
 __all__ = [

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from analyzers.budget.engine.step import (
+    SequenceWork,
+    StepCost,
+    attention_flops,
+    linear_flops,
+    step_cost,
+)
 from analyzers.budget.kv import kv_bytes
 from analyzers.budget.specs import Deployment, ModelSpec
-from analyzers.budget.step import SequenceWork, StepCost, attention_flops, linear_flops, step_cost
 from analyzers.budget.weights import weights_read_bytes
 from analyzers.errors import BudgetError
 

@@ -1,6 +1,6 @@
 """Images: the LM tokens an image becomes and the vision-encoder time before prefill.
 
-Token counts come from ``traces.image_tokens`` (shared with the trace synthesizer); this
+Token counts come from ``traces.prompts.image_tokens`` (shared with the trace synthesizer); this
 module adds the encoder's cost, ``2 x N_vit x patches`` FLOPs, and Llama 3.2 Vision's
 cross-attention KV. The encoder is timed on one GPU at the BF16 peak (vision towers sit
 outside the LM's tensor parallelism). Pure arithmetic: this module must not import
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from analyzers.budget.specs import Deployment, ModelSpec, VisionSpec, dtype_bytes
 from analyzers.errors import BudgetError
-from traces import image_tokens as rules
 from traces.errors import ValidationError
+from traces.prompts import image_tokens as rules
 
 
 def _vision(model: ModelSpec) -> VisionSpec:

@@ -9,8 +9,8 @@ module must not import ``loadgen``, httpx or polars, and does no I/O.
 
 from __future__ import annotations
 
+from analyzers.budget.engine.step import SequenceWork, StepCost, step_cost
 from analyzers.budget.specs import Deployment, ModelSpec
-from analyzers.budget.step import SequenceWork, StepCost, step_cost
 from analyzers.errors import BudgetError
 
 

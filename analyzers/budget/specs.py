@@ -44,7 +44,7 @@ def _positive(owner: str, **values: float | int | None) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VisionSpec:
-    """A vision encoder: its ``traces.image_tokens`` family and parameter count."""
+    """A vision encoder: its ``traces.prompts.image_tokens`` family and parameter count."""
 
     family: str
     encoder_params: float

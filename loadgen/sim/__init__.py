@@ -3,7 +3,7 @@
 It serves ``/v1/completions`` and ``/v1/chat/completions`` (streaming and not) shaped like
 vLLM's OpenAI server, times every chunk from one engine object (:mod:`loadgen.sim.engine`),
 reports ground-truth per-request timings, injects seeded faults and records the write time of
-every chunk for end-to-end tests. Start it with ``loadgen sim`` / ``python -m loadgen.sim``,
+every chunk for end-to-end tests. Start it with ``loadgen sim`` / ``python -m loadgen.cli.sim``,
 or from Python with :func:`loadgen.sim.launch.start_sim`.
 
 Nothing here imports the replay client (``loadgen.client``, ``replay``, ``transport``,

@@ -7,8 +7,8 @@ plus a sleep", so late wake-ups never accumulate. An idle instance starts its ne
 the arrival that woke it (or at the release that unblocked it), never earlier than its last
 step's end. Requests that arrive during a step join at the next step boundary. When a step
 ends the loop wakes (a shared :mod:`loadgen.sim.deadline` timer) and hands the
-:class:`~analyzers.budget.batching.StepResult` with its planned start and end to ``on_step``,
-which wakes the requests' handlers.
+:class:`~analyzers.budget.engine.scheduler.StepResult` with its planned start and end to
+``on_step``, which wakes the requests' handlers.
 
 Must not import the replay client (loadgen.client/replay/transport/recorder).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from analyzers.budget.batching import Role, Scheduler, SchedulerLimits, SeqSpec, StepResult
+from analyzers.budget.engine.scheduler import Role, Scheduler, SchedulerLimits, SeqSpec, StepResult
 from loadgen.sim.deadline import DeadlineTimer
 from loadgen.sim.engine import InstanceStats
 from loadgen.sim.physics import Physics

@@ -41,12 +41,12 @@ class SimProcess:
 
 @contextmanager
 def start_sim(args: Sequence[str] = (), *, timeout_s: float = 30.0) -> Iterator[SimProcess]:
-    """Run ``python -m loadgen.sim --port 0 *args`` until the block exits.
+    """Run ``python -m loadgen.cli.sim --port 0 *args`` until the block exits.
 
     Raises EndpointError, with the process's stderr, if it does not print its READY line
     within ``timeout_s``. On exit the process gets SIGTERM, then SIGKILL if it lingers.
     """
-    command = [sys.executable, "-m", "loadgen.sim", "--port", "0", *args]
+    command = [sys.executable, "-m", "loadgen.cli.sim", "--port", "0", *args]
     with tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr

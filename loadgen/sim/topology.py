@@ -27,7 +27,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 
-from analyzers.budget.batching import CapacityError, Role, SchedulerLimits, SeqSpec, StepResult
+from analyzers.budget.engine.scheduler import (
+    CapacityError,
+    Role,
+    SchedulerLimits,
+    SeqSpec,
+    StepResult,
+)
 from loadgen.errors import ConfigError
 from loadgen.sim.config import EngineConfig, SimConfig
 from loadgen.sim.deadline import DeadlineTimer, make_deadline_timer

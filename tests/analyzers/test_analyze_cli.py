@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from analyzers.cli import analyze, decompose
+from loadgen.cli.analyze import analyze, decompose
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch
 

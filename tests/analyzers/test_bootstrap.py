@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from analyzers.bootstrap import (
+from analyzers.compare.bootstrap import (
     Sample,
     _replicates,
     percentile_difference,

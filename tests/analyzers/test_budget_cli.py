@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from analyzers.budget import load_budget
 from analyzers.errors import BudgetError
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 from traces.io import write_trace
 
 SEED = ["plan", "--model", "llama-3.3-70b", "--gpu", "h200", "--gpus", "1", "--dtype", "fp8"]

@@ -8,6 +8,7 @@ import pytest
 
 from analyzers.budget import catalog
 from analyzers.budget.decode import decode_step_time_s, tpot_s
+from analyzers.budget.engine.step import attention_flops, context_integral
 from analyzers.budget.images import (
     cross_attention_kv_bytes,
     image_encoder_flops,
@@ -24,7 +25,6 @@ from analyzers.budget.kv import (
 )
 from analyzers.budget.prefill import max_prompt_for_ttft, prefill_costs, prefill_time_s
 from analyzers.budget.specs import Deployment, LinkSpec
-from analyzers.budget.step import attention_flops, context_integral
 from analyzers.budget.weights import expert_params, fits, weights_bytes, weights_read_bytes
 from analyzers.errors import BudgetError
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from analyzers.budget import catalog
 from analyzers.budget.decode import decode_step_time_s, tpot_s
+from analyzers.budget.engine.step import SequenceWork, attention_flops, linear_flops, step_cost
 from analyzers.budget.kv import (
     kv_bytes,
     kv_capacity_tokens,
@@ -19,7 +20,6 @@ from analyzers.budget.kv import (
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.budget.queueing import max_utilisation, mdc_wait_s, mg1_wait_s
 from analyzers.budget.specs import Deployment, ModelSpec
-from analyzers.budget.step import SequenceWork, attention_flops, linear_flops, step_cost
 
 CAT = catalog.default_catalog()
 MODELS = st.sampled_from(CAT.model_names()).map(CAT.model)

@@ -17,8 +17,8 @@ from analyzers.budget import (
     prefill_time_s,
     step_time_s,
 )
+from analyzers.budget.engine.timeline import Arrival, EngineShape, replay_schedule
 from analyzers.budget.specs import LinkSpec
-from analyzers.budget.timeline import Arrival, EngineShape, replay_schedule
 from analyzers.errors import BudgetError
 
 MODEL = catalog.model("llama-3.1-8b")

@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 from runbuilders import make_run
 
-from analyzers.compare import CompareOptions, compare_runs
+from analyzers.compare.identity import trace_identity
+from analyzers.compare.runs import CompareOptions, compare_runs
 from analyzers.errors import DifferentTracesError
-from analyzers.trace_identity import trace_identity
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 from reports.compare import comparison_markdown
 
 

@@ -17,9 +17,9 @@ from analyzers.decompose import (
     decompose,
     request_terms,
 )
-from analyzers.decompose_terms import OVERSHOOT_MS, SERVER_SIDE_MS, TOTAL_MS, term_col
+from analyzers.decompose.terms import OVERSHOOT_MS, SERVER_SIDE_MS, TOTAL_MS, term_col
 from analyzers.errors import AnalyzerError
-from analyzers.jsonout import decomposition_json
+from reports.jsondoc import decomposition_json
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch
 

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from runbuilders import make_run
 
-from analyzers.gate import GateOptions, gate
-from analyzers.slo import parse_rules
-from loadgen.cli import cli
+from analyzers.slo.gate import GateOptions, gate
+from analyzers.slo.parse import parse_rules
+from loadgen.cli.root import cli
 from reports.gate import gate_markdown, junit_xml
 
 SLO_FILE = """

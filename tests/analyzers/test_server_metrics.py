@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from analyzers import server_metrics as sm
-from analyzers.cli_server_metrics import server_metrics
 from analyzers.errors import InvalidRunError
-from loadgen import scrape
+from loadgen.cli.server_metrics import server_metrics
+from loadgen.run import scrape
 from traces import schema as s
 
 T0 = 1_800_000_000_000_000_000

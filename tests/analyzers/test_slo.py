@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.slo import (
+from analyzers.slo.evaluate import check
+from analyzers.slo.parse import (
     SLOError,
     load_slo_file,
     parse_rule,
@@ -14,7 +15,6 @@ from analyzers.slo import (
     parse_slo_document,
     scale_slos,
 )
-from analyzers.slo_eval import check
 
 GOOD = """
 [goodput]

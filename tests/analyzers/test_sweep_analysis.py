@@ -9,9 +9,7 @@ import pytest
 from click.testing import CliRunner
 from runbuilders import make_run
 
-from analyzers.goodput import SLOTargets
-from analyzers.slo import SLOSet, parse_rules
-from analyzers.sweep import (
+from analyzers.compare.sweep import (
     CurvePoint,
     SweepOptions,
     analyze_sweep,
@@ -20,7 +18,9 @@ from analyzers.sweep import (
     interpolate,
     is_sweep_dir,
 )
-from loadgen.cli import cli
+from analyzers.goodput import SLOTargets
+from analyzers.slo.parse import SLOSet, parse_rules
+from loadgen.cli.root import cli
 
 
 def make_sweep(path: Path, slowness: dict[float, float], sha: str = "abc") -> Path:

@@ -17,7 +17,7 @@ last, and those steps are shared with other sequences (chunked prefill: a prompt
 with the budget's leftover is split over several steps, each lasting as long as the whole
 batch); disaggregated, its first token waits for the decode instance's running step. The
 analyzer predicts this by replaying the run's arrivals through the batching policy
-(``analyzers.decompose_load``). At medium load the batch-1 predictions
+(``analyzers.decompose.load``). At medium load the batch-1 predictions
 (``load_aware=False``) are asserted to miss the prefill (that is what the replay fixes).
 
 Loads are offered as a fraction ``rho`` of the budget's prefill capacity: the gap after a
@@ -41,8 +41,8 @@ import pytest
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
-from analyzers.decompose_terms import SERVER_SIDE_MS, TOTAL_MS, term_col
-from loadgen.session import SessionOptions, run_session
+from analyzers.decompose.terms import SERVER_SIDE_MS, TOTAL_MS, term_col
+from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.config import EngineConfig
 from loadgen.sim.launch import SimProcess
 from loadgen.sim.physics import link_spec

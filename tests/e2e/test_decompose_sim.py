@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 
 from analyzers.decompose import BudgetModel, DecomposeOptions, decompose, request_terms
-from analyzers.decompose_terms import term_col
+from analyzers.decompose.terms import term_col
 from analyzers.metrics import AnalysisOptions, analyze
-from loadgen.session import SessionOptions, SessionResult, run_session
+from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import write_trace

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from loadgen.session import SessionOptions, run_session
+from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import read_run_json, read_run_table, write_trace

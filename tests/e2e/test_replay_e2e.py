@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 from loadgen.clock import Clock
-from loadgen.session import SessionOptions, SessionResult, run_session
+from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import read_run_json, write_trace
@@ -250,7 +250,7 @@ def test_sigint_leaves_a_readable_run(tmp_path: Path, sim: SimFactory) -> None:
         [
             sys.executable,
             "-m",
-            "loadgen.cli",
+            "loadgen.cli.root",
             "replay",
             str(trace),
             "--base-url",

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from analyzers.budget import decode_step_time_s
-from loadgen.session import SessionOptions, SessionResult, run_session
+from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
 from loadgen.sim.physics import HardwareChoice, Physics
 from traces import schema as s

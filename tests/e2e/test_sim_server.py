@@ -304,7 +304,7 @@ def test_stall_pauses_mid_stream(sim: SimFactory) -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_process_announces_ready_and_exits_cleanly(signum: signal.Signals) -> None:
-    command = [sys.executable, "-m", "loadgen.sim", "--port", "0", "--drop-rate", "1"]
+    command = [sys.executable, "-m", "loadgen.cli.sim", "--port", "0", "--drop-rate", "1"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

@@ -10,22 +10,22 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from analyzers.compare.sweep import SweepOptions as AnalysisOptions
+from analyzers.compare.sweep import analyze_sweep
 from analyzers.goodput import SLOTargets
-from analyzers.slo import SLOSet
-from analyzers.sweep import SweepOptions as AnalysisOptions
-from analyzers.sweep import analyze_sweep
-from loadgen.cli import cli
-from loadgen.session import SessionOptions
+from analyzers.slo.parse import SLOSet
+from loadgen.cli.root import cli
+from loadgen.run.session import SessionOptions
+from loadgen.run.sweep import SweepOptions, parse_rates, run_sweep
 from loadgen.sim.launch import SimProcess
-from loadgen.sweep import SweepOptions, parse_rates, run_sweep
 
 SimFactory = Callable[..., SimProcess]
 pytestmark = pytest.mark.slow
 
 
 def _trace(path: Path) -> Path:
-    from traces.arrivals import ArrivalSpec
-    from traces.synth import SynthConfig, write_synth
+    from traces.synth.arrivals import ArrivalSpec
+    from traces.synth.trace import SynthConfig, write_synth
 
     write_synth(
         SynthConfig(requests=30, arrival=ArrivalSpec(kind="poisson", rate=20.0), seed=3), path

@@ -1,4 +1,4 @@
-"""The C decoder of chunked bodies (``loadgen._chunked``) against httptools (llhttp) on the
+"""The C decoder of chunked bodies (``loadgen.http._chunked``) against httptools (llhttp) on the
 same bytes, split at the same points: valid bodies of every shape, and the same bodies
 corrupted or cut anywhere."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-chunked = pytest.importorskip("loadgen._chunked")
+chunked = pytest.importorskip("loadgen.http._chunked")
 HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 
 

@@ -20,9 +20,9 @@ from scripted import Paced, chunked, response, scripted_server
 
 from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.clock import Clock
-from loadgen.fasttransport import FastTransport, RequestTemplate, Timeouts, encode
-from loadgen.session import make_transport
-from loadgen.transport import Progress
+from loadgen.http.pool import FastTransport, RequestTemplate, Timeouts, encode
+from loadgen.http.stamping import Progress
+from loadgen.run.session import make_transport
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
 

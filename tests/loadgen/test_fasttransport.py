@@ -2,7 +2,7 @@
 
 A raw asyncio server writes scripted response bytes, split at chosen points, so the
 parser sees the same splits a real network produces; nothing is mocked. Every test runs
-with chunked bodies decoded by ``loadgen._chunked`` and by httptools.
+with chunked bodies decoded by ``loadgen.http._chunked`` and by httptools.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scripted import Paced, response, scripted_server
 
-from loadgen import http11
 from loadgen.clock import Clock
-from loadgen.fasttransport import FastTransport
-from loadgen.read_deadline import ReadDeadline
-from loadgen.transport import STAMPED
+from loadgen.http import connection as http11
+from loadgen.http.deadline import ReadDeadline
+from loadgen.http.pool import FastTransport
+from loadgen.http.stamping import STAMPED
 
 SSE = b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
 STALLED = Paced(
@@ -59,7 +59,7 @@ def body_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     has read the head) and httptools for the whole response."""
     if request.param == "c":
         if http11._Dechunker is None:
-            pytest.skip("loadgen._chunked is not built")
+            pytest.skip("loadgen.http._chunked is not built")
     else:
         monkeypatch.setattr(http11, "_Dechunker", None)
     return str(request.param)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.protocol import Capabilities, Kind, build_body, classify, endpoint_path
-from traces.prompts import Prompt
+from loadgen.openai.bodies import Capabilities, build_body, endpoint_path
+from loadgen.openai.chunks import Kind, classify
+from traces.prompts.maker import Prompt
 
 
 def test_chat_body_with_all_extras() -> None:
@@ -169,7 +170,7 @@ def _vllm_stream(api: str, n: int, *, usage_every_chunk: bool, reasoning: int = 
 def test_fast_path_equals_full_decode(api: str, usage_every_chunk: bool, reasoning: int) -> None:
     import json
 
-    from loadgen.protocol import summarize_stream
+    from loadgen.stream.state import summarize_stream
 
     compact = _vllm_stream(
         api, 6, usage_every_chunk=usage_every_chunk, reasoning=reasoning if api == "chat" else 0

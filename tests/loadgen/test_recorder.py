@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from loadgen.recorder import RunRecorder, merge_parts
+from loadgen.run.recorder import RunRecorder, merge_parts
 from traces import schema as s
 from traces.io import read_journal, read_run_table
 from traces.records import RequestRecord

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 from loadgen.clock import Clock
-from loadgen.scrape import (
+from loadgen.run.scrape import (
     SERVER_METRICS_SCHEMA,
     ScrapeConfig,
     alongside,
@@ -25,7 +25,7 @@ from loadgen.scrape import (
     parse_exposition,
     same_origin,
 )
-from loadgen.session import SessionOptions, run_session
+from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import start_sim
 from traces import schema as s
 from traces.io import read_run_json, write_trace

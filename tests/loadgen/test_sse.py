@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.sse import SSEDecoder
+from loadgen.stream.sse import SSEDecoder
 
 
 def decode_all(chunks: list[bytes]) -> list[bytes]:

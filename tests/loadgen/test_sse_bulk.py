@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen import sse_bulk
-from loadgen.protocol import StreamState, StreamSummary, summarize_stream
-from loadgen.sse import SSEDecoder, decode_blocks
-from loadgen.sse_bulk import EventFeed, Read, add_read, summarize_reads
+from loadgen.stream import feed as sse_bulk
+from loadgen.stream.feed import EventFeed, Read, add_read, summarize_reads
+from loadgen.stream.sse import SSEDecoder, decode_blocks
+from loadgen.stream.state import StreamState, StreamSummary, summarize_stream
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1795953908, "model": "m"}
 
@@ -261,7 +261,7 @@ def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """Every test runs on both paths: the C scan and the pure-Python regex one."""
     if request.param == "c":
         if C_SCAN is None:
-            pytest.skip("loadgen._sse_scan is not built")
+            pytest.skip("loadgen.stream._sse_scan is not built")
     else:
         monkeypatch.setattr(sse_bulk, "_scan_read", None)
         monkeypatch.setattr(sse_bulk, "_scan_feed", None)
@@ -365,7 +365,7 @@ def test_the_c_scan_is_built_where_a_compiler_is() -> None:
     """``pip install -e .`` builds it; without it the client is about twice as slow."""
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler here")
-    assert C_SCAN is not None, "loadgen._sse_scan is missing: rerun pip install -e ."
+    assert C_SCAN is not None, "loadgen.stream._sse_scan is missing: rerun pip install -e ."
 
 
 INSERTS = [*FRAGMENTS, b"1", b"23", b"0", b'\\"', b"\n", b"\n\n", b"data: "]

@@ -28,13 +28,9 @@ import orjson
 import pytest
 
 from loadgen.client import PreparedRequest, StreamingClient
-from loadgen.protocol import (
-    ServerTimings,
-    classify,
-    parse_timings,
-    summarize_stream,
-    timings_from_headers,
-)
+from loadgen.openai.chunks import classify
+from loadgen.openai.timings import ServerTimings, parse_timings, timings_from_headers
+from loadgen.stream.state import summarize_stream
 from traces.records import RequestRecord, TraceRequest
 
 LLAMACPP_CHAT_STREAM = (

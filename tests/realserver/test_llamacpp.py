@@ -3,7 +3,7 @@ on the CPU (one thread), with a tiny random-weight model whose tokenizer file is
 server's own, so prompt lengths are exact.
 
 Prompts are literal (the trace's ``prompt`` column), made by the project's own tokenizer
-strategy (``traces.prompts.PromptMaker`` with ``HFTokenCounter``) from the fixture's
+strategy (``traces.prompts.maker.PromptMaker`` with ``HFTokenCounter``) from the fixture's
 tokenizer.json. Each test uses its own prompt seed, so the server's prompt cache only
 helps where a test means it to.
 """
@@ -30,11 +30,11 @@ from analyzers.server_metrics import (
     scan_server_metrics,
     summarize_server_metrics,
 )
-from loadgen.cli import cli
-from loadgen.session import SessionOptions, SessionResult, run_session
+from loadgen.cli.root import cli
+from loadgen.run.session import SessionOptions, SessionResult, run_session
 from traces import schema as s
 from traces.io import read_run_json, write_trace
-from traces.prompts import HFTokenCounter, PromptMaker
+from traces.prompts.maker import HFTokenCounter, PromptMaker
 from traces.records import TraceRequest
 
 pytestmark = pytest.mark.slow

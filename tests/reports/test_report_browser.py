@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.html import write_report
-from reports.html_run import ReportOptions
+from reports.html.report import write_report
+from reports.html.run import ReportOptions
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,7 @@ def console_messages(stderr: str) -> list[str]:
 
 def test_console_errors_are_detected(chromium: str, tmp_path: Path) -> None:
     """The check below can fail: a page with a network load under our policy logs it."""
-    from reports.html import CSP
+    from reports.html.report import CSP
 
     page = tmp_path / "bad.html"
     page.write_text(

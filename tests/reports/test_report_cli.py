@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 
 
 def test_help() -> None:

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from analyzers.timeseries import SeriesOptions, cdf_indices, run_series
-from reports.html import CSP, build_report, render_html, write_report
-from reports.html_run import ReportOptions, safe_url
+from reports.html.report import CSP, build_report, render_html, write_report
+from reports.html.run import ReportOptions, safe_url
 
 from .conftest import write_synthetic_run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 from loadgen.errors import ConfigError
 from loadgen.sim.config import SimConfig
 

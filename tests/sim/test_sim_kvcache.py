@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.budget.kvblocks import BlockPool
+from analyzers.budget.engine.kvblocks import BlockPool
 
 
 def test_allocate_free_and_usage() -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from analyzers.budget import decode_step_time_s, prefill_time_s
-from analyzers.budget.batching import (
+from analyzers.budget.engine.scheduler import (
     CapacityError,
     Role,
     Scheduler,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.runinfo import write_run_json
+from loadgen.run.runinfo import write_run_json
 from traces.records import RequestRecord, records_to_batch
 
 

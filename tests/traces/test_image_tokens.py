@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from traces.errors import ValidationError
-from traces.image_tokens import (
+from traces.prompts.image_tokens import (
     FAMILIES,
     encoder_patches,
     image_tokens,

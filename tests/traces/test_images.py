@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from traces.images import image_data_url, synthetic_image
+from traces.prompts.images import image_data_url, synthetic_image
 
 Image = pytest.importorskip("PIL.Image", reason="the images extra (Pillow) is not installed")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 from traces.importers.registry import REGISTRY
 from traces.io import read_metadata, read_trace_table
 

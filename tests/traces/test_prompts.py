@@ -10,7 +10,7 @@ import time
 import pytest
 
 from traces.errors import PromptError
-from traces.prompts import (
+from traces.prompts.maker import (
     CalibrationSample,
     CallableTokenCounter,
     HFTokenCounter,
@@ -19,8 +19,8 @@ from traces.prompts import (
     tokens_per_word,
 )
 from traces.records import ImageSpec, TraceRequest, trace_requests_from_table
-from traces.sessions import SessionSpec
-from traces.synth import PrefixSpec, SynthConfig, synthesize
+from traces.synth.sessions import SessionSpec
+from traces.synth.trace import PrefixSpec, SynthConfig, synthesize
 
 
 def _req(

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from traces import schema as s
-from traces.arrivals import ArrivalSpec, RateStep, arrival_times, expected_duration
-from traces.image_tokens import image_tokens
 from traces.io import read_metadata, read_trace
-from traces.lengths import (
+from traces.prompts.image_tokens import image_tokens
+from traces.synth.arrivals import ArrivalSpec, RateStep, arrival_times, expected_duration
+from traces.synth.lengths import (
     Empirical,
     Fixed,
     LogNormal,
@@ -25,8 +25,8 @@ from traces.lengths import (
     empirical_from_file,
     empirical_from_text,
 )
-from traces.sessions import SessionSpec
-from traces.synth import (
+from traces.synth.sessions import SessionSpec
+from traces.synth.trace import (
     ClassShare,
     PrefixSpec,
     Resolution,

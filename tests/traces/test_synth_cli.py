@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 from traces import schema as s
 from traces.io import read_metadata
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli import cli
+from loadgen.cli.root import cli
 from traces import schema as s
 from traces.importers.base import ImportOptions
 from traces.importers.registry import import_trace

@@ -1,0 +1,317 @@
+"""The budget at the run's own load: replay its arrivals through the engine's batching policy.
+
+The batch-1 budget (``prefill_time_s``) says what a prompt costs alone. Under load a
+chunked-prefill engine spreads a prompt over steps it shares with other sequences, each
+step lasting as long as the whole batch, and a disaggregated decode instance samples the
+first token in a step shared with every sequence it is decoding. ``replay_schedule`` puts
+the requests of a run, at their arrival times, through the same iteration-level scheduler
+the engine simulator runs (:mod:`analyzers.budget.engine.scheduler`, vLLM's policy: token budget
+per step, running sequences first, FCFS admission, KV blocks reserved for a sequence's
+life) with every step timed by the budget's roofline (``step_time_s``), in virtual time.
+Each request's predicted phases come out: queue, prefill, KV transfer, first token.
+
+Topologies: ``replicas`` mixed instances behind a router (monolith), or ``replicas``
+prefill instances and ``decode_instances`` decode instances with one KV link per prefill
+instance, transfers queueing on it (disaggregated). Image encoding is not modelled here
+(a run records image token counts, not pixel sizes).
+
+Pure Python: must not import ``loadgen``, httpx or polars.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from analyzers.budget.engine.scheduler import (
+    CapacityError,
+    Role,
+    Scheduler,
+    SchedulerLimits,
+    SeqSpec,
+)
+from analyzers.budget.engine.step import SequenceWork, step_time_s
+from analyzers.budget.kv import kv_capacity_tokens, kv_transfer_time_s
+from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
+from analyzers.errors import BudgetError
+
+RouterPolicy = Literal["round-robin", "least-loaded"]
+UNCHUNKED_BUDGET = 1 << 30
+"""The step token budget of an engine without chunked prefill: a whole prompt per step."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Arrival:
+    """One request as the server saw it: when (model seconds) and how much work."""
+
+    key: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens < 1 or self.output_tokens < 1:
+            raise BudgetError(
+                f"request {self.key}: prompt and output need at least one token, got "
+                f"{self.prompt_tokens} and {self.output_tokens}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineShape:
+    """Instances and batching limits the replay assumes (``decode_instances`` > 0 and a
+    ``link``: disaggregated, ``replicas`` being the prefill instances)."""
+
+    model: ModelSpec
+    deployment: Deployment
+    replicas: int = 1
+    decode_instances: int = 0
+    link: LinkSpec | None = None
+    max_num_seqs: int = 256
+    block_size: int = 16
+    router: RouterPolicy = "least-loaded"
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1 or self.decode_instances < 0 or self.max_num_seqs < 1:
+            raise BudgetError(
+                f"engine shape: need replicas >= 1, decode_instances >= 0, max_num_seqs >= 1; "
+                f"got {self.replicas}, {self.decode_instances}, {self.max_num_seqs}"
+            )
+        if self.decode_instances and self.link is None:
+            raise BudgetError("engine shape: a disaggregated engine needs a KV link")
+
+    @property
+    def disaggregated(self) -> bool:
+        """Prefill and decode on separate instances."""
+        return self.decode_instances > 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PredictedPhases:
+    """One request's predicted server phases, model seconds (see ``loadgen sim``'s truth)."""
+
+    queue_s: float
+    prefill_s: float
+    transfer_s: float
+    first_token_s: float
+    instance: str
+
+
+class _Instance:
+    __slots__ = ("busy_until", "floor", "kick", "name", "pending", "scheduler")
+
+    def __init__(self, name: str, scheduler: Scheduler) -> None:
+        self.name = name
+        self.scheduler = scheduler
+        self.pending: list[tuple[float, SeqSpec]] = []
+        self.busy_until: float | None = None
+        self.floor = 0.0
+        self.kick: float | None = None
+
+    def load(self) -> int:
+        sched = self.scheduler
+        return len(self.pending) + sched.num_running + sched.num_waiting
+
+    def next_start(self) -> float | None:
+        """When this instance starts its next step, as far as is known now."""
+        if self.busy_until is not None:
+            return self.busy_until
+        times = [t for t, _ in self.pending]
+        if self.kick is not None and self.scheduler.has_work():
+            times.append(self.kick)
+        return max(self.floor, min(times)) if times else None
+
+
+class _Track:
+    """Per-request times of the replay (model seconds)."""
+
+    __slots__ = ("arrival", "first_step", "front", "prefill_end", "sample", "transfer_end")
+
+    def __init__(self, arrival: float) -> None:
+        self.arrival = arrival
+        self.front = ""
+        self.first_step: float | None = None
+        self.prefill_end: float | None = None
+        self.transfer_end: float | None = None
+        self.sample: float | None = None
+
+    def phases(self) -> PredictedPhases | None:
+        if self.first_step is None or self.prefill_end is None or self.sample is None:
+            return None
+        ready = self.transfer_end if self.transfer_end is not None else self.prefill_end
+        return PredictedPhases(
+            queue_s=self.first_step - self.arrival,
+            prefill_s=self.prefill_end - self.first_step,
+            transfer_s=ready - self.prefill_end,
+            first_token_s=self.sample - ready,
+            instance=self.front,
+        )
+
+
+class _Replay:
+    """The virtual-time event loop over every instance (mirrors ``loadgen.sim.instance``)."""
+
+    def __init__(self, shape: EngineShape, arrivals: Sequence[Arrival], max_steps: int) -> None:
+        self.shape = shape
+        self.max_steps = max_steps
+        longest = max((a.prompt_tokens for a in arrivals), default=1)
+        role: Role = "prefill" if shape.disaggregated else "mixed"
+        self.front = [self._instance(f"{role}{i}", role, longest) for i in range(shape.replicas)]
+        self.back = [
+            self._instance(f"decode{i}", "decode", longest) for i in range(shape.decode_instances)
+        ]
+        self.tracks: dict[int, _Track] = {}
+        self.specs: dict[int, Arrival] = {}
+        self.events: list[tuple[float, int, int, str]] = []
+        self.order = itertools.count()
+        self.turn = itertools.count()
+        self.link_free: dict[str, float] = {}
+        self.front_of: dict[int, _Instance] = {}
+        for a in arrivals:
+            if a.key in self.specs:
+                raise BudgetError(f"request key {a.key} appears twice in the schedule replay")
+            self.specs[a.key] = a
+            self.tracks[a.key] = _Track(a.arrival_s)
+            heapq.heappush(self.events, (a.arrival_s, next(self.order), a.key, "arrive"))
+        self.waiting_first = len(arrivals)
+
+    def _instance(self, name: str, role: Role, longest: int) -> _Instance:
+        shape = self.shape
+        model, deploy = shape.model, shape.deployment
+        chunk = deploy.chunk_tokens or max(UNCHUNKED_BUDGET, longest)
+        blocks = kv_capacity_tokens(model, deploy) // shape.block_size
+        if blocks < 1:
+            raise BudgetError(f"{model.name}: no memory left for the KV cache in the replay")
+        limits = SchedulerLimits(
+            num_blocks=blocks,
+            block_size=shape.block_size,
+            max_num_seqs=shape.max_num_seqs,
+            max_batched_tokens=chunk,
+            prefix_cache=False,  # cached tokens come from each request's reported usage
+        )
+
+        def timer(work: Sequence[SequenceWork]) -> float:
+            return step_time_s(model, deploy, work)
+
+        return _Instance(name, Scheduler(timer, limits, role=role))
+
+    def _choose(self, pool: list[_Instance]) -> _Instance:
+        if len(pool) == 1:
+            return pool[0]
+        if self.shape.router == "round-robin":
+            return pool[next(self.turn) % len(pool)]
+        return min(pool, key=_Instance.load)
+
+    def _event(self) -> None:
+        t, _, key, kind = heapq.heappop(self.events)
+        a = self.specs[key]
+        if kind == "arrive":
+            inst = self._choose(self.front)
+            self.tracks[key].front = inst.name
+            self.front_of[key] = inst
+            spec = SeqSpec(
+                seq_id=key,
+                prompt_tokens=a.prompt_tokens,
+                max_tokens=a.output_tokens,
+                cached_tokens=min(a.cached_tokens, a.prompt_tokens - 1),
+            )
+            inst.pending.append((t, spec))
+            return
+        # "deliver": the KV cache arrived; the prefill instance frees its blocks.
+        front = self.front_of[key]
+        front.scheduler.release(key)
+        front.kick = t if front.kick is None else min(front.kick, t)
+        back = self._choose(self.back)
+        back.pending.append(
+            (t, SeqSpec(seq_id=key, prompt_tokens=a.prompt_tokens, max_tokens=a.output_tokens))
+        )
+
+    def _step(self, inst: _Instance, start: float) -> None:
+        inst.kick = None
+        keep: list[tuple[float, SeqSpec]] = []
+        for t, spec in inst.pending:
+            if t > start:
+                keep.append((t, spec))
+                continue
+            try:
+                inst.scheduler.add(spec)
+            except CapacityError:
+                self.waiting_first -= 1  # never fits: no phases
+        inst.pending = keep
+        result = inst.scheduler.step()
+        if result is None:  # idle, or blocked on KV memory until a release
+            inst.busy_until = None
+            inst.floor = start
+            return
+        end = start + result.duration_s
+        inst.busy_until = inst.floor = end
+        role = inst.scheduler.role
+        if role != "decode":
+            for adm in result.admitted:
+                track = self.tracks[adm.seq_id]
+                if track.first_step is None:
+                    track.first_step = start
+            for key in result.prefilled:
+                self.tracks[key].prefill_end = end
+                if role == "prefill":
+                    self._handoff(inst, key, end)
+        for key in result.sampled:
+            track = self.tracks[key]
+            if track.sample is None:
+                track.sample = end
+                self.waiting_first -= 1
+
+    def _handoff(self, inst: _Instance, key: int, ready: float) -> None:
+        link = self.shape.link
+        assert link is not None
+        begin = max(ready, self.link_free.get(inst.name, 0.0))
+        done = begin + kv_transfer_time_s(self.shape.model, self.specs[key].prompt_tokens, link)
+        self.link_free[inst.name] = done
+        self.tracks[key].transfer_end = done
+        heapq.heappush(self.events, (done, next(self.order), key, "deliver"))
+
+    def run(self) -> dict[int, PredictedPhases]:
+        instances = [*self.front, *self.back]
+        steps = 0
+        while self.waiting_first > 0:
+            best: _Instance | None = None
+            best_start = 0.0
+            for inst in instances:
+                start = inst.next_start()
+                if start is not None and (best is None or start < best_start):
+                    best, best_start = inst, start
+            if self.events and (best is None or self.events[0][0] <= best_start):
+                self._event()
+                continue
+            if best is None:
+                break  # blocked for good (a request that never fits)
+            self._step(best, best_start)
+            steps += 1
+            if steps > self.max_steps:
+                raise BudgetError(
+                    f"the schedule replay stopped after {self.max_steps:,} steps "
+                    f"({self.waiting_first:,} requests still without a first token)"
+                )
+        out: dict[int, PredictedPhases] = {}
+        for key, track in self.tracks.items():
+            phases = track.phases()
+            if phases is not None:
+                out[key] = phases
+        return out
+
+
+def replay_schedule(
+    arrivals: Sequence[Arrival], shape: EngineShape, *, max_steps: int = 1_000_000
+) -> dict[int, PredictedPhases]:
+    """Each request's predicted phases under the load of all of them (by ``Arrival.key``).
+
+    Requests that can never fit the KV cache get no entry. Stops once every request has
+    its first token (later decode steps change no phase). Raises ``BudgetError`` past
+    ``max_steps`` steps."""
+    if not arrivals:
+        return {}
+    return _Replay(shape, arrivals, max_steps).run()

@@ -1,0 +1,312 @@
+"""``loadgen replay``: parse options, run a session with a live display, print the summary."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from loadgen.errors import ConfigError
+from loadgen.run.session import SessionOptions, SessionResult, run_session
+
+
+def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
+    """``Name: value`` pairs from repeated ``--header`` options."""
+    out: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"--header {item!r}: expected 'Name: value'")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def default_run_dir(trace: Path) -> Path:
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{trace.stem}"
+
+
+def run_with_display(opts: SessionOptions, *, progress: bool, console: Console) -> SessionResult:
+    """Run a session under asyncio (uvloop when installed) with the progress display."""
+    from loadgen.cli.progress import live_progress
+
+    async def main() -> SessionResult:
+        async with live_progress(console, enabled=progress) as feed:
+            return await run_session(opts, on_start=feed.attach)
+
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main())
+    return uvloop.run(main())
+
+
+def print_summary(result: SessionResult, console: Console) -> None:
+    """The end-of-run table (exact percentiles from Polars), validity, and where the run went."""
+    from analyzers.metrics import summarize
+    from reports.console import summary_table, totals_lines
+
+    summary = summarize(result.run_dir)
+    console.print(summary_table(summary, title=f"Run {result.run_id} ({result.model})"))
+    for line in totals_lines(summary):
+        console.print(line)
+    health = result.replay
+    console.print(
+        f"generator: schedule lag p99 {health.schedule_lag.p99_ms:.2f} ms, "
+        f"loop lag p99 {health.loop_lag.p99_ms:.2f} ms, CPU {health.cpu_utilisation:.0%} of a core"
+    )
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    # The session already warned about a client-bound run; add the analyzers' other flags.
+    for flag in summary.validity.flags:
+        if flag.kind != "client_bound":
+            console.print(f"[yellow]warning:[/yellow] {flag.reason}")
+    console.print(f"run written to {result.run_dir}")
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--base-url",
+    default="http://127.0.0.1:8000/v1",
+    show_default=True,
+    help="OpenAI-compatible base URL (ending in /v1).",
+)
+@click.option("--model", default=None, help="Model name to request [default: the first served].")
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Run directory [default: runs/<time>-<trace>].",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Closed loop: keep this many requests in flight.",
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Open loop: multiply the trace's timestamps (0.5 = twice as fast).",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Open loop: rescale to this mean rate (req/s), keeping burstiness.",
+)
+@click.option(
+    "--max-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Closed loop: ceiling on dispatches per second.",
+)
+@click.option(
+    "--max-inflight",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Open loop: cap on requests in flight (lateness is recorded).",
+)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay at most this many requests of the trace.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop dispatching after this many seconds.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Flag the first N requests as warm-up (excluded from summaries).",
+)
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Per-request deadline in seconds.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds in-flight requests may finish after Ctrl-C before cancellation.",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="'NAME: VALUE'",
+    help="Extra HTTP header (repeatable).",
+)
+@click.option(
+    "--api-key-env",
+    default="OPENAI_API_KEY",
+    show_default=True,
+    help="Environment variable holding the API key (never written anywhere).",
+)
+@click.option("--no-preflight", is_flag=True, help="Skip the endpoint probe (requires --model).")
+@click.option(
+    "--prompt-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the synthetic prompt text.",
+)
+@click.option("--overwrite", is_flag=True, help="Reuse a non-empty run directory.")
+@click.option("--no-progress", is_flag=True, help="No live display.")
+@click.option("--run-id", default=None, help="Run id [default: time plus random suffix].")
+@click.option(
+    "--transport",
+    type=click.Choice(["fast", "httpx"]),
+    default="fast",
+    show_default=True,
+    help="fast: asyncio + httptools HTTP/1.1; httpx: httpx's own (HTTP/2, proxies).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1, max=64),
+    default=1,
+    show_default=True,
+    help="Processes, each replaying every N-th request from one start time.",
+)
+@click.option(
+    "--scrape-metrics",
+    "scrape_url",
+    default=None,
+    metavar="URL",
+    help="Prometheus endpoint to scrape during the run [default: the endpoint's /metrics, "
+    "when it answers].",
+)
+@click.option(
+    "--no-scrape-metrics",
+    is_flag=True,
+    help="Do not scrape Prometheus metrics (no server_metrics.parquet).",
+)
+@click.option(
+    "--scrape-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between Prometheus scrapes.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="local|auto|ADDRESS",
+    help="Run the --workers shards as Ray tasks (pip install 'llm-loadgen[ray]').",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="The server's tokenizer.json: prompts of exact token counts (needs 'tokenizers').",
+)
+@click.option(
+    "--calibrate-prompts",
+    is_flag=True,
+    help="Measure the server's tokens per word first and size prompts with it.",
+)
+@click.option(
+    "--template-tokens",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Tokens the server's chat template adds to a chat prompt.",
+)
+def replay(
+    trace: Path,
+    base_url: str,
+    model: str | None,
+    out: Path | None,
+    concurrency: int | None,
+    time_scale: float | None,
+    rate: float | None,
+    max_rate: float | None,
+    max_inflight: int | None,
+    max_requests: int | None,
+    duration: float | None,
+    warmup: int,
+    request_timeout: float,
+    grace: float,
+    headers: tuple[str, ...],
+    api_key_env: str,
+    no_preflight: bool,
+    prompt_seed: int,
+    overwrite: bool,
+    no_progress: bool,
+    run_id: str | None,
+    transport: str,
+    workers: int,
+    ray_address: str | None,
+    tokenizer: Path | None,
+    calibrate_prompts: bool,
+    template_tokens: int,
+    scrape_url: str | None,
+    no_scrape_metrics: bool,
+    scrape_interval: float,
+) -> None:
+    """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
+
+    Open loop by default, at the trace's own timestamps (--time-scale, --rate to rescale);
+    closed loop with --concurrency. Writes requests.parquet and run.json to the run directory,
+    and server_metrics.parquet when the server exposes Prometheus metrics.
+
+    \b
+    Examples:
+      loadgen replay trace.parquet --base-url http://127.0.0.1:8000/v1 -o runs/r1
+      loadgen replay trace.parquet --concurrency 32
+      loadgen replay trace.parquet --time-scale 0.5
+    """
+    opts = SessionOptions(
+        trace_path=trace,
+        run_dir=out or default_run_dir(trace),
+        base_url=base_url,
+        model=model,
+        concurrency=concurrency,
+        time_scale=time_scale,
+        rate=rate,
+        max_rate=max_rate,
+        max_inflight=max_inflight,
+        max_requests=max_requests,
+        duration_s=duration,
+        warmup_requests=warmup,
+        request_timeout_s=request_timeout,
+        grace_s=grace,
+        headers=parse_headers(headers),
+        api_key=os.environ.get(api_key_env) or None,
+        preflight=not no_preflight,
+        prompt_seed=prompt_seed,
+        overwrite=overwrite,
+        run_id=run_id,
+        transport=transport,
+        workers=workers,
+        ray=ray_address,
+        tokenizer=tokenizer,
+        calibrate_prompts=calibrate_prompts,
+        template_tokens=template_tokens,
+        scrape_metrics=not no_scrape_metrics,
+        scrape_url=scrape_url,
+        scrape_interval_s=scrape_interval,
+    )
+    console = Console(stderr=False)
+    result = run_with_display(
+        opts, progress=not no_progress and console.is_terminal, console=console
+    )
+    print_summary(result, console)

@@ -1,0 +1,166 @@
+"""``loadgen report``: a thin command over ``reports.html.report.write_report``.
+
+Parses the runs, comparisons, sweeps, budget and SLOs, writes the HTML report (and the
+Markdown summary with ``--markdown``) and prints where they went. Errors are one line on
+stderr with the error's exit code (2: bad input, 3: invalid run). Polars and matplotlib are
+imported inside the command, so that ``loadgen --help`` stays fast. Must not import loadgen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from loadgen.cli.budget_options import (
+    budget_from_options,
+    budget_options,
+    check_budget_options,
+)
+
+_PATH = click.Path(path_type=Path, exists=True)
+
+
+@click.command()
+@click.argument("run", type=_PATH, required=False)
+@click.option(
+    "--compare",
+    "others",
+    type=_PATH,
+    multiple=True,
+    help="Another run of the same trace to compare with RUN (repeatable).",
+)
+@click.option(
+    "--sweep",
+    "sweeps",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    multiple=True,
+    help="A sweep directory (repeat once to compare two sweeps and find the crossover).",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The HTML file [default: report.html in RUN's (or the sweep's) directory].",
+)
+@click.option(
+    "--markdown",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also write a Markdown summary here (for pull requests and CI summaries).",
+)
+@click.option("--label", "labels", multiple=True, help="Names of RUN and each --compare run.")
+@budget_options
+@click.option(
+    "--slo-ttft-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="TTFT SLO: drawn on the charts, used for goodput and the decomposition, and gated "
+    "as ttft_from_due_ms.p99 when no --slo/--slo-file is given.",
+)
+@click.option("--slo", "slo_rules", multiple=True, help="An SLO rule, e.g. 'ttft_ms.p99<=200'.")
+@click.option(
+    "--slo-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="An SLO file (docs/gates.md).",
+)
+@click.option(
+    "--trim-start",
+    "trim_start_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Drop requests due in the first S seconds (warm-up).",
+)
+@click.option(
+    "--trim-end",
+    "trim_end_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Drop requests due in the last S seconds (cool-down).",
+)
+@click.option(
+    "--allow-different-traces",
+    is_flag=True,
+    help="Compare runs (or sweeps) of different traces anyway.",
+)
+def report(
+    run: Path | None,
+    others: tuple[Path, ...],
+    sweeps: tuple[Path, ...],
+    out: Path | None,
+    markdown: Path | None,
+    labels: tuple[str, ...],
+    budget_file: Path | None,
+    model_name: str | None,
+    gpu_name: str | None,
+    gpus: int,
+    catalog_file: Path | None,
+    slo_ttft_ms: float | None,
+    slo_rules: tuple[str, ...],
+    slo_file: Path | None,
+    trim_start_s: float,
+    trim_end_s: float,
+    allow_different_traces: bool,
+) -> None:
+    """Write a self-contained HTML report (and a Markdown summary) of a run, a comparison
+    or a sweep: what was run, the verdicts, the tables and the charts.
+
+    RUN is a run directory (or a sweep directory, read as --sweep).
+
+    Example: loadgen report runs/a --compare runs/b --slo-ttft-ms 200 -o ab.html
+    """
+    from analyzers.compare.sweep import is_sweep_dir
+    from analyzers.errors import AnalyzerError
+    from analyzers.frames import RowSelection
+    from analyzers.slo.parse import SLOSet, load_slo_file, parse_rules
+    from reports.html.report import write_report
+    from reports.html.run import ReportOptions
+    from traces.errors import TraceError
+
+    runs: list[Path] = []
+    sweep_dirs = list(sweeps)
+    if run is not None and is_sweep_dir(run):
+        sweep_dirs.insert(0, run)
+    elif run is not None:
+        runs.append(run)
+    runs += others
+    if others and not runs[:1]:
+        raise click.UsageError("--compare needs a RUN to compare with")
+    if not runs and not sweep_dirs:
+        raise click.UsageError("give a RUN, or --sweep SWEEP")
+    if len(sweep_dirs) > 2:
+        raise click.UsageError("at most two sweeps (the crossover compares two)")
+    check_budget_options(budget_file, model_name, gpu_name)
+    ctx = click.get_current_context()
+    try:
+        budget = budget_from_options(budget_file, model_name, gpu_name, gpus, catalog_file)
+        slos = load_slo_file(slo_file) if slo_file is not None else SLOSet()
+        if slo_rules:
+            slos = slos.merged(parse_rules(slo_rules))
+        options = ReportOptions(
+            slo_ttft_ms=slo_ttft_ms,
+            slos=slos,
+            budget=budget,
+            selection=RowSelection(trim_start_s=trim_start_s, trim_end_s=trim_end_s),
+        )
+        first = runs[0] if runs else sweep_dirs[0]
+        home = first if first.is_dir() else first.parent
+        html_path = write_report(
+            out or home / "report.html",
+            runs=runs,
+            sweeps=sweep_dirs,
+            options=options,
+            labels=labels or None,
+            markdown=markdown,
+            allow_different_traces=allow_different_traces,
+        )
+    except (AnalyzerError, TraceError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+    click.echo(f"report written to {html_path}")
+    if markdown is not None:
+        click.echo(f"summary written to {markdown}")

@@ -1,0 +1,112 @@
+"""The ``loadgen`` command: the composition root, the only module that touches every package.
+
+Subcommands live in their packages' ``cli`` modules and are imported lazily, so that
+``loadgen replay`` does not pay for Polars or matplotlib. Errors of every package carry an
+``exit_code``; they are printed as one line on stderr, never as a traceback.
+
+Exit codes: 0 success; 1 SLO breach; 2 bad input or option; 3 invalid run; 4 endpoint or
+infrastructure failure; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from loadgen import __version__
+from loadgen.cli.lazy import LazyGroup
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "trace": ("loadgen.cli.trace:trace", "Make, import, inspect and transform workload traces."),
+    "replay": (
+        "loadgen.cli.replay:replay",
+        "Replay a trace against an OpenAI-compatible endpoint.",
+    ),
+    "sim": ("loadgen.cli.sim:sim", "Serve the built-in OpenAI-compatible engine simulator."),
+    "demo": ("loadgen.cli.demo:demo", "Run the whole harness end to end on the simulator."),
+    "plan": (
+        "loadgen.cli.plan:plan",
+        "Predict prefill, decode, KV and disaggregation budgets.",
+    ),
+    "analyze": (
+        "loadgen.cli.analyze:analyze",
+        "Latency percentiles, throughput, errors, fidelity and goodput of a run.",
+    ),
+    "decompose": (
+        "loadgen.cli.analyze:decompose",
+        "Split TTFT into client, network, queue, prefill and first-token time.",
+    ),
+    "server-metrics": (
+        "loadgen.cli.server_metrics:server_metrics",
+        "Server-reported queue, batch and KV usage during a run.",
+    ),
+    "report": (
+        "loadgen.cli.report:report",
+        "Write an HTML report and Markdown summary of runs, sweeps.",
+    ),
+    "gate": ("loadgen.cli.gate:gate", "Fail CI on an SLO breach or a regression (exit 0/1/3/4)."),
+    "compare": (
+        "loadgen.cli.gate:compare",
+        "Compare runs (or sweeps) of one trace on different deployments.",
+    ),
+    "sweep": ("loadgen.cli.sweep:sweep", "Replay a trace at successively higher load."),
+    "demo-compare": (
+        "loadgen.cli.demo_compare:demo_compare",
+        "Monolith vs disaggregated on the simulator: sweeps, comparison, crossover.",
+    ),
+}
+
+
+def _user_error_exit_code(exc: BaseException) -> int | None:
+    """The exit code of one of our packages' user-facing errors, or None for anything else."""
+    code = getattr(type(exc), "exit_code", None)
+    module = type(exc).__module__.split(".")[0]
+    if isinstance(code, int) and module in {"loadgen", "traces", "analyzers", "reports"}:
+        return code
+    return None
+
+
+class _LazyRoot(LazyGroup):
+    """The root group: lazy subcommands, and our errors printed as one line with their code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:
+            code = _user_error_exit_code(exc)
+            if code is None:
+                raise
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(code)
+
+
+@click.group(
+    cls=_LazyRoot,
+    lazy_commands=_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(__version__, prog_name="loadgen")
+def cli() -> None:
+    """Trace-driven replay and load testing for OpenAI-compatible LLM endpoints.
+
+    Replay a Parquet trace open-loop at its own timestamps (or closed-loop at a
+    concurrency), record every token's arrival, and explain latency against budgets
+    predicted from first principles.
+    """
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="loadgen")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

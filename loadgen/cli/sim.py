@@ -1,0 +1,326 @@
+"""The ``loadgen sim`` command: parse options into a SimConfig and serve.
+
+Thin by design: validation lives in click types and SimConfig; serving in
+:mod:`loadgen.sim.server`. Bad options exit 2 with one line on stderr. Must not import the
+replay client (loadgen.client/replay/transport/recorder).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loadgen.errors import ConfigError
+from loadgen.sim.config import DEFAULT_MODEL_NAME, DEFAULT_PORT, EngineConfig, SimConfig
+
+_RATE = click.FloatRange(0.0, 1.0)
+_MS = click.FloatRange(0.0, max_open=False)
+_POS = click.IntRange(min=1)
+_FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
+_ENGINE_HELP = "Physics engine (needs --model): "
+
+
+class _OptionError(click.ClickException):
+    """A bad option, shown as one ``Error: ...`` line (no usage block), exit status 2."""
+
+    exit_code = 2
+
+
+class _OneLineErrors(click.Command):
+    """A command whose usage errors print one line instead of usage + hint + message."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise _OptionError(exc.format_message()) from exc
+
+
+@click.command(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="TCP port; 0 picks a free one (see the READY line).",
+)
+@click.option(
+    "--served-model-name",
+    default=DEFAULT_MODEL_NAME,
+    show_default=True,
+    help="Model name served at /v1/models and required in requests (when they name one).",
+)
+@click.option(
+    "--ttft-ms", type=_MS, default=20.0, show_default=True, help="Fixed time to first token."
+)
+@click.option(
+    "--prefill-us-per-token",
+    type=_MS,
+    default=0.0,
+    show_default=True,
+    help="Extra time to first token per prompt token, in microseconds.",
+)
+@click.option("--itl-ms", type=_MS, default=10.0, show_default=True, help="Inter-token latency.")
+@click.option(
+    "--tokens-per-chunk",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Tokens per streamed content chunk; chunks come every itl-ms x this.",
+)
+@click.option(
+    "--image-tokens",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Prompt tokens counted per image_url content part.",
+)
+@click.option(
+    "--error-rate", type=_RATE, default=0.0, show_default=True, help="Share answered 500."
+)
+@click.option("--rate-429", type=_RATE, default=0.0, show_default=True, help="Share answered 429.")
+@click.option(
+    "--drop-rate",
+    type=_RATE,
+    default=0.0,
+    show_default=True,
+    help="Share whose connection drops after half of max_tokens.",
+)
+@click.option(
+    "--stall-rate", type=_RATE, default=0.0, show_default=True, help="Share that stall mid-stream."
+)
+@click.option("--stall-ms", type=_MS, default=500.0, show_default=True, help="Length of a stall.")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the per-request fault draws."
+)
+@click.option(
+    "--loading-s",
+    type=_MS,
+    default=0.0,
+    show_default=True,
+    help="Answer 503 (model loading, Retry-After: 1) for this long after start.",
+)
+@click.option(
+    "--malformed-rate",
+    type=_RATE,
+    default=0.0,
+    show_default=True,
+    help="Share whose stream gets one chunk that is not valid JSON.",
+)
+@click.option(
+    "--accept-delay-ms",
+    type=_MS,
+    default=0.0,
+    show_default=True,
+    help="Slow accept: hold a request this long before reading it.",
+)
+@click.option(
+    "--accept-delay-rate",
+    type=_RATE,
+    default=1.0,
+    show_default=True,
+    help="Share of requests held by --accept-delay-ms.",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="Catalog model (e.g. llama-3.1-8b): switch from fixed delays to the physics engine.",
+)
+@click.option("--gpu", default="h100", show_default=True, help=_ENGINE_HELP + "catalog GPU type.")
+@click.option(
+    "--gpus",
+    type=_POS,
+    default=1,
+    show_default=True,
+    help=_ENGINE_HELP + "GPUs per replica (tensor parallel).",
+)
+@click.option(
+    "--topology",
+    type=click.Choice(["monolith", "disagg"]),
+    default="monolith",
+    show_default=True,
+    help=_ENGINE_HELP + "replicas, or prefill and decode pools.",
+)
+@click.option(
+    "--replicas", type=_POS, default=1, show_default=True, help=_ENGINE_HELP + "monolith replicas."
+)
+@click.option(
+    "--router",
+    type=click.Choice(["round-robin", "least-loaded"]),
+    default="least-loaded",
+    show_default=True,
+    help=_ENGINE_HELP + "how requests pick an instance.",
+)
+@click.option(
+    "--prefill-instances",
+    type=_POS,
+    default=1,
+    show_default=True,
+    help=_ENGINE_HELP + "disagg prefill instances.",
+)
+@click.option(
+    "--prefill-gpus",
+    type=_POS,
+    default=1,
+    show_default=True,
+    help=_ENGINE_HELP + "GPUs per prefill instance.",
+)
+@click.option(
+    "--decode-instances",
+    type=_POS,
+    default=1,
+    show_default=True,
+    help=_ENGINE_HELP + "disagg decode instances.",
+)
+@click.option(
+    "--decode-gpus",
+    type=_POS,
+    default=1,
+    show_default=True,
+    help=_ENGINE_HELP + "GPUs per decode instance.",
+)
+@click.option(
+    "--link-gbps",
+    type=click.FloatRange(0.0, min_open=True),
+    default=400.0,
+    show_default=True,
+    help=_ENGINE_HELP + "KV-transfer link bandwidth per prefill instance, Gbit/s.",
+)
+@click.option(
+    "--link-latency-us",
+    type=_MS,
+    default=0.0,
+    show_default=True,
+    help=_ENGINE_HELP + "KV-transfer setup latency.",
+)
+@click.option(
+    "--max-num-seqs",
+    type=_POS,
+    default=256,
+    show_default=True,
+    help=_ENGINE_HELP + "most sequences in a batch.",
+)
+@click.option(
+    "--max-batched-tokens",
+    type=_POS,
+    default=2048,
+    show_default=True,
+    help=_ENGINE_HELP + "token budget per step (chunked prefill).",
+)
+@click.option(
+    "--kv-block-size",
+    type=_POS,
+    default=16,
+    show_default=True,
+    help=_ENGINE_HELP + "tokens per KV block (and prefix-cache block).",
+)
+@click.option(
+    "--kv-capacity-tokens",
+    type=_POS,
+    default=None,
+    help=_ENGINE_HELP + "override the budget model's KV capacity per instance.",
+)
+@click.option(
+    "--memory-fraction",
+    type=_FRACTION,
+    default=0.9,
+    show_default=True,
+    help=_ENGINE_HELP + "share of HBM for weights plus KV cache.",
+)
+@click.option("--no-prefix-cache", is_flag=True, help=_ENGINE_HELP + "disable the prefix cache.")
+@click.option(
+    "--preempt",
+    is_flag=True,
+    help=_ENGINE_HELP + "allocate KV blocks on demand and preempt when full (default: reserve).",
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(0.0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help=_ENGINE_HELP + "wall seconds per model second (10: a tenth of real speed).",
+)
+@click.option(
+    "--efficiency-prefill",
+    type=_FRACTION,
+    default=0.6,
+    show_default=True,
+    help=_ENGINE_HELP + "achieved fraction of peak FLOP/s.",
+)
+@click.option(
+    "--efficiency-decode",
+    type=_FRACTION,
+    default=0.6,
+    show_default=True,
+    help=_ENGINE_HELP + "achieved fraction of HBM bandwidth.",
+)
+@click.option(
+    "--step-overhead-us",
+    type=_MS,
+    default=0.0,
+    show_default=True,
+    help=_ENGINE_HELP + "fixed cost added to every step.",
+)
+@click.option(
+    "--tokenizer",
+    "tokenizer",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help=_ENGINE_HELP + "local tokenizer.json (default: one token per word).",
+)
+def sim(**options: Any) -> None:
+    """Serve the built-in OpenAI-compatible engine simulator.
+
+    Without --model every request gets fixed delays (--ttft-ms, --itl-ms). With --model the
+    physics engine batches requests like vLLM and times every step with the budget model
+    for that model on --gpus x --gpu (see docs/simulator.md).
+
+    Prints one line "READY http://HOST:PORT" once serving; stops on SIGTERM or SIGINT.
+    """
+    engine = {name: options.pop(name) for name in _ENGINE_OPTIONS}
+    try:
+        options["engine"] = _engine_config(engine)
+        config = SimConfig(**options)
+    except ConfigError as exc:
+        raise _OptionError(str(exc)) from exc
+    from loadgen.sim.server import serve  # deferred: uvicorn is not needed for --help
+
+    serve(config)
+
+
+_ENGINE_OPTIONS = (
+    "model", "gpu", "gpus", "topology", "replicas", "router", "prefill_instances",
+    "prefill_gpus", "decode_instances", "decode_gpus", "link_gbps", "link_latency_us",
+    "max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_capacity_tokens",
+    "memory_fraction", "no_prefix_cache", "preempt", "time_scale", "efficiency_prefill",
+    "efficiency_decode", "step_overhead_us", "tokenizer",
+)  # fmt: skip
+
+
+def _engine_config(values: dict[str, Any]) -> EngineConfig | None:
+    """The engine configuration, or None for fixed delays (engine options need --model)."""
+    model = values.pop("model")
+    no_cache = values.pop("no_prefix_cache")
+    if model is None:
+        ctx = click.get_current_context()
+        given = [
+            name for name in (*values, "no_prefix_cache")
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        ]  # fmt: skip
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise ConfigError(f"{flag} needs --model (the physics engine)")
+        return None
+    config = EngineConfig(model=model, prefix_cache=not no_cache, **values)
+    from loadgen.sim.physics import check_catalog  # deferred: the budget model is not free
+
+    check_catalog(model=config.model, gpu=config.gpu)
+    return config
+
+
+if __name__ == "__main__":
+    # ``python -m loadgen.cli.sim``: how ``loadgen.sim.launch`` starts the simulator process.
+    sim(prog_name="python -m loadgen.cli.sim")

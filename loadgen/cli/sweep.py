@@ -1,0 +1,133 @@
+"""``loadgen sweep``: replay one trace at successively higher load into a sweep directory.
+
+Thin: parses the loads, builds the base ``SessionOptions`` and calls
+``loadgen.run.sweep.run_sweep``; ``--until-slo-breach`` checks each finished step with
+``analyzers.slo.gate`` (the composition root may import everything).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from loadgen.run.session import SessionOptions
+from loadgen.run.sweep import LoadStep
+
+
+def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Path], str | None]:
+    from analyzers.slo.gate import GateOptions, gate
+    from loadgen.cli.gate import _load_slos
+
+    slos = _load_slos(slo_args)
+    if not slos.objectives:
+        raise click.UsageError("--until-slo-breach needs objectives (--slo FILE or RULE)")
+
+    def check(step_dir: Path) -> str | None:
+        report = gate(step_dir, GateOptions(slos=slos))
+        console.print(f"  {step_dir.name}: {report.summary}")
+        # An invalid step (client-bound, too few samples) cannot vouch for higher loads either.
+        reasons = {"breach": "SLO breach", "infrastructure": "endpoint failure"}
+        if report.verdict != "pass":
+            return f"{reasons.get(report.verdict, 'invalid run')} at {step_dir.name}"
+        return None
+
+    return check
+
+
+@click.command()
+@click.argument("trace", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--base-url", required=True, help="OpenAI-compatible endpoint, e.g. http://h:8000/v1")
+@click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False), required=True)
+@click.option(
+    "--rates", default=None, help="Loads: 0.5x,1x,2x (of the trace's rate) or 2,4,8 req/s."
+)
+@click.option("--concurrency", "concurrencies", default=None, help="Closed loop: 1,4,16,64.")
+@click.option(
+    "--until-slo-breach", is_flag=True, help="Stop after the first step that breaks --slo."
+)
+@click.option("--slo", "slo_args", multiple=True, metavar="FILE|RULE", help="SLOs to stop on.")
+@click.option(
+    "--cooldown", "cooldown_s", type=click.FloatRange(min=0), default=5.0, show_default=True
+)
+@click.option("--model", default=None, help="Model name [default: the endpoint's first].")
+@click.option("--max-requests", type=click.IntRange(min=1), default=None)
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--warmup-requests", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--request-timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.option(
+    "--server-time-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Record the simulator's --time-scale so analyses use its model clock.",
+)
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
+@click.option("--overwrite", is_flag=True, help="Reuse a non-empty sweep directory.")
+def sweep(
+    trace: Path,
+    base_url: str,
+    out: Path,
+    rates: str | None,
+    concurrencies: str | None,
+    until_slo_breach: bool,
+    slo_args: tuple[str, ...],
+    cooldown_s: float,
+    model: str | None,
+    max_requests: int | None,
+    duration_s: float | None,
+    warmup_requests: int,
+    timeout_s: float,
+    server_time_scale: float,
+    api_key_env: str,
+    overwrite: bool,
+) -> None:
+    """Replay TRACE at successively higher load: one run directory per step in OUT.
+
+    Then `loadgen analyze OUT` (load curves and the knee) or `loadgen compare OUT_A OUT_B`
+    (the crossover of two deployments).
+
+    Example: loadgen sweep trace.parquet --base-url http://localhost:8000/v1 -o sw --rates 1x,2x,4x
+    """
+    from loadgen.run.sweep import SweepOptions, parse_concurrency, parse_rates, run_sweep
+
+    if rates is not None and concurrencies is not None:
+        raise click.UsageError("give either --rates or --concurrency, not both")
+    if rates is None and concurrencies is None and not until_slo_breach:
+        raise click.UsageError("give --rates or --concurrency (or --until-slo-breach)")
+    if rates is not None:
+        steps = parse_rates(rates)
+    elif concurrencies is not None:
+        steps = parse_concurrency(concurrencies)
+    else:
+        steps = parse_rates("0.5x,1x,2x,4x,8x,16x,32x,64x")
+    console = Console()
+    stop = _stop_on_breach(slo_args, console) if until_slo_breach else None
+    options = SweepOptions(
+        session=SessionOptions(
+            trace_path=trace,
+            run_dir=out,
+            base_url=base_url,
+            model=model,
+            max_requests=max_requests,
+            duration_s=duration_s,
+            warmup_requests=warmup_requests,
+            request_timeout_s=timeout_s,
+            api_key=os.environ.get(api_key_env) or None,
+            overwrite=overwrite,
+        ),
+        steps=steps,
+        cooldown_s=cooldown_s,
+        server_time_scale=server_time_scale,
+    )
+
+    def on_step(index: int, step: LoadStep, run_dir: Path) -> None:
+        console.print(f"step {index}: {step.label} -> {run_dir}")
+
+    result = asyncio.run(run_sweep(options, stop_after=stop, on_step=on_step))
+    console.print(f"sweep {result.stop_reason}: {len(result.steps)} step(s) in {result.sweep_dir}")
+    console.print(f"next: loadgen analyze {result.sweep_dir}")

@@ -1,0 +1,469 @@
+"""One HTTP/1.1 connection of the fast transport, and the streamed response on it.
+
+``Connection`` is an ``asyncio.Protocol``. Every ``data_received`` is stamped with the
+run's clock before a byte is parsed; httptools (llhttp, in C) then parses the response
+head, and the body of a chunked response goes to ``loadgen.http._chunked`` (httptools would
+hand each chunk to Python as its own object, at one chunk per SSE event more than the
+event's classification costs), other bodies to httptools too. The body bytes of one read
+go on as one stamped piece: straight to the consumer's
+callback while it drains the body (``Exchange.drain``, inside ``data_received``: no
+future or task switch per read), else into a buffer that ``stamped()`` yields from. The
+``Exchange`` also carries the status, the raw headers and how far it got
+(``loadgen.http.stamping.Progress``). ``request_head`` encodes a request line and headers.
+
+Raises httpx's exception types, as an httpx transport does; must not import the client or
+the pool (``loadgen.http.pool``), which build on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, cast
+
+import httptools
+import httpx
+
+from loadgen.http.deadline import ReadDeadline
+from loadgen.http.stamping import Progress
+
+if TYPE_CHECKING:
+    from loadgen.http._chunked import Dechunker
+
+_Dechunker: type[Dechunker] | None
+try:
+    from loadgen.http._chunked import Dechunker as _Dechunker
+except ImportError:  # built without a C compiler: httptools decodes the bodies too
+    _Dechunker = None
+
+_HIGH_WATER = 4 * 1024 * 1024
+"""Buffered body bytes above which the socket stops being read (back-pressure)."""
+
+Origin = tuple[str, str, int]
+"""Scheme, host and port: what one keep-alive pool serves."""
+
+
+class Exchange(httpx.AsyncByteStream):
+    """One request and its response on a connection: filled by the protocol as bytes
+    arrive, read by the consumer once the head is in (``status``, ``raw_headers``,
+    ``progress``; the body as stamped reads: ``stamped()``, ``drain``, ``aread``).
+    Closing it (``close``, or the end of ``stamped``/``drain``/``aread``) gives the
+    connection back to its pool."""
+
+    __slots__ = (
+        "_closed",
+        "_release",
+        "buffered",
+        "chunks",
+        "complete",
+        "conn",
+        "deadline",
+        "draining",
+        "error",
+        "headers_done",
+        "keep_alive",
+        "progress",
+        "raw_headers",
+        "sink",
+        "status",
+        "waiter",
+    )
+
+    def __init__(
+        self,
+        conn: Connection,
+        headers_done: asyncio.Future[None],
+        progress: Progress,
+        release: Callable[[Connection, bool], None],
+        deadline: ReadDeadline | None,
+    ) -> None:
+        self.conn = conn
+        self.status = 0
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.headers_done = headers_done
+        self.progress = progress
+        self.chunks: deque[tuple[int, bytes]] = deque()
+        self.buffered = 0
+        self.complete = False
+        self.keep_alive = False
+        self.error: Exception | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.sink: Callable[[int, bytes], None] | None = None
+        """While set (``drain``), each read goes straight to it instead of ``chunks``."""
+        self.deadline = deadline
+        """The read timeout and overall deadline (None: no limit)."""
+        self.draining: ReadDeadline | None = None
+        """While draining (``drain``), the deadline each read restarts."""
+        self._release = release
+        self._closed = False
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- the consumer's side
+    @property
+    def headers(self) -> RawHeaders:
+        return RawHeaders(self.raw_headers)
+
+    async def _wait(self) -> None:
+        """Until the protocol wakes this body (bytes, the end, an error) or it times out."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiter = waiter
+        if self.deadline is not None:
+            self.deadline.waiting(waiter)
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+
+    async def stamped(self) -> AsyncIterator[tuple[int, bytes]]:
+        conn = self.conn
+        chunks = self.chunks
+        try:
+            while True:
+                while chunks:
+                    item = chunks.popleft()
+                    conn.consumed(len(item[1]))
+                    yield item
+                if self.complete:
+                    return
+                if self.error is not None:
+                    raise self.error
+                await self._wait()
+        finally:
+            self.close()
+
+    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+        """Give ``sink`` each read's ``(arrival_ns, bytes)``, as ``stamped()`` yields them,
+        until the body ends; raises what ``stamped()`` raises.
+
+        ``sink`` runs inside the protocol's ``data_received``: no task switch and no future
+        per read, only one wait for the whole body (each read restarts the read timeout).
+        It must be quick and must not raise (that fails the exchange).
+        """
+        conn = self.conn
+        try:
+            chunks = self.chunks
+            while chunks:
+                stamp, data = chunks.popleft()
+                conn.consumed(len(data))
+                sink(stamp, data)
+            self.sink = sink
+            self.draining = self.deadline
+            while not self.complete:
+                if self.error is not None:
+                    raise self.error
+                await self._wait()
+            if self.error is not None:  # the sink failed on the last read
+                raise self.error
+        finally:
+            self.sink = None
+            self.draining = None
+            self.close()
+
+    async def aread(self) -> bytes:
+        """The whole body (an error response's, say), then the connection goes back."""
+        return b"".join([data async for _, data in self.stamped()])
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for _, data in self.stamped():
+            yield data
+
+    def close(self) -> None:
+        """Give the connection back (kept alive when the response ended cleanly)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.deadline is not None:
+            self.deadline.cancel()
+        conn = self.conn
+        reusable = self.complete and self.keep_alive and self.error is None and not conn.closed
+        conn.finish()
+        self._release(conn, reusable)
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection to ``origin``; parses responses with httptools as bytes
+    arrive."""
+
+    def __init__(self, now_ns: Callable[[], int], origin: Origin) -> None:
+        self._now_ns = now_ns
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self._exchange: Exchange | None = None
+        self._parser: httptools.HttpResponseParser | None = None
+        self._pieces: list[bytes] = []
+        self._read_ns = 0
+        """The arrival stamp of the read being parsed."""
+        self._dechunker: Dechunker | None = None
+        """The C decoder of the current chunked body, once httptools has read its head."""
+        self._head_tail = b""
+        """The last bytes of a head not yet complete (its end may straddle two reads)."""
+        self._chunked_head = False
+        self._keep_alive = False
+        # httptools' ``on_body`` callback, once per HTTP chunk: the list's own append, so no
+        # Python frame per chunk (the parser looks the callback up when it is created).
+        self.on_body: Callable[[bytes], None] = self._pieces.append
+        self._paused = False
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not subclass asyncio.Transport but offer its methods.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        stamp = self._now_ns()  # before any parsing: the arrival time of these bytes
+        self._read_ns = stamp
+        dechunker = self._dechunker
+        if dechunker is not None:  # the body of a chunked response, after its head
+            self._dechunk(stamp, dechunker, data)
+            return
+        parser = self._parser
+        if parser is None:
+            self._fail(httpx.RemoteProtocolError("unexpected bytes with no request in flight"))
+            return
+        pieces = self._pieces
+        ex = self._exchange
+        try:
+            if ex is not None and ex.status == 0 and _Dechunker is not None:
+                rest = self._feed_head(parser, ex, data)
+                if rest is not None:
+                    dechunker = self._dechunker
+                    assert dechunker is not None
+                    self._dechunk(stamp, dechunker, rest)
+                    return
+            else:
+                parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+            return
+        if pieces and ex is not None:
+            # One stamped piece per socket read, however many HTTP chunks it carried.
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            self._deliver(ex, stamp, body)
+
+    def _feed_head(
+        self, parser: httptools.HttpResponseParser, ex: Exchange, data: bytes
+    ) -> bytes | None:
+        """Feed httptools the head, exactly up to its end: the body bytes after it when the
+        C decoder takes the body on (a chunked response whose head ended there), else None
+        (httptools was fed the whole read)."""
+        tail = self._head_tail
+        buf = tail + data if tail else data
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            self._head_tail = buf[-3:]
+            parser.feed_data(data)
+            return None
+        self._head_tail = b""
+        split = end + 4 - len(tail)
+        view = memoryview(data)
+        parser.feed_data(view[:split])
+        if self._chunked_head and ex.status >= 200 and not ex.complete and not self._pieces:
+            assert _Dechunker is not None
+            self._dechunker = _Dechunker()
+            return data[split:]
+        parser.feed_data(view[split:])  # anything else: httptools reads the body as well
+        return None
+
+    def _dechunk(self, stamp: int, dechunker: Dechunker, data: bytes) -> None:
+        ex = self._exchange
+        try:
+            body = dechunker.feed(data)
+        except ValueError as exc:
+            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+            return
+        if ex is None:
+            return
+        if dechunker.done:
+            # Bytes after the body (none are expected: no pipelining) close the connection.
+            self._complete(ex, self._keep_alive and not dechunker.leftover)
+        if body:
+            self._deliver(ex, stamp, body)
+
+    def _deliver(self, ex: Exchange, stamp: int, body: bytes) -> None:
+        """One read's body bytes: to the consumer's sink while it drains, else buffered."""
+        progress = ex.progress
+        if progress.first_byte_ns is None:
+            progress.first_byte_ns = stamp
+        sink = ex.sink
+        if sink is not None:
+            try:
+                sink(stamp, body)
+            except Exception as exc:  # the consumer failed: so does the exchange
+                ex.error = exc  # even when this read completed the message
+                ex.wake()
+                self.abort()
+                return
+            draining = ex.draining
+            if draining is not None:
+                draining.since_ns = stamp  # the wait for bytes starts again
+            return
+        ex.chunks.append((stamp, body))
+        ex.buffered += len(body)
+        if ex.buffered > _HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        ex.wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        ex = self._exchange
+        if ex is not None and not ex.complete:
+            if ex.status == 0 and not ex.headers_done.done():
+                error: Exception = httpx.RemoteProtocolError(
+                    "server disconnected without sending a response"
+                )
+            else:
+                error = httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body"
+                )
+            self._fail(error)
+
+    def pause_writing(self) -> None:  # request bodies are small; nothing to pause
+        return
+
+    def resume_writing(self) -> None:
+        return
+
+    # -- httptools callbacks
+    def on_message_begin(self) -> None:
+        ex = self._exchange
+        if ex is not None and ex.complete:  # bytes after the response: not ours, no reuse
+            ex.keep_alive = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._exchange is not None:
+            self._exchange.raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        ex = self._exchange
+        if ex is None or self._parser is None:
+            return
+        ex.status = self._parser.get_status_code()
+        # Inside the data_received of the read that completed the head: its arrival.
+        ex.progress.headers_ns = self._read_ns
+        self._keep_alive = self._parser.should_keep_alive()
+        self._chunked_head = _Dechunker is not None and _only_chunked(ex.raw_headers)
+        if not ex.headers_done.done():
+            ex.headers_done.set_result(None)
+
+    def on_message_complete(self) -> None:
+        # Runs inside feed_data: data_received hands this read's body on right after.
+        ex = self._exchange
+        if ex is None or self._parser is None:
+            return
+        self._complete(ex, self._parser.should_keep_alive())
+
+    def _complete(self, ex: Exchange, keep_alive: bool) -> None:
+        ex.keep_alive = keep_alive
+        ex.complete = True
+        self._parser = None
+        self._dechunker = None
+        ex.wake()
+
+    # -- used by the transport and the response
+    def start(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        self._parser = httptools.HttpResponseParser(self)
+        self._dechunker = None
+        self._head_tail = b""
+        self._chunked_head = False
+
+    def consumed(self, nbytes: int) -> None:
+        ex = self._exchange
+        if ex is None:
+            return
+        ex.buffered -= nbytes
+        if self._paused and ex.buffered < _HIGH_WATER // 2 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def finish(self) -> None:
+        self._exchange = None
+
+    def _fail(self, error: Exception) -> None:
+        ex = self._exchange
+        if ex is not None and ex.error is None and not ex.complete:
+            ex.error = error
+            if not ex.headers_done.done():
+                ex.headers_done.set_exception(error)
+                ex.headers_done.exception()  # retrieved: nobody else may be waiting
+            ex.wake()
+        self.abort()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class RawHeaders(Mapping[str, str]):
+    """A response's headers as received, looked up by name without regard to case (as
+    ``httpx.Headers``), decoded only when asked for: a response's few lookups cost less
+    than building a header object."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        name = key.lower().encode("latin-1")
+        for raw_name, value in self._raw:
+            if raw_name.lower() == name:
+                return value.decode("latin-1")
+        return default
+
+    def __getitem__(self, key: str) -> str:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (name.decode("latin-1").lower() for name, _ in self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+def _only_chunked(raw_headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the body is framed by the chunked coding and nothing else: one
+    Transfer-Encoding, ``chunked``, and no Content-Length (else httptools decodes it)."""
+    codings = 0
+    for name, value in raw_headers:
+        lower = name.lower()
+        if lower == b"content-length":
+            return False
+        if lower == b"transfer-encoding":
+            codings += 1
+            if codings > 1 or value.strip().lower() != b"chunked":
+                return False
+    return codings == 1
+
+
+def request_head(request: httpx.Request, body: bytes) -> bytes:
+    """The request line and headers of ``request``, with Host and Content-Length."""
+    target = request.url.raw_path
+    lines = [request.method.encode() + b" " + target + b" HTTP/1.1"]
+    have_length = False
+    for name, value in request.headers.raw:
+        lower = name.lower()
+        if lower == b"transfer-encoding":
+            continue
+        if lower == b"content-length":
+            have_length = True
+        lines.append(name + b": " + value)
+    if not have_length and (body or request.method in ("POST", "PUT", "PATCH")):
+        lines.append(b"Content-Length: " + str(len(body)).encode())
+    return b"\r\n".join(lines) + b"\r\n\r\n"

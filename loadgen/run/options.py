@@ -1,0 +1,103 @@
+"""What a replay session is asked to do: ``SessionOptions``, checked once, and the trace
+it replays. Secrets never leave this object: ``public_config`` is what run.json records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgen.errors import ConfigError
+from loadgen.run.runinfo import redact_headers
+from loadgen.run.scrape import DEFAULT_INTERVAL_S
+from traces.io import read_metadata, read_trace
+from traces.records import TraceRequest
+
+TRANSPORTS = ("fast", "httpx")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionOptions:
+    """Everything a replay session needs; secrets stay out of ``run.json``."""
+
+    trace_path: Path
+    run_dir: Path
+    base_url: str
+    model: str | None = None
+    concurrency: int | None = None
+    time_scale: float | None = None
+    rate: float | None = None
+    max_rate: float | None = None
+    max_inflight: int | None = None
+    max_requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+    request_timeout_s: float = 600.0
+    grace_s: float = 5.0
+    headers: Mapping[str, str] = field(default_factory=dict)
+    api_key: str | None = None
+    preflight: bool = True
+    prompt_seed: int = 0
+    overwrite: bool = False
+    run_id: str | None = None
+    transport: str = "fast"
+    """``fast`` (asyncio.Protocol + httptools) or ``httpx`` (httpx's own, stamped)."""
+    workers: int = 1
+    """Processes, each replaying ``index % workers == k`` (sessions kept whole)."""
+    ray: str | None = None
+    """Run the shards as Ray tasks: ``local``, ``auto`` or a cluster address."""
+    tokenizer: Path | None = None
+    """A local ``tokenizer.json`` (the server's): prompts of exact token counts."""
+    calibrate_prompts: bool = False
+    """Measure the server's tokens per word first, and size prompt text with it."""
+    template_tokens: int = 0
+    """Tokens the server's chat template adds to a chat prompt (subtracted from its text)."""
+    scrape_metrics: bool = True
+    """Scrape Prometheus metrics during the run into server_metrics.parquet."""
+    scrape_url: str | None = None
+    """What to scrape; None: the endpoint's ``/metrics``, when it answers."""
+    scrape_interval_s: float = DEFAULT_INTERVAL_S
+
+    def public_config(self) -> dict[str, Any]:
+        """The options as recorded in run.json: no API key, credentials redacted."""
+        cfg = asdict(self)
+        cfg.pop("api_key", None)
+        cfg["headers"] = redact_headers(self.headers)
+        cfg["api_key_set"] = self.api_key is not None
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.items()}
+
+
+def load_requests(opts: SessionOptions) -> tuple[list[TraceRequest], dict[str, Any]]:
+    """The trace's requests (cut to ``max_requests``) and its provenance metadata."""
+    requests = read_trace(opts.trace_path)
+    if opts.max_requests is not None:
+        requests = requests[: opts.max_requests]
+    return requests, read_metadata(opts.trace_path)
+
+
+def check_options(opts: SessionOptions) -> None:
+    if opts.concurrency is not None and (opts.time_scale is not None or opts.rate is not None):
+        raise ConfigError(
+            "--concurrency (closed loop) cannot be combined with --time-scale or --rate"
+        )
+    if opts.max_rate is not None and opts.concurrency is None:
+        raise ConfigError("--max-rate applies to closed loop only (use --rate for open loop)")
+    if opts.transport not in TRANSPORTS:
+        raise ConfigError(
+            f"--transport {opts.transport!r}: expected one of {', '.join(TRANSPORTS)}"
+        )
+    if opts.tokenizer is not None and opts.calibrate_prompts:
+        raise ConfigError("give either --tokenizer or --calibrate-prompts, not both")
+    if opts.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {opts.workers}")
+    if not opts.scrape_interval_s > 0:
+        raise ConfigError(f"--scrape-interval must be positive, got {opts.scrape_interval_s}")
+    if opts.scrape_url is not None and not opts.scrape_url.startswith(("http://", "https://")):
+        raise ConfigError(f"--scrape-metrics {opts.scrape_url!r}: expected an http(s) URL")
+    if opts.concurrency is not None and opts.concurrency < opts.workers:
+        raise ConfigError(
+            f"--concurrency {opts.concurrency} is below --workers {opts.workers}: "
+            "every worker needs at least one slot"
+        )

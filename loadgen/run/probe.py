@@ -1,0 +1,185 @@
+"""Endpoint preflight: is it reachable, which model, and which optional fields it accepts.
+
+Run once before a replay; failures become one-line ``EndpointError``s (exit code 4).
+With ``--calibrate-prompts`` it also measures the server's tokens per word.
+Optional fields are found by trying the richest request first and dropping extras on a
+400, so a run never fails over a field the server does not support.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+from loadgen.errors import EndpointError
+from loadgen.openai.bodies import Capabilities, build_body, endpoint_path
+from traces.prompts.maker import CalibrationSample, Prompt, PromptMaker
+from traces.records import TraceRequest
+from traces.schema import API_CHAT
+
+_PROBE_TRIES = 5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointInfo:
+    """What the preflight learnt about the endpoint."""
+
+    model: str
+    served_models: tuple[str, ...]
+    capabilities: Capabilities
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        obj = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        return " ".join(response.text.split())[:200]
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:200]
+        return str(err)[:200]
+    return str(obj)[:200]
+
+
+async def preflight(
+    http: httpx.AsyncClient,
+    *,
+    base_url: str,
+    model: str | None,
+    api: str,
+    headers: Mapping[str, str],
+    x_request_id: str,
+) -> EndpointInfo:
+    """Check the endpoint and detect capabilities with a one-token streaming probe."""
+    base = base_url.rstrip("/")
+    served: tuple[str, ...] = ()
+    try:
+        resp = await http.get(base + "/models", headers=dict(headers))
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"{base}: unreachable ({type(exc).__name__}: {exc})") from exc
+    if resp.status_code in (401, 403):
+        raise EndpointError(f"{base}: the endpoint rejects the API key (HTTP {resp.status_code})")
+    if resp.status_code == 200:
+        try:
+            data = orjson.loads(resp.content).get("data", [])
+            served = tuple(str(m["id"]) for m in data if isinstance(m, dict) and "id" in m)
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            served = ()
+    if model is None:
+        if not served:
+            raise EndpointError(f"{base}/models lists no model; pass --model")
+        model = served[0]
+    elif served and model not in served:
+        raise EndpointError(
+            f"{base}: model {model!r} is not served (available: {', '.join(served)})"
+        )
+    attempts = (
+        Capabilities(),
+        Capabilities().without_extras(),
+        Capabilities(include_usage=False).without_extras(),
+    )
+    last = ""
+    for caps in attempts:
+        r = await _probe(http, base, api, model, caps, headers, x_request_id)
+        if r.status_code < 400:
+            return EndpointInfo(model=model, served_models=served, capabilities=caps)
+        last = f"HTTP {r.status_code}: {_error_message(r)}"
+        if r.status_code in (401, 403):
+            raise EndpointError(f"{base}: the endpoint rejects the API key ({last})")
+        if r.status_code == 404:
+            raise EndpointError(f"{base}{endpoint_path(api)}: not found ({last})")
+        if r.status_code != 400 and r.status_code != 422:
+            break
+    raise EndpointError(f"{base}: the probe request was refused ({last})")
+
+
+async def _probe(
+    http: httpx.AsyncClient,
+    base: str,
+    api: str,
+    model: str,
+    caps: Capabilities,
+    headers: Mapping[str, str],
+    x_request_id: str,
+) -> httpx.Response:
+    """One one-token probe; retried a few times on 429/5xx or a dropped stream, which are
+    the server's transient state rather than a verdict on the request's fields."""
+    body = build_body(api=api, model=model, prompt=Prompt(text="ping"), max_tokens=1, caps=caps)
+    url = base + endpoint_path(api)
+    for attempt in range(_PROBE_TRIES):
+        # A fresh id per try: servers (and the simulator) may decide faults per request id.
+        probe_headers = {
+            **headers,
+            "content-type": "application/json",
+            "x-request-id": f"{x_request_id}-{attempt}",
+        }
+        try:
+            async with http.stream("POST", url, content=body, headers=probe_headers) as r:
+                await r.aread()
+        except httpx.ConnectError as exc:
+            raise EndpointError(f"{base}: unreachable ({type(exc).__name__}: {exc})") from exc
+        except httpx.HTTPError as exc:
+            if attempt + 1 == _PROBE_TRIES:
+                raise EndpointError(
+                    f"{url}: probe request failed ({type(exc).__name__}: {exc})"
+                ) from exc
+            await asyncio.sleep(0.1 * (attempt + 1))
+            continue
+        if (r.status_code == 429 or r.status_code >= 500) and attempt + 1 < _PROBE_TRIES:
+            await asyncio.sleep(0.1 * (attempt + 1))
+            continue
+        return r
+    raise AssertionError("unreachable")
+
+
+CALIBRATION_WORDS = (32, 256, 1024)
+"""Prompt lengths (in words) sent to measure the server's tokens per word."""
+
+
+async def calibration_samples(
+    http: httpx.AsyncClient,
+    *,
+    base_url: str,
+    model: str,
+    api: str,
+    prompts: PromptMaker,
+    x_request_id: str,
+) -> list[CalibrationSample]:
+    """Send prompts of known word counts (max_tokens 1, not streamed) and read back the
+    server's ``usage.prompt_tokens`` for each: the data of the ``calibrated`` strategy."""
+    base = base_url.rstrip("/")
+    samples: list[CalibrationSample] = []
+    for i, words in enumerate(CALIBRATION_WORDS):
+        req = TraceRequest(
+            index=i, request_id=f"calibrate-{i}", arrival_s=0.0, api=api,
+            input_tokens=words, output_tokens=1,
+        )  # fmt: skip
+        text = prompts.text(req)
+        if api == API_CHAT:
+            payload: dict[str, object] = {"messages": [{"role": "user", "content": text}]}
+        else:
+            payload = {"prompt": text}
+        body = orjson.dumps({"model": model, "max_tokens": 1, "stream": False, **payload})
+        headers = {"content-type": "application/json", "x-request-id": f"{x_request_id}-{i}"}
+        try:
+            r = await http.post(base + endpoint_path(api), content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise EndpointError(f"{base}: prompt calibration failed ({exc})") from exc
+        if r.status_code >= 400:
+            raise EndpointError(
+                f"{base}: prompt calibration refused (HTTP {r.status_code}: {_error_message(r)})"
+            )
+        try:
+            usage = orjson.loads(r.content).get("usage") or {}
+            tokens = int(usage["prompt_tokens"])
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise EndpointError(
+                f"{base}: prompt calibration needs usage.prompt_tokens in the response"
+            ) from exc
+        samples.append(CalibrationSample(words=len(text.split()), prompt_tokens=tokens))
+    return samples

@@ -1,0 +1,351 @@
+"""One replay session, start to finish: check the options, read the trace, preflight the
+endpoint (and calibrate prompts), replay in this process or in N shards
+(``loadgen.run.shard``, ``loadgen.run.workers``, ``loadgen.run.ray``) beside the metrics scraper,
+and write ``run.json`` with the generator's health. The CLI and the demos call
+``run_session``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from loadgen import __version__
+from loadgen.clock import Clock
+from loadgen.errors import ConfigError, RunDirError
+from loadgen.live import LagSummary, StatsView
+from loadgen.openai.bodies import Capabilities
+from loadgen.replay import ReplayResult
+from loadgen.run.options import SessionOptions, check_options, load_requests
+from loadgen.run.probe import calibration_samples, preflight
+from loadgen.run.runinfo import versions, write_run_json
+from loadgen.run.scrape import ScrapeConfig, alongside, metrics_url_for, same_origin
+from loadgen.run.shard import (
+    PromptPlan,
+    ShardOutcome,
+    ShardPlan,
+    http_client,
+    make_transport,
+    prompt_maker,
+    replay_shard,
+)
+from loadgen.schedule import time_factor
+from traces import schema as s
+from traces.prompts.maker import PromptMaker, fit_calibration
+
+__all__ = [
+    "SessionOptions",
+    "SessionResult",
+    "make_transport",
+    "run_session",
+]
+
+CLIENT_BOUND_LAG_MS = 5.0
+"""p99 schedule lag above which the client, not the server, may be limiting the run."""
+CLIENT_BOUND_CPU = 0.7
+"""Share of one core a worker may use before the run is flagged client-bound."""
+START_DELAY_S = 1.0
+RAY_START_DELAY_S = 10.0
+RAY_CLOCK_ASSUMPTION = (
+    "every Ray host's wall clock agrees with the driver's (NTP: typically within 1 ms on a "
+    "LAN, PTP: microseconds); the common start time and epoch-ns stamps inherit that error"
+)
+"""With several workers, how far ahead the common start time is set, so all can be ready."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionResult:
+    """Where the run went and what the driver reports about itself."""
+
+    run_dir: Path
+    run_id: str
+    model: str
+    replay: ReplayResult
+    rows: int
+    client_bound: bool
+    warnings: tuple[str, ...]
+
+
+def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: exists and is not a directory")
+    if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
+        raise RunDirError(
+            f"{run_dir}: run directory is not empty (choose another -o or pass --overwrite)"
+        )
+    if overwrite and run_dir.exists():
+        for name in (s.REQUESTS_FILE, s.RUN_JSON, s.SERVER_METRICS_FILE):
+            (run_dir / name).unlink(missing_ok=True)
+        for parts in [run_dir / s.PARTS_DIR, *run_dir.glob("shard-*/" + s.PARTS_DIR)]:
+            if parts.exists():
+                for p in parts.iterdir():
+                    p.unlink()
+                parts.rmdir()
+        for merged in run_dir.glob("shard-*/" + s.REQUESTS_FILE):
+            merged.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _file_sha256(path: Path) -> str:
+    """The trace file's content hash: compare and gate use it to refuse different traces."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+async def run_session(
+    opts: SessionOptions,
+    *,
+    on_start: Callable[[StatsView, int], None] | None = None,
+    install_signal_handlers: bool = True,
+) -> SessionResult:
+    """Run one replay session. ``on_start(stats, total)`` lets a UI follow progress."""
+    check_options(opts)
+    requests, trace_meta = load_requests(opts)
+    factor = time_factor(
+        [r.arrival_s for r in requests], time_scale=opts.time_scale, rate=opts.rate
+    )
+    _prepare_run_dir(opts.run_dir, opts.overwrite)
+    run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+    api = requests[0].api if requests else s.API_CHAT
+    block_size = int(trace_meta.get("block_size", 512) or 512)
+    clock = Clock()
+    if opts.preflight:
+        async with http_client(opts, clock, 4) as http:
+            info = await preflight(
+                http,
+                base_url=opts.base_url,
+                model=opts.model,
+                api=api,
+                headers={},
+                x_request_id=f"{run_id}-preflight",
+            )
+        model, caps, served = info.model, info.capabilities, list(info.served_models)
+    else:
+        if opts.model is None:
+            raise ConfigError("--model is required with --no-preflight")
+        model, caps, served = opts.model, Capabilities(), []
+    prompt_plan, calibration = PromptPlan(template_tokens=opts.template_tokens), None
+    if opts.calibrate_prompts:
+        async with http_client(opts, clock, 4) as http:
+            samples = await calibration_samples(
+                http,
+                base_url=opts.base_url,
+                model=model,
+                api=api,
+                prompts=PromptMaker(block_size=block_size, seed=opts.prompt_seed),
+                x_request_id=f"{run_id}-calibrate",
+            )
+        fit = fit_calibration(samples)
+        prompt_plan = PromptPlan(
+            tokens_per_word=fit.tokens_per_word,
+            template_tokens=(
+                round(fit.overhead_tokens) if api == s.API_CHAT else opts.template_tokens
+            ),
+        )
+        calibration = {
+            "samples": [asdict(x) for x in samples],
+            "tokens_per_word": fit.tokens_per_word,
+            "overhead_tokens": fit.overhead_tokens,
+        }
+    strategy = prompt_maker(opts, block_size, prompt_plan).strategy
+    mode = "closed" if opts.concurrency is not None else "open"
+    base_info: dict[str, Any] = {
+        "run_id": run_id,
+        "generator": {"name": "llm-loadgen", "version": __version__},
+        "config": opts.public_config(),
+        "endpoint": {
+            "base_url": opts.base_url,
+            "model": model,
+            "served_models": served,
+            "capabilities": asdict(caps),
+        },
+        "load": {
+            "mode": mode,
+            "time_factor": factor,
+            "requests": len(requests),
+            "workers": opts.workers,
+        },
+        "trace": {
+            "path": str(opts.trace_path),
+            "sha256": _file_sha256(opts.trace_path),
+            "metadata": trace_meta,
+        },
+        "prompts": {**asdict(strategy), "calibration": calibration},
+        "clock": {
+            "anchor_wall_ns": clock.anchor.wall_ns,
+            "anchor_mono_ns": clock.anchor.mono_ns,
+            "source": "perf_counter_ns (CLOCK_MONOTONIC)",
+            "assumption": (
+                "one host: every worker reads the same CLOCK_MONOTONIC"
+                if opts.ray is None
+                else "Ray: " + RAY_CLOCK_ASSUMPTION
+            ),
+        },
+        "versions": versions(),
+        "status": "running",
+    }
+    write_run_json(opts.run_dir, base_info)
+    plan = ShardPlan(
+        opts=opts,
+        run_id=run_id,
+        model=model,
+        capabilities=caps,
+        time_factor=factor,
+        block_size=block_size,
+        prompts=prompt_plan,
+        out_dir=opts.run_dir,
+    )
+
+    async def replay() -> list[ShardOutcome]:
+        if opts.workers == 1 and opts.ray is None:
+            return [
+                await replay_shard(
+                    plan,
+                    on_start=on_start,
+                    install_signal_handlers=install_signal_handlers,
+                    requests=requests,  # read once
+                )
+            ]
+        from loadgen.run.workers import run_workers
+
+        # Ray tasks take longer to be scheduled than local processes to spawn.
+        delay_s = START_DELAY_S if opts.ray is None else RAY_START_DELAY_S
+        start_ns = clock.now_ns() + int(delay_s * 1e9)
+        plans = [
+            replace(
+                plan,
+                shard=k,
+                shards=opts.workers,
+                start_ns=start_ns,
+                out_dir=opts.run_dir / f"shard-{k}",
+            )
+            for k in range(opts.workers)
+        ]
+        if opts.ray is not None:
+            from loadgen.run.ray import run_ray_shards
+
+            return await asyncio.to_thread(run_ray_shards, plans, opts.ray)
+        return await run_workers(
+            plans, on_start=on_start, install_signal_handlers=install_signal_handlers
+        )
+
+    # The scraper runs in this process, on the run's clock, beside the shard(s).
+    outcomes, scraped = await alongside(replay, _scrape_config(opts), clock.now_ns)
+    if scraped is not None:
+        base_info["server_metrics"] = scraped.as_json()
+    return _finish(opts, base_info, run_id, model, outcomes)
+
+
+def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
+    """What to scrape: the given URL (required), else the endpoint's /metrics if present;
+    credentials go only to the endpoint's own origin."""
+    if not opts.scrape_metrics:
+        return None
+    url = opts.scrape_url or metrics_url_for(opts.base_url)
+    headers: dict[str, str] = {}
+    if same_origin(url, opts.base_url):
+        headers.update(opts.headers)
+        if opts.api_key:
+            headers["authorization"] = f"Bearer {opts.api_key}"
+    return ScrapeConfig(
+        url=url,
+        out_path=opts.run_dir / s.SERVER_METRICS_FILE,
+        interval_s=opts.scrape_interval_s,
+        required=opts.scrape_url is not None,
+        headers=headers,
+    )
+
+
+def _merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
+    """One view of all shards: sums, the earliest start, the latest end, the worst lags."""
+    replays = [o.replay for o in outcomes]
+
+    def worst(lags: list[LagSummary]) -> LagSummary:
+        return max(lags, key=lambda lag: lag.p99_ms)
+
+    reasons = {r.stop_reason for r in replays}
+    return ReplayResult(
+        dispatched=sum(r.dispatched for r in replays),
+        stop_reason="interrupted" if "interrupted" in reasons else sorted(reasons)[0],
+        start_ns=min(r.start_ns for r in replays),
+        end_ns=max(r.end_ns for r in replays),
+        loop_lag=worst([r.loop_lag for r in replays]),
+        schedule_lag=worst([r.schedule_lag for r in replays]),
+        cpu_utilisation=max(r.cpu_utilisation for r in replays),
+        cpu_s=sum(r.cpu_s for r in replays),
+    )
+
+
+def _finish(
+    opts: SessionOptions,
+    base_info: dict[str, Any],
+    run_id: str,
+    model: str,
+    outcomes: list[ShardOutcome],
+) -> SessionResult:
+    result = _merge_results(outcomes)
+    warnings: list[str] = []
+    if result.schedule_lag.p99_ms > CLIENT_BOUND_LAG_MS:
+        warnings.append(
+            f"p99 schedule lag {result.schedule_lag.p99_ms:.1f} ms exceeds "
+            f"{CLIENT_BOUND_LAG_MS:g} ms: the client, not the server, may be limiting this run"
+        )
+    if result.cpu_utilisation > CLIENT_BOUND_CPU:
+        warnings.append(
+            f"a worker used {result.cpu_utilisation:.0%} of a core (over "
+            f"{CLIENT_BOUND_CPU:.0%}): the client may be limiting this run; try --workers"
+        )
+    by_outcome: dict[str, int] = {}
+    for o in outcomes:
+        for name, count in o.by_outcome:
+            by_outcome[name] = by_outcome.get(name, 0) + count
+    rows = sum(o.rows for o in outcomes)
+    final = dict(base_info)
+    final["status"] = result.stop_reason
+    final["result"] = {
+        "dispatched": result.dispatched,
+        "rows": rows,
+        "start_ns": result.start_ns,
+        "end_ns": result.end_ns,
+        "duration_s": (result.end_ns - result.start_ns) / 1e9,
+        "by_outcome": by_outcome,
+    }
+    final["health"] = {
+        "schedule_lag_ms": asdict(result.schedule_lag),
+        "loop_lag_ms": asdict(result.loop_lag),
+        "cpu_utilisation": result.cpu_utilisation,
+        "cpu_s": result.cpu_s,
+        "client_bound": bool(warnings),
+        "warnings": warnings,
+        "workers": [
+            {
+                "shard": o.shard,
+                "dispatched": o.replay.dispatched,
+                "rows": o.rows,
+                "schedule_lag_ms": asdict(o.replay.schedule_lag),
+                "loop_lag_ms": asdict(o.replay.loop_lag),
+                "cpu_utilisation": o.replay.cpu_utilisation,
+                "cpu_s": o.replay.cpu_s,
+            }
+            for o in outcomes
+        ],
+    }
+    write_run_json(opts.run_dir, final)
+    return SessionResult(
+        run_dir=opts.run_dir,
+        run_id=run_id,
+        model=model,
+        replay=result,
+        rows=rows,
+        client_bound=bool(warnings),
+        warnings=tuple(warnings),
+    )

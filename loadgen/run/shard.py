@@ -1,0 +1,215 @@
+"""One shard of a replay, run in the calling process: the pieces a worker sets up exactly
+once (clock anchor, one ``httpx.AsyncClient`` sized to its share of the load, recorder
+thread, signal handlers) and the replay of its slice of the trace from a common start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from loadgen.client import StreamingClient
+from loadgen.clock import Clock
+from loadgen.collector import steady_collector
+from loadgen.errors import ConfigError
+from loadgen.http.pool import FastTransport
+from loadgen.http.stamping import default_transport
+from loadgen.live import LiveStats, StatsView
+from loadgen.openai.bodies import Capabilities
+from loadgen.prepare import Preparer
+from loadgen.replay import LoadShape, Replayer, ReplayResult
+from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests
+from loadgen.run.recorder import RunRecorder
+from loadgen.run.sharding import select_shard, split_evenly
+from traces.prompts.maker import HFTokenCounter, PromptMaker
+from traces.records import TraceRequest
+
+_SWITCH_INTERVAL_S = 0.0005
+"""GIL switch interval during a replay (Python's default is 5 ms)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptPlan:
+    """How prompt text is sized, decided once for all shards (calibration runs once)."""
+
+    tokens_per_word: float = 1.0
+    template_tokens: int = 0
+
+
+def prompt_maker(opts: SessionOptions, block_size: int, plan: PromptPlan) -> PromptMaker:
+    """The prompt strategy of a run: ``tokenizer`` with a local tokenizer.json, ``calibrated``
+    after a calibration probe, else ``words``."""
+    counter = HFTokenCounter.from_file(opts.tokenizer) if opts.tokenizer is not None else None
+    return PromptMaker(
+        block_size=block_size,
+        seed=opts.prompt_seed,
+        tokens_per_word=plan.tokens_per_word,
+        counter=counter,
+        template_tokens=plan.template_tokens,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardPlan:
+    """What one process replays: its slice of the trace, from a common start time."""
+
+    opts: SessionOptions
+    run_id: str
+    model: str
+    capabilities: Capabilities
+    time_factor: float
+    block_size: int
+    prompts: PromptPlan
+    shard: int = 0
+    shards: int = 1
+    start_ns: int | None = None
+    """Common start in epoch ns (all workers share CLOCK_MONOTONIC); None: start now."""
+    out_dir: Path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardOutcome:
+    """What one shard did."""
+
+    shard: int
+    replay: ReplayResult
+    rows: int
+    by_outcome: tuple[tuple[str, int], ...]
+
+
+def make_transport(
+    kind: str, now_ns: Callable[[], int], *, max_connections: int
+) -> httpx.AsyncBaseTransport:
+    """The HTTP transport under the client; both stamp every body read on arrival."""
+    if kind == "fast":
+        return FastTransport(now_ns, max_connections=max_connections)
+    if kind == "httpx":
+        return default_transport(now_ns, max_connections=max_connections)
+    raise ConfigError(f"--transport {kind!r}: expected one of {', '.join(TRANSPORTS)}")
+
+
+def http_client(
+    opts: SessionOptions,
+    clock: Clock,
+    max_connections: int,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    headers = dict(opts.headers)
+    if opts.api_key:
+        headers["authorization"] = f"Bearer {opts.api_key}"
+    timeout = httpx.Timeout(
+        connect=min(30.0, opts.request_timeout_s),
+        read=opts.request_timeout_s,
+        write=opts.request_timeout_s,
+        pool=None,
+    )
+    if transport is None:
+        transport = make_transport(opts.transport, clock.now_ns, max_connections=max_connections)
+    return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
+
+
+def _shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) -> LoadShape:
+    """This shard's share of the load: closed-loop slots, rate ceiling and in-flight cap."""
+    concurrency = (
+        split_evenly(opts.concurrency, shards)[shard] if opts.concurrency is not None else None
+    )
+    return LoadShape(
+        concurrency=concurrency,
+        time_factor=factor,
+        max_rate=opts.max_rate / shards if opts.max_rate is not None else None,
+        max_inflight=(
+            max(1, split_evenly(opts.max_inflight, shards)[shard])
+            if opts.max_inflight is not None
+            else None
+        ),
+        duration_s=opts.duration_s,
+        grace_s=opts.grace_s,
+    )
+
+
+async def replay_shard(
+    plan: ShardPlan,
+    *,
+    on_start: Callable[[StatsView, int], None] | None = None,
+    install_signal_handlers: bool = True,
+    stop_signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+    requests: list[TraceRequest] | None = None,
+) -> ShardOutcome:
+    """Replay one shard of the trace into ``plan.out_dir`` (in the calling process);
+    ``stop_signals`` stop it gracefully (a second one cancels in-flight requests).
+    ``requests``: the trace as ``load_requests`` read it, when the caller already has it."""
+    opts = plan.opts
+    if requests is None:
+        requests, _ = load_requests(opts)
+    mine = select_shard(requests, plan.shard, plan.shards)
+    clock = Clock()
+    shape = _shard_shape(opts, plan.time_factor, plan.shard, plan.shards)
+    max_conn = shape.concurrency or shape.max_inflight or max(64, len(mine))
+    preparer = Preparer(
+        prompts=prompt_maker(opts, plan.block_size, plan.prompts),
+        model=plan.model,
+        run_id=plan.run_id,
+        capabilities=plan.capabilities,
+        warmup_requests=opts.warmup_requests,
+    )
+    recorder = RunRecorder(plan.out_dir, provenance={"run_id": plan.run_id, "shard": plan.shard})
+    stats = LiveStats(clock.now_ns)
+    transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
+    async with http_client(opts, clock, max_conn, transport) as http:
+        client = StreamingClient(
+            http,
+            base_url=opts.base_url,
+            now_ns=clock.now_ns,
+            run_id=plan.run_id,
+            worker=plan.shard,
+            timeout_s=opts.request_timeout_s,
+            transport=transport,
+            defer_records=True,
+        )
+        replayer = Replayer(
+            requests=mine,
+            shape=shape,
+            client=client,
+            preparer=preparer,
+            sink=recorder.add,
+            stats=stats,
+            clock=clock,
+            # Warm-up and due times count from the whole trace, shared by all shards.
+            ordinals=[r.index for r in mine],
+            origin_s=requests[0].arrival_s if requests else None,
+        )
+        if on_start is not None:
+            on_start(stats, len(mine))
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if install_signal_handlers:
+            for sig in stop_signals:
+                try:
+                    loop.add_signal_handler(sig, replayer.stop, "interrupted")
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):
+                    continue
+        # The recorder and scraper threads run Python code; with the default 5 ms switch
+        # interval the event loop could wait that long for the GIL when a request is due.
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(_SWITCH_INTERVAL_S)
+        try:
+            with steady_collector():  # set-up frozen; no collector passes over requests
+                result = await replayer.run(start_ns=plan.start_ns)
+        finally:
+            sys.setswitchinterval(switch_interval)
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await asyncio.to_thread(recorder.close)
+    return ShardOutcome(
+        shard=plan.shard,
+        replay=result,
+        rows=recorder.rows_written,
+        by_outcome=tuple(sorted(stats.by_outcome.items())),
+    )

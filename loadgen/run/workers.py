@@ -1,0 +1,153 @@
+"""Several replay processes from one common start time: the parent's side and the entry
+point of each worker.
+
+Each worker is a spawned process with its own event loop, clock anchor, HTTP client and
+recorder, replaying its shard into ``run_dir/shard-k/``; nothing mutable is shared. Workers
+report counters and a mergeable HdrHistogram four times a second for the live view, and
+their outcome at the end. SIGINT and SIGTERM reach the parent, which forwards SIGTERM to the
+workers (they ignore SIGINT, so a terminal's Ctrl-C is counted once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import queue
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.context import SpawnProcess
+from typing import Any
+
+from loadgen.clock import Clock
+from loadgen.errors import LoadgenError
+from loadgen.live import AggregateStats, LiveStats, StatsView, WorkerReport
+from loadgen.run.shard import ShardOutcome, ShardPlan, replay_shard
+from loadgen.run.sharding import select_shard
+
+_REPORT_S = 0.25
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _WorkerFailed:
+    shard: int
+    message: str
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def worker_main(plan: ShardPlan, channel: Any) -> None:
+    """Entry point of one worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    async def main() -> ShardOutcome:
+        holder: list[LiveStats] = []
+
+        def on_start(stats: StatsView, total: int) -> None:
+            if isinstance(stats, LiveStats):
+                holder.append(stats)
+
+        async def report_forever() -> None:
+            while True:
+                if holder:
+                    channel.put(holder[0].report(plan.shard))
+                await asyncio.sleep(_REPORT_S)
+
+        async with asyncio.TaskGroup() as tg:
+            reporter = tg.create_task(report_forever())
+            try:
+                outcome = await replay_shard(
+                    plan, on_start=on_start, stop_signals=(signal.SIGTERM,)
+                )
+            finally:
+                reporter.cancel()
+        if holder:
+            channel.put(holder[0].report(plan.shard))
+        return outcome
+
+    try:
+        channel.put(_run(main()))
+    except BaseException as exc:  # reported to the parent, which raises it as one line
+        channel.put(_WorkerFailed(shard=plan.shard, message=f"{type(exc).__name__}: {exc}"))
+
+
+async def run_workers(
+    plans: Sequence[ShardPlan],
+    *,
+    on_start: Callable[[StatsView, int], None] | None = None,
+    install_signal_handlers: bool = True,
+) -> list[ShardOutcome]:
+    """Start one process per plan and wait for all of them."""
+    ctx = multiprocessing.get_context("spawn")
+    channel = ctx.Queue()
+    procs: list[SpawnProcess] = [
+        ctx.Process(target=worker_main, args=(plan, channel), name=f"loadgen-shard-{plan.shard}")
+        for plan in plans
+    ]
+    aggregate = AggregateStats(Clock().now_ns)
+    if on_start is not None:
+        from loadgen.run.options import load_requests
+
+        requests, _ = load_requests(plans[0].opts)
+        total = sum(len(select_shard(requests, p.shard, p.shards)) for p in plans)
+        on_start(aggregate, total)
+    for proc in procs:
+        proc.start()
+
+    def forward() -> None:
+        for proc in procs:
+            if proc.pid is not None and proc.is_alive():
+                os.kill(proc.pid, signal.SIGTERM)
+
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    if install_signal_handlers:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, forward)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):
+                continue
+    outcomes: dict[int, ShardOutcome] = {}
+    failures: list[_WorkerFailed] = []
+    try:
+        while len(outcomes) + len(failures) < len(plans):
+            try:
+                msg = await asyncio.to_thread(channel.get, True, _REPORT_S)
+            except queue.Empty:
+                finished = set(outcomes) | {f.shard for f in failures}
+                dead = [
+                    p
+                    for p, proc in zip(plans, procs, strict=True)
+                    if p.shard not in finished
+                    and not proc.is_alive()
+                    and proc.exitcode not in (None, 0)
+                ]
+                failures.extend(
+                    _WorkerFailed(shard=p.shard, message="worker process died") for p in dead
+                )
+                continue
+            if isinstance(msg, WorkerReport):
+                aggregate.update(msg)
+            elif isinstance(msg, ShardOutcome):
+                outcomes[msg.shard] = msg
+            elif isinstance(msg, _WorkerFailed):
+                failures.append(msg)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        for proc in procs:
+            await asyncio.to_thread(proc.join, 10)
+            if proc.is_alive():
+                proc.kill()
+    if failures:
+        first = min(failures, key=lambda f: f.shard)
+        raise LoadgenError(f"worker {first.shard} failed: {first.message}")
+    return [outcomes[k] for k in sorted(outcomes)]

@@ -1,0 +1,5 @@
+"""Sans-IO response streams: the SSE decoder, ``StreamState`` (the reference) and the feed.
+
+Fed bytes with their arrival stamps, never touches a socket. The C walk (``_sse_scan``)
+is optional; without it the feed uses ``StreamState.add``.
+"""

@@ -1,0 +1,418 @@
+"""One run in the report: the facts of ``run.json``, the analyzers' results, the verdicts,
+and the run's HTML tables.
+
+``load_run_report`` asks the analyzers for every number (``metrics.analyze``,
+``decompose.decompose``, ``timeseries.run_series``, ``slo_eval.evaluate``); the rest only formats
+them. The facts are read from ``run.json`` as recorded: the endpoint is shown without user
+info, query or fragment, so no credential reaches the page. Must not import loadgen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from analyzers.decompose import TERMS, BudgetModel, ClassDecomposition, Decomposition
+from analyzers.frames import RowSelection
+from analyzers.metrics import Analysis, ClassSummary
+from analyzers.slo.evaluate import ObjectiveResult
+from analyzers.slo.parse import SLOSet
+from analyzers.timeseries import RunSeries
+from traces import schema as s
+
+DEFAULT_PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0, 99.9)
+DECOMPOSE_PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9)
+
+Tone = Literal["ok", "warn", "bad", "info"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFacts:
+    """What was run, as ``run.json`` recorded it (None: not recorded)."""
+
+    path: str
+    run_id: str | None
+    trace: str | None
+    endpoint: str | None
+    model: str | None
+    load: str | None
+    started: str | None
+    duration_s: float | None
+    status: str | None
+    versions: str | None
+
+
+def safe_url(url: str) -> str:
+    """``url`` without user info, query or fragment (where credentials hide)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _load_text(info: dict[str, Any]) -> str | None:
+    load, config = _dict(info.get("load")), _dict(info.get("config"))
+    mode = load.get("mode")
+    if mode is None:
+        return None
+    parts = [f"{mode} loop"]
+    if config.get("concurrency"):
+        parts.append(f"concurrency {config['concurrency']}")
+    if config.get("rate"):
+        parts.append(f"rate {config['rate']:g} req/s")
+    factor = load.get("time_factor")
+    if isinstance(factor, int | float) and factor != 1:
+        parts.append(f"time x{factor:g}")
+    if config.get("max_inflight"):
+        parts.append(f"at most {config['max_inflight']} in flight")
+    if load.get("requests") is not None:
+        parts.append(f"{load['requests']:,} requests")
+    if isinstance(load.get("workers"), int) and load["workers"] > 1:
+        parts.append(f"{load['workers']} workers")
+    return ", ".join(parts)
+
+
+def _started(info: dict[str, Any]) -> str | None:
+    import datetime as dt
+
+    wall = _dict(info.get("clock")).get("anchor_wall_ns")
+    if not isinstance(wall, int):
+        return None
+    return dt.datetime.fromtimestamp(wall / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def run_facts(run: Path | str) -> RunFacts:
+    """The facts of a run directory (or the directory holding a run file)."""
+    from traces.io import read_run_json
+
+    path = Path(str(run))
+    directory = path if path.is_dir() else path.parent
+    if directory.name == s.PARTS_DIR:
+        directory = directory.parent
+    try:
+        info = read_run_json(directory)
+    except Exception:  # a broken run.json costs the header, not the report
+        info = {}
+    endpoint, config = _dict(info.get("endpoint")), _dict(info.get("config"))
+    trace = _dict(info.get("trace"))
+    source = _dict(trace.get("metadata")).get("source")
+    trace_text = trace.get("path") or config.get("trace_path")
+    if trace_text and source:
+        trace_text = f"{trace_text} ({source})"
+    versions = _dict(info.get("versions"))
+    shown = [
+        f"{k} {versions[k]}"
+        for k in ("llm-loadgen", "python", "httpx", "pyarrow", "uvloop", "platform")
+        if versions.get(k)
+    ]
+    result = _dict(info.get("result"))
+    duration = result.get("duration_s")
+    base = endpoint.get("base_url") or config.get("base_url")
+    return RunFacts(
+        path=str(run),
+        run_id=info.get("run_id") if isinstance(info.get("run_id"), str) else None,
+        trace=str(trace_text) if trace_text else None,
+        endpoint=safe_url(str(base)) if base else None,
+        model=endpoint.get("model") or config.get("model"),
+        load=_load_text(info),
+        started=_started(info),
+        duration_s=float(duration) if isinstance(duration, int | float) else None,
+        status=info.get("status") if isinstance(info.get("status"), str) else None,
+        versions=", ".join(shown) or None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportOptions:
+    """What a report covers. ``slo_ttft_ms`` draws the SLO lines, sets the goodput TTFT
+    target and the decomposition's SLO, and, when ``slos`` has no objectives, is gated as
+    ``ttft_from_due_ms.p99 <= slo``. ``budget``: the decomposition's budget (without it the
+    decomposition needs the server's own timings)."""
+
+    slo_ttft_ms: float | None = None
+    slos: SLOSet | None = None
+    budget: BudgetModel | None = None
+    selection: RowSelection = field(default_factory=RowSelection)
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    time_scale: float = 1.0
+    """A simulator's ``--time-scale``: comparisons put client latencies on its clock."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """One line of the verdict list: its tone, a short label and the text."""
+
+    tone: Tone
+    label: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunReport:
+    """Everything the report shows about one run (numbers from the analyzers)."""
+
+    label: str
+    facts: RunFacts
+    analysis: Analysis
+    series: RunSeries
+    decomposition: Decomposition | None
+    decomposition_note: str | None
+    gate: tuple[ObjectiveResult, ...]
+    options: ReportOptions
+
+    def verdicts(self) -> tuple[Verdict, ...]:
+        """The SLO gate, the goodput, the validity flags and the decomposition's verdicts."""
+        return run_verdicts(self)
+
+
+def gate_slos(options: ReportOptions) -> SLOSet:
+    """The objectives the report gates on (see ``ReportOptions``)."""
+    from analyzers.slo.parse import parse_rules
+
+    slos = options.slos or SLOSet()
+    if not slos.objectives and options.slo_ttft_ms is not None:
+        slos = slos.merged(parse_rules([f"ttft_from_due_ms.p99<={options.slo_ttft_ms:g}"]))
+    return slos
+
+
+def load_run_report(
+    run: Path | str, options: ReportOptions, *, label: str | None = None
+) -> RunReport:
+    """Analyze ``run`` for the report: metrics, chart series, decomposition, SLO gate."""
+    from analyzers.decompose import DecomposeOptions, decompose
+    from analyzers.errors import AnalyzerError
+    from analyzers.goodput import SLOTargets
+    from analyzers.metrics import AnalysisOptions, analyze
+    from analyzers.slo.evaluate import evaluate
+    from analyzers.timeseries import SeriesOptions, run_series
+
+    slos = gate_slos(options)
+    goodput = slos.goodput
+    if goodput == SLOTargets() and options.slo_ttft_ms is not None:
+        goodput = SLOTargets(ttft_ms=options.slo_ttft_ms)
+    percentiles = tuple(sorted({*options.percentiles, *slos.percentiles}))
+    analysis = analyze(
+        run, AnalysisOptions(percentiles=percentiles, selection=options.selection, slo=goodput)
+    )
+    series = run_series(run, SeriesOptions(selection=options.selection))
+    decomposition: Decomposition | None = None
+    note: str | None = None
+    try:
+        decomposition = decompose(
+            run,
+            options.budget,
+            DecomposeOptions(
+                percentiles=DECOMPOSE_PERCENTILES,
+                selection=options.selection,
+                slo_ttft_ms=options.slo_ttft_ms,
+            ),
+        )
+    except AnalyzerError as exc:
+        note = f"no TTFT decomposition: {exc}"
+    path = Path(str(run))
+    return RunReport(
+        label=label or (path.parent.name if path.name == "run" else path.name) or str(run),
+        facts=run_facts(run),
+        analysis=analysis,
+        series=series,
+        decomposition=decomposition,
+        decomposition_note=note,
+        gate=evaluate(analysis, slos) if slos.objectives else (),
+        options=options,
+    )
+
+
+_GATE_TONE: Final[dict[str, Tone]] = {"fail": "bad", "no_data": "warn", "pass": "ok"}
+
+
+def gate_verdicts(gate: Sequence[ObjectiveResult]) -> list[Verdict]:
+    """The gate's overall verdict, then one line per objective (broken first)."""
+    if not gate:
+        return [Verdict(tone="info", label="SLO gate", text="no SLO given (--slo-ttft-ms)")]
+    failed = sum(g.status == "fail" for g in gate)
+    missing = sum(g.status == "no_data" for g in gate)
+    if failed:
+        head = Verdict(tone="bad", label="SLO gate: FAIL", text=f"{failed} of {len(gate)} broken")
+    elif missing:
+        head = Verdict(
+            tone="warn", label="SLO gate: NO DATA", text=f"{missing} of {len(gate)} unchecked"
+        )
+    else:
+        head = Verdict(tone="ok", label="SLO gate: PASS", text=f"all {len(gate)} objectives met")
+    order = {"fail": 0, "no_data": 1, "pass": 2}
+    lines = [
+        Verdict(tone=_GATE_TONE[g.status], label=g.objective.label, text=g.message)
+        for g in sorted(gate, key=lambda g: order[g.status])
+    ]
+    return [head, *lines]
+
+
+def run_verdicts(r: RunReport) -> tuple[Verdict, ...]:
+    """The verdict lines of one run: gate, goodput, validity, decomposition."""
+    out = gate_verdicts(r.gate)
+    gp = r.analysis.overall.goodput
+    if gp is not None:
+        out.append(
+            Verdict(
+                tone="info",
+                label="goodput",
+                text=f"{gp.fraction:.1%} of requests ({gp.good:,}/{gp.requests:,}) were ok and "
+                f"met their SLOs, {gp.rate_per_s:.2f} req/s",
+            )
+        )
+    v = r.analysis.validity
+    if v.valid:
+        out.append(
+            Verdict(
+                tone="ok",
+                label="valid run",
+                text="not client-bound, prompts faithful, enough requests for every percentile",
+            )
+        )
+    out.extend(Verdict(tone="warn", label=f.kind.replace("_", "-"), text=f.reason) for f in v.flags)
+    if r.decomposition is not None:
+        out.extend(
+            Verdict(tone="info", label="TTFT", text=t)
+            for t in decomposition_verdicts(r.decomposition)
+        )
+    elif r.decomposition_note:
+        out.append(Verdict(tone="info", label="TTFT", text=r.decomposition_note))
+    return tuple(out)
+
+
+def decomposition_verdicts(d: Decomposition) -> list[str]:
+    """The decomposition's verdicts; a single class's repeat of the run's is left out."""
+    if len(d.classes) > 1:
+        return list(d.verdicts)
+    repeated = {v for c in d.classes for v in c.verdicts}
+    return [v for v in d.verdicts if v not in repeated]
+
+
+# ----------------------------------------------------------------- tables
+
+
+def fmt(value: float | None) -> str:
+    """A number to about three significant figures; ``-`` for None."""
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def html_table(
+    caption: str, header: Sequence[str], rows: Sequence[Sequence[str]], *, numeric_from: int = 1
+) -> str:
+    """A captioned table; columns from ``numeric_from`` on are right-aligned."""
+
+    def cls(i: int) -> str:
+        return ' class="n"' if i >= numeric_from else ""
+
+    head = "".join(f'<th{cls(i)} scope="col">{escape(h)}</th>' for i, h in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(f"<td{cls(i)}>{escape(c)}</td>" for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return (
+        f'<div class="scroll"><table><caption>{escape(caption)}</caption>'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
+
+
+def metrics_table(c: ClassSummary, caption: str) -> str:
+    """One row per metric with samples: count, mean, percentiles, max."""
+    pcts = c.metrics[0].percentiles if c.metrics else ()
+    header = ["metric", "n", "mean", *(f"p{p.percentile:g}" for p in pcts), "max"]
+    rows = [
+        [
+            f"{m.name} ({m.unit})",
+            f"{m.count:,}",
+            fmt(m.mean),
+            *(fmt(p.value) for p in m.percentiles),
+            fmt(m.max),
+        ]
+        for m in c.metrics
+        if m.count
+    ]
+    return html_table(caption, header, rows)
+
+
+def classes_table(a: Analysis) -> str:
+    """Outcomes, throughput, fidelity and goodput, one row per class and the run."""
+    header = [
+        "class", "requests", "ok", "errors", "req/s", "output tok/s", "total tok/s",
+        "prompt |ratio-1| (median)", "cached", "goodput",
+    ]  # fmt: skip
+    rows = []
+    for c in (a.overall, *a.classes):
+        f, g = c.fidelity, c.goodput
+        rows.append(
+            [
+                "all" if c is a.overall else c.workload,
+                f"{c.requests:,}",
+                f"{c.ok:,}",
+                f"{c.error_rate:.1%}",
+                f"{c.requests_per_s:.2f}",
+                f"{c.output_tokens_per_s:,.0f}",
+                f"{c.total_tokens_per_s:,.0f}",
+                "-" if f.abs_error_median is None else f"{f.abs_error_median:.1%}",
+                "-" if f.cached_fraction_mean is None else f"{f.cached_fraction_mean:.0%}",
+                "-" if g is None else f"{g.fraction:.1%}",
+            ]
+        )
+    return html_table("Requests, throughput, fidelity and goodput", header, rows)
+
+
+def analysis_tables(a: Analysis) -> str:
+    """The run's tables: classes, then latency percentiles of the run and of each class."""
+    parts = [classes_table(a), metrics_table(a.overall, "Latency, all requests")]
+    if len(a.classes) > 1:
+        parts += [metrics_table(c, f"Latency, class {c.workload}") for c in a.classes]
+    outcomes = ", ".join(f"{o.outcome} {o.count:,}" for o in a.overall.outcomes) or "none"
+    parts.append(f'<p class="note">Outcomes: {escape(outcomes)}.</p>')
+    return "\n".join(parts)
+
+
+def tail_table(c: ClassDecomposition) -> str:
+    """Mean composition of each tail (adds up) with each term's budget in parentheses."""
+    name = "all requests" if c.workload == "all" else f"class {c.workload}"
+    header = ["term", *(f">= p{t.percentile:g}" for t in c.tails)]
+    rows = []
+    for term in TERMS:
+        cells = []
+        for t in c.tails:
+            st = t.term(term)
+            budget = f" ({fmt(st.budget_ms)})" if st.budget_ms is not None else ""
+            cells.append(f"{fmt(st.tail_mean_ms)}{budget}")
+        rows.append([term, *cells])
+    if any(t.overshoot_mean_ms for t in c.tails):
+        rows.append(["overshoot", *(fmt(t.overshoot_mean_ms) for t in c.tails)])
+    rows.append(["TTFT from due (mean)", *(fmt(t.tail_mean_ttft_ms) for t in c.tails)])
+    rows.append(["requests in the tail", *(f"{t.tail_requests:,}" for t in c.tails)])
+    return html_table(f"TTFT tail composition, {name}: mean ms (budget)", header, rows)
+
+
+def decomposition_tables(d: Decomposition) -> str:
+    """The tail composition of the run (and of each class when there are several)."""
+    classes = [d.overall, *d.classes] if len(d.classes) > 1 else [d.overall]
+    sources = ", ".join(f"{x.term}: {x.source}" for x in d.sources)
+    note = (
+        f"Budget: {d.budget_source or 'none'}; network {fmt(d.network.value_ms)} ms "
+        f"({d.network.source}); term sources: {sources}."
+        + (f" Predictions: {d.prediction}." if d.prediction else "")
+    )
+    return "\n".join([*(tail_table(c) for c in classes), f'<p class="note">{escape(note)}</p>'])

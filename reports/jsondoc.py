@@ -1,0 +1,199 @@
+"""JSON documents of an ``Analysis`` and a ``Decomposition``: plain values for machines,
+every key with a unit carries it (``ttft_ms``, ``rate_per_s``). The only place where
+analyzers' results become dicts. Must not import loadgen or httpx.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analyzers.decompose.report import ClassDecomposition, Decomposition
+from analyzers.metrics import Analysis, ClassSummary, MetricStats
+from analyzers.validity import RunValidity
+
+
+def _metric_json(m: MetricStats) -> dict[str, Any]:
+    return {
+        "count": m.count,
+        "mean": m.mean,
+        "max": m.max,
+        **{f"p{pv.percentile:g}": pv.value for pv in m.percentiles},
+    }
+
+
+def class_json(c: ClassSummary) -> dict[str, Any]:
+    """One class as JSON values (metric keys carry the unit: ``ttft_ms``)."""
+    gp = c.goodput
+    return {
+        "workload": c.workload,
+        "requests": c.requests,
+        "ok": c.ok,
+        "error_rate": c.error_rate,
+        "outcomes": {o.outcome: o.count for o in c.outcomes},
+        "duration_s": c.duration_s,
+        "requests_per_s": c.requests_per_s,
+        "output_tokens": c.output_tokens,
+        "output_tokens_per_s": c.output_tokens_per_s,
+        "total_tokens_per_s": c.total_tokens_per_s,
+        "metrics": {m.key: _metric_json(m) for m in c.metrics},
+        "prompt_fidelity": {
+            "requests": c.fidelity.requests,
+            "requested_tokens_mean": c.fidelity.requested_tokens_mean,
+            "reported_tokens_mean": c.fidelity.reported_tokens_mean,
+            "ratio_median": c.fidelity.ratio_median,
+            "abs_error_median": c.fidelity.abs_error_median,
+            "cached_tokens_mean": c.fidelity.cached_tokens_mean,
+            "cached_fraction_mean": c.fidelity.cached_fraction_mean,
+        },
+        "goodput": None
+        if gp is None
+        else {
+            "requests": gp.requests,
+            "slo_requests": gp.slo_requests,
+            "good": gp.good,
+            "fraction": gp.fraction,
+            "rate_per_s": gp.rate_per_s,
+            "ttft_misses": gp.ttft_misses,
+            "tpot_misses": gp.tpot_misses,
+            "failed": gp.failed,
+        },
+    }
+
+
+def validity_json(v: RunValidity) -> dict[str, Any]:
+    """Flags and reasons as JSON values."""
+    return {
+        "valid": v.valid,
+        "client_bound": v.client_bound,
+        "unfaithful": v.unfaithful,
+        "too_small": v.too_small,
+        "reasons": list(v.reasons),
+    }
+
+
+def analysis_json(a: Analysis) -> dict[str, Any]:
+    """The whole analysis as JSON values."""
+    sel = a.options.selection
+    return {
+        "run": a.run,
+        "percentiles": list(a.options.percentiles),
+        "selection": {
+            "exclude_warmup": sel.exclude_warmup,
+            "trim_start_s": sel.trim_start_s,
+            "trim_end_s": sel.trim_end_s,
+            "start_s": sel.start_s,
+            "end_s": sel.end_s,
+        },
+        "slo": {
+            "ttft_ms": a.options.slo.ttft_ms,
+            "tpot_ms": a.options.slo.tpot_ms,
+            "ttft_basis": a.options.slo.ttft_basis,
+        },
+        "overall": class_json(a.overall),
+        "classes": [class_json(c) for c in a.classes],
+        "window_s": a.window_s,
+        "windows": [
+            {
+                "start_s": w.start_s,
+                "arrivals": w.arrivals,
+                "completed": w.completed,
+                "output_tokens": w.output_tokens,
+                "output_tokens_per_s": w.output_tokens_per_s,
+                "total_tokens_per_s": w.total_tokens_per_s,
+                "requests_per_s": w.requests_per_s,
+            }
+            for w in a.windows
+        ],
+        "health": {
+            "schedule_lag_p99_ms": a.health.schedule_lag_p99_ms,
+            "loop_lag_p99_ms": a.health.loop_lag_p99_ms,
+            "cpu_utilisation": a.health.cpu_utilisation,
+        },
+        "validity": validity_json(a.validity),
+    }
+
+
+def _class_json(c: ClassDecomposition) -> dict[str, Any]:
+    return {
+        "workload": c.workload,
+        "requests": c.requests,
+        "overshoots": c.overshoots,
+        "max_prompt_tokens": c.max_prompt_tokens,
+        "tails": [
+            {
+                "percentile": t.percentile,
+                "ttft_ms": t.ttft_ms,
+                "tail_requests": t.tail_requests,
+                "tail_mean_ttft_ms": t.tail_mean_ttft_ms,
+                "overshoot_mean_ms": t.overshoot_mean_ms,
+                "terms": {
+                    x.term: {
+                        "percentile_ms": x.percentile_ms,
+                        "tail_mean_ms": x.tail_mean_ms,
+                        "budget_ms": x.budget_ms,
+                        "excess_ms": x.excess_ms,
+                    }
+                    for x in t.terms
+                },
+            }
+            for t in c.tails
+        ],
+        "slo_breaks": [
+            {
+                "percentile": b.percentile,
+                "ttft_ms": b.ttft_ms,
+                "slo_ms": b.slo_ms,
+                "term": b.term,
+                "term_ms": b.term_ms,
+                "budget_ms": b.budget_ms,
+                "budget_misses_slo": b.budget_misses_slo,
+            }
+            for b in c.slo_breaks
+        ],
+        "verdicts": list(c.verdicts),
+    }
+
+
+def decomposition_json(d: Decomposition) -> dict[str, Any]:
+    """The decomposition as JSON values."""
+    cal = d.calibration
+    return {
+        "run": d.run,
+        "budget": d.budget_source,
+        "prediction": d.prediction or None,
+        "percentiles": list(d.options.percentiles),
+        "slo_ttft_ms": d.options.slo_ttft_ms,
+        "server_timings_hidden": d.options.hide_server_timings,
+        "network": {"value_ms": d.network.value_ms, "source": d.network.source},
+        "sources": {x.term: x.source for x in d.sources},
+        "calibration": None
+        if cal is None
+        else {
+            "samples": cal.samples,
+            "max_in_flight": cal.max_in_flight,
+            "measured": cal.measured,
+            "a_ms": cal.a_ms,
+            "b_us_per_token": cal.b_us_per_token,
+            "c_ns_per_token2": cal.c_ns_per_token2,
+            "achieved_flops_per_s": cal.achieved_flops_per_s,
+            "peak_flops_per_s": cal.peak_flops_per_s,
+            "fraction_of_peak": cal.fraction_of_peak,
+        },
+        "overall": _class_json(d.overall),
+        "classes": [_class_json(c) for c in d.classes],
+        "window_s": d.window_s,
+        "load": [
+            {
+                "start_s": w.start_s,
+                "requests": w.requests,
+                "arrival_rate_per_s": w.arrival_rate_per_s,
+                "mean_in_flight": w.mean_in_flight,
+                "mean_queue_ms": w.mean_queue_ms,
+                "queue_share": w.queue_share,
+            }
+            for w in d.load
+        ],
+        "queue_dominates_at_per_s": d.queue_dominates_at_per_s,
+        "verdicts": list(d.verdicts),
+        "validity": validity_json(d.validity),
+    }

@@ -1,0 +1,1 @@
+"""Deterministic prompt materialisation: text, images and the tokens an image becomes."""

@@ -1,0 +1,1 @@
+"""Seeded synthetic workload traces: arrivals, lengths, request classes, sessions."""
