@@ -1,1 +1,22 @@
-"""Pure functions of run files (Polars) and the budget model; never imports the replay engine."""
+"""Pure functions of run files (Polars, lazily, one ``collect()`` at the edge) and the budget
+model (pure Python, :mod:`analyzers.budget`).
+
+Imports ``traces`` and nothing else of ours: never ``loadgen`` (the replay engine),
+``reports``, httpx, click or rich.
+"""
+
+__all__ = [
+    "budget",
+    "compare",
+    "decompose",
+    "errors",
+    "exprs",
+    "frames",
+    "goodput",
+    "metrics",
+    "server_metrics",
+    "slo",
+    "throughput",
+    "timeseries",
+    "validity",
+]

@@ -1,6 +1,28 @@
 """Produces runs: replays a workload trace against an OpenAI-compatible endpoint.
 
-The replay path imports ``traces`` only; ``loadgen.sim`` may also use ``analyzers.budget``.
+The replay path (everything here but ``sim`` and ``cli``) imports ``traces`` only: never
+``analyzers``, ``reports``, Polars, matplotlib, rich or click. ``loadgen.sim``, a peer of
+the replay engine, may also use ``analyzers.budget`` and nothing of the client;
+``loadgen.cli`` is the composition root and the only importer of click.
 """
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "cli",
+    "client",
+    "clock",
+    "collector",
+    "deferred",
+    "errors",
+    "http",
+    "live",
+    "openai",
+    "prepare",
+    "replay",
+    "run",
+    "schedule",
+    "sim",
+    "stream",
+]

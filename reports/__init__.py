@@ -1,1 +1,18 @@
-"""Rendering of what the analyzers return: console tables, Markdown, HTML. No metric maths."""
+"""Rendering of what the analyzers return: console tables, Markdown, gate output, HTML and
+charts. No metric maths.
+
+Imports ``analyzers`` and ``traces``; never ``loadgen``, httpx or click. rich renders the
+console; matplotlib (the ``report`` extra) only inside ``charts``' functions.
+"""
+
+__all__ = [
+    "charts",
+    "compare",
+    "console",
+    "gate",
+    "html",
+    "jsondoc",
+    "markdown",
+    "tables",
+    "theme",
+]

@@ -1,8 +1,50 @@
-"""On-disk truth of llm-loadgen: the workload (trace) table and the run table.
+"""On-disk truth of llm-loadgen: the workload (trace) table, the run table and the tools
+that make, import, check and transform traces.
 
-This package depends on pyarrow only and imports nothing else of the project.
+Depends on pyarrow (Pillow and tokenizers optionally, imported where used) and the standard
+library; must not import ``loadgen``, ``analyzers`` or ``reports``, nor click, polars or
+httpx. Importing the package alone loads nothing: ``SCHEMA_VERSION`` comes from
+``traces.schema`` (and pyarrow) on first use.
 """
 
-from traces.schema import SCHEMA_VERSION
+from __future__ import annotations
 
-__all__ = ["SCHEMA_VERSION"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traces import (
+        errors,
+        importers,
+        io,
+        prompts,
+        records,
+        schema,
+        stats,
+        synth,
+        transform,
+        validate,
+    )
+    from traces.schema import SCHEMA_VERSION
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "errors",
+    "importers",
+    "io",
+    "prompts",
+    "records",
+    "schema",
+    "stats",
+    "synth",
+    "transform",
+    "validate",
+]
+
+
+def __getattr__(name: str) -> object:
+    """``SCHEMA_VERSION`` on first use, so that ``traces.errors`` costs no pyarrow."""
+    if name == "SCHEMA_VERSION":
+        from traces.schema import SCHEMA_VERSION
+
+        return SCHEMA_VERSION
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

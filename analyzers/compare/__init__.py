@@ -1,3 +1,13 @@
 """Comparisons of runs of one trace: A/B differences with bootstrap intervals, the samples
 they resample, trace identity, and sweeps against offered load.
+
+Polars over run files; must not import ``loadgen``, ``reports`` or httpx.
 """
+
+__all__ = [
+    "bootstrap",
+    "identity",
+    "runs",
+    "samples",
+    "sweep",
+]

@@ -1,44 +1,44 @@
 """TTFT decomposition: where the time to first token went, against the budget model.
 
-``decompose(run, budget, options)`` splits every ok request's ``first_token - due`` into the
-client chain and the server split (``decompose_terms``), then reports per class and
-percentile the tail's composition, each term against its budget and the verdicts
-(``decompose_report``). This module is the entry point and re-exports the public names.
+``decompose(run, budget, options)`` (:mod:`analyzers.decompose.run`) splits every ok
+request's ``first_token - due`` into the client chain and the server split
+(:mod:`analyzers.decompose.terms`, with the load-aware prediction of
+:mod:`analyzers.decompose.load`), then reports per class and percentile the tail's
+composition, each term against its budget and the verdicts
+(:mod:`analyzers.decompose.report`). Must not import loadgen, reports or httpx.
 
-Must not import loadgen or httpx.
+The names below are re-exported lazily (PEP 562), so that importing one submodule (the
+``BudgetModel`` of :mod:`analyzers.decompose.model`, say) does not load Polars.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
+from typing import TYPE_CHECKING, Final
 
-from analyzers.decompose.model import BudgetModel
-from analyzers.decompose.report import (
-    ClassDecomposition,
-    Decomposition,
-    LoadWindow,
-    SloBreak,
-    TailComposition,
-    TermStat,
-    build_decomposition,
-)
-from analyzers.decompose.terms import (
-    CLIENT_TERMS,
-    SERVER_TERMS,
-    TERMS,
-    CalibrationResult,
-    DecomposeOptions,
-    NetworkEstimate,
-    RequestTerms,
-    SourceOf,
-    request_terms,
-)
-from analyzers.exprs import CLASS
-from analyzers.frames import scan_run, select_rows
-from analyzers.metrics import run_validity
-from analyzers.throughput import auto_window_s
-from analyzers.validity import ClassCount
-from traces import schema as s
+if TYPE_CHECKING:
+    from analyzers.decompose import load, model, report, run, terms
+    from analyzers.decompose.model import BudgetModel
+    from analyzers.decompose.report import (
+        ClassDecomposition,
+        Decomposition,
+        LoadWindow,
+        SloBreak,
+        TailComposition,
+        TermStat,
+    )
+    from analyzers.decompose.run import decompose
+    from analyzers.decompose.terms import (
+        CLIENT_TERMS,
+        SERVER_TERMS,
+        TERMS,
+        CalibrationResult,
+        DecomposeOptions,
+        NetworkEstimate,
+        RequestTerms,
+        SourceOf,
+        request_terms,
+    )
 
 __all__ = [
     "CLIENT_TERMS",
@@ -57,27 +57,53 @@ __all__ = [
     "TailComposition",
     "TermStat",
     "decompose",
+    "load",
+    "model",
+    "report",
     "request_terms",
+    "run",
+    "terms",
 ]
 
+# Where each re-exported name is defined, relative to this package; the other names of
+# ``__all__`` are the submodules themselves.
+_SOURCES: Final[dict[str, tuple[str, ...]]] = {
+    "model": ("BudgetModel",),
+    "report": (
+        "ClassDecomposition",
+        "Decomposition",
+        "LoadWindow",
+        "SloBreak",
+        "TailComposition",
+        "TermStat",
+    ),
+    "run": ("decompose",),
+    "terms": (
+        "CLIENT_TERMS",
+        "SERVER_TERMS",
+        "TERMS",
+        "CalibrationResult",
+        "DecomposeOptions",
+        "NetworkEstimate",
+        "RequestTerms",
+        "SourceOf",
+        "request_terms",
+    ),
+}
+_EXPORTS: Final = {name: module for module, names in _SOURCES.items() for name in names}
 
-def decompose(
-    run: Path | str, budget: BudgetModel | None = None, options: DecomposeOptions | None = None
-) -> Decomposition:
-    """Decompose the TTFT of a run (see ``DecomposeOptions``); ``budget`` is needed when the
-    server reports no timings (or they are hidden) and to calibrate."""
-    options = options or DecomposeOptions()
-    terms = request_terms(run, budget, options)
-    last_due = terms.frame.get_column(s.DUE_NS).max()
-    span_ns = (last_due if isinstance(last_due, int) else terms.first_due_ns) - terms.first_due_ns
-    window_s = options.window_s or auto_window_s(max(span_ns, 0) / 1e9, windows=10)
-    by_class = terms.frame.group_by(CLASS).len()
-    counts = [ClassCount(workload=str(c), requests=int(n)) for c, n in by_class.iter_rows()]
-    validity = run_validity(
-        run,
-        select_rows(scan_run(run), options.selection),
-        class_counts=sorted(counts, key=lambda c: c.workload),
-        percentiles=options.percentiles,
-        thresholds=options.thresholds,
-    )
-    return build_decomposition(str(run), terms, options, window_s=window_s, validity=validity)
+
+def __getattr__(name: str) -> object:
+    """Import a public name's module on first use and keep the name here."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    elif name in __all__:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,5 +1,28 @@
 """The composition root: every ``loadgen`` command, one module per command or family.
 
 The only package that imports click, and the only one that touches every other package.
-Commands parse options, call library functions and render through ``reports``.
+Commands parse options, call library functions and render through ``reports``; their
+modules are imported lazily (``lazy``), so ``loadgen --help`` loads none of them. Nothing
+outside this package may import it.
 """
+
+__all__ = [
+    "analyze",
+    "budget_options",
+    "demo",
+    "demo_compare",
+    "gate",
+    "lazy",
+    "plan",
+    "progress",
+    "replay",
+    "report",
+    "root",
+    "server_metrics",
+    "sim",
+    "sweep",
+    "trace",
+    "trace_import",
+    "trace_synth",
+    "trace_tools",
+]

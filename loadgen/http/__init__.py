@@ -1,5 +1,13 @@
 """The private HTTP/1.1 stack of the replay client: pool, connection, deadlines, stamping.
 
 Response bytes are stamped on arrival (``stamping``); the C chunked decoder
-(``_chunked``) is optional. Imports no polars, no analyzers, no simulator.
+(``_chunked``) is optional. Imports httpx and httptools and nothing else of ours: no
+``traces``, no Polars, no analyzers, no simulator.
 """
+
+__all__ = [
+    "connection",
+    "deadline",
+    "pool",
+    "stamping",
+]

@@ -1,4 +1,10 @@
 """The OpenAI-compatible wire protocol: request bodies, chunk classification, server timings.
 
-Sans-IO and pure; imports ``traces`` only.
+Sans-IO and pure: imports ``traces`` and orjson only; no httpx, no other ``loadgen`` module.
 """
+
+__all__ = [
+    "bodies",
+    "chunks",
+    "timings",
+]

@@ -6,9 +6,32 @@ reports ground-truth per-request timings, injects seeded faults and records the 
 every chunk for end-to-end tests. Start it with ``loadgen sim`` / ``python -m loadgen.cli.sim``,
 or from Python with :func:`loadgen.sim.launch.start_sim`.
 
-Nothing here imports the replay client (``loadgen.client``, ``replay``, ``transport``,
-``recorder``): the simulator is a peer of the replay engine, never a user of it. Importing
-this package has no side effects and imports no server machinery.
+Its physics come from ``analyzers.budget`` (and its engine); besides, it imports ``traces``
+and ``loadgen.errors``. Nothing here imports the replay client (``loadgen.client``,
+``replay``, ``prepare``, ``http``, ``stream``, ``run``), httpx or Polars: the simulator is a
+peer of the replay engine, never a user of it. Importing this package has no side effects
+and imports no server machinery.
 """
 
-from __future__ import annotations
+__all__ = [
+    "app",
+    "chunks",
+    "config",
+    "deadline",
+    "engine",
+    "faults",
+    "instance",
+    "launch",
+    "metrics",
+    "physics",
+    "prefix",
+    "prompt",
+    "records",
+    "request",
+    "response",
+    "router",
+    "server",
+    "tokenizer",
+    "tokens",
+    "topology",
+]

@@ -1,1 +1,20 @@
-"""Importers of public trace formats into the workload table (one module per format)."""
+"""Importers of public trace formats into the workload table (one module per format, and
+``registry``, which names them).
+
+Part of ``traces``: pyarrow and the standard library only, nothing else of ours.
+"""
+
+__all__ = [
+    "azure_llm",
+    "azure_lmm",
+    "base",
+    "burstgpt",
+    "errors",
+    "mooncake",
+    "parse",
+    "registry",
+    "servegen",
+    "sharegpt",
+    "sink",
+    "splitwise",
+]

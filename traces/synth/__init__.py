@@ -1,1 +1,12 @@
-"""Seeded synthetic workload traces: arrivals, lengths, request classes, sessions."""
+"""Seeded synthetic workload traces: arrivals, lengths, request classes, sessions.
+
+Part of ``traces``: pyarrow and the standard library only, nothing else of ours.
+"""
+
+__all__ = [
+    "arrivals",
+    "classes",
+    "lengths",
+    "sessions",
+    "trace",
+]
