@@ -31,7 +31,9 @@ from loadgen.errors import (
 )
 from traces.errors import (
     MissingExtraError,
+    NewerRunInfoError,
     PromptError,
+    RunInfoError,
     SchemaError,
     TraceError,
     TraceFileError,
@@ -50,6 +52,8 @@ PACKAGES = ("loadgen", "traces", "analyzers", "reports")
     [
         (TraceError("x"), 2),
         (TraceFileError("x"), 2),
+        (RunInfoError("x"), 2),
+        (NewerRunInfoError("x"), 2),
         (SchemaError("x"), 2),
         (ValidationError("x", row=1, column="c"), 2),
         (SourceError("f", line=3, column="c", problem="bad"), 2),

@@ -15,6 +15,8 @@ Tree::
 
     TraceError                      any problem with a trace or run file (exit code 2)
     ├── TraceFileError              missing, unreadable or not Parquet
+    │   └── RunInfoError            run.json does not match its schema; names the key
+    │       └── NewerRunInfoError   run.json written by a newer llm-loadgen
     ├── SchemaError                 wrong or missing columns, wrong types
     ├── ValidationError             a value breaks a rule; names row and column
     │   └── importers.errors.SourceError    a bad value in a source file (file, line, column)
@@ -49,6 +51,16 @@ class TraceError(UserError):
 
 class TraceFileError(TraceError):
     """The file is missing, unreadable or not a Parquet file."""
+
+
+class RunInfoError(TraceFileError):
+    """A ``run.json`` is not valid JSON or does not match its schema version; the message
+    names the key."""
+
+
+class NewerRunInfoError(RunInfoError):
+    """A ``run.json`` was written by a newer llm-loadgen (a higher ``schema_version`` than
+    this one reads): bad input for this version, not a broken run."""
 
 
 class SchemaError(TraceError):
