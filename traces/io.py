@@ -164,18 +164,6 @@ def read_run_table(run_dir: Path) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    """Read a run directory's ``run.json`` (empty dict when absent)."""
-    path = Path(run_dir) / s.RUN_JSON
-    if not path.exists():
-        return {}
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TraceFileError(f"{path}: unreadable run.json ({exc})") from exc
-    return value if isinstance(value, dict) else {}
-
-
 def read_run_info(run_dir: Path) -> RunInfo | None:
     """A run directory's ``run.json`` (None when it has none).
 
