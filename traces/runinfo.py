@@ -270,7 +270,7 @@ class RunInfo:
     server_metrics: ScrapeReport | None = field(default=None, metadata=_OMIT_NONE)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of ``run.json``, ``schema_version`` first."""
+        """The JSON object of ``run.json``, stamped with this build's ``schema_version``."""
         body = _encode(self)
         assert isinstance(body, dict)
         return {VERSION_KEY: RUN_INFO_VERSION, **body}
