@@ -5,7 +5,7 @@ fills the optional run columns an older or hand-built file lacks with typed null
 every expression downstream can name any column of ``RUN_SCHEMA``. ``select_rows`` applies
 warm-up exclusion, start/end trimming and a steady-state window. ``chunk_frame`` and
 ``token_frame`` explode ``chunk_offsets_us`` into one row per content chunk or per token.
-Nothing here collects, except ``run_health`` which reads ``run.json`` files.
+Nothing here collects; ``run_info`` and ``run_health`` read ``run.json`` files.
 
 Must not import loadgen or httpx.
 """
@@ -22,8 +22,9 @@ import polars as pl
 
 from analyzers.errors import InvalidRunError
 from traces import schema as s
-from traces.errors import TraceError
-from traces.io import is_journal, read_journal, read_run_json, run_request_files
+from traces.errors import NewerRunInfoError, TraceError
+from traces.io import is_journal, read_journal, read_run_info, run_request_files
+from traces.runinfo import RunInfo
 
 REQUIRED_COLUMNS: Final = (
     s.REQUEST_ID,
@@ -239,8 +240,8 @@ def token_frame(lf: pl.LazyFrame, *, keep: Sequence[str] = ()) -> pl.LazyFrame:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunHealth:
-    """The generator's health as ``run.json`` recorded it (the worst over shards); None
-    where no ``run.json`` was found or it lacks the field."""
+    """The generator's health as ``run.json`` recorded it (the worst over the run
+    directories read); None where no ``run.json`` with a ``health`` section was found."""
 
     runs: int
     schedule_lag_p99_ms: float | None
@@ -249,46 +250,50 @@ class RunHealth:
     client_bound: bool | None
 
 
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def run_info(directory: Path) -> RunInfo | None:
+    """The ``run.json`` of a run directory (None without one).
+
+    A ``run.json`` written by a newer llm-loadgen is refused as bad input
+    (``NewerRunInfoError``, exit 2); one that cannot be read makes the run invalid
+    (``InvalidRunError``, exit 3), as an unreadable row file does.
+    """
+    try:
+        return read_run_info(directory)
+    except NewerRunInfoError:
+        raise
+    except TraceError as exc:
+        raise InvalidRunError(str(exc)) from exc
 
 
-def _max(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return max(present) if present else None
-
-
-def run_health(run: Path | str) -> RunHealth:
-    """Read the ``health`` section of every ``run.json`` next to the run's files."""
+def _run_dirs(run: Path | str) -> list[Path]:
+    """The directories holding a run's files (a run directory, or its shards')."""
     dirs: list[Path] = []
     for f in run_files(run):
         d = f.parent.parent if f.parent.name == s.PARTS_DIR else f.parent
         if d not in dirs:
             dirs.append(d)
-    sched: list[float | None] = []
-    loop: list[float | None] = []
-    cpu: list[float | None] = []
-    bound: list[bool] = []
-    runs = 0
-    for d in dirs:
-        try:
-            info = read_run_json(d)
-        except TraceError as exc:
-            raise InvalidRunError(str(exc)) from exc
-        health = info.get("health")
-        if not isinstance(health, dict):
-            continue
-        runs += 1
-        sl, ll = health.get("schedule_lag_ms"), health.get("loop_lag_ms")
-        sched.append(_float(sl.get("p99_ms")) if isinstance(sl, dict) else None)
-        loop.append(_float(ll.get("p99_ms")) if isinstance(ll, dict) else None)
-        cpu.append(_float(health.get("cpu_utilisation")))
-        if isinstance(health.get("client_bound"), bool):
-            bound.append(bool(health["client_bound"]))
+    return dirs
+
+
+def run_health(run: Path | str) -> RunHealth:
+    """Read the ``health`` section of every ``run.json`` next to the run's files."""
+    healths = [
+        info.health
+        for info in (run_info(d) for d in _run_dirs(run))
+        if info is not None and info.health is not None
+    ]
+    if not healths:
+        return RunHealth(
+            runs=0,
+            schedule_lag_p99_ms=None,
+            loop_lag_p99_ms=None,
+            cpu_utilisation=None,
+            client_bound=None,
+        )
     return RunHealth(
-        runs=runs,
-        schedule_lag_p99_ms=_max(sched),
-        loop_lag_p99_ms=_max(loop),
-        cpu_utilisation=_max(cpu),
-        client_bound=any(bound) if bound else None,
+        runs=len(healths),
+        schedule_lag_p99_ms=max(h.schedule_lag_ms.p99_ms for h in healths),
+        loop_lag_p99_ms=max(h.loop_lag_ms.p99_ms for h in healths),
+        cpu_utilisation=max(h.cpu_utilisation for h in healths),
+        client_bound=any(h.client_bound for h in healths),
     )

@@ -418,8 +418,9 @@ class StreamResult:
 
 
 def _request_body(tokens: int) -> bytes:
-    from loadgen.openai.bodies import Capabilities, build_body
+    from loadgen.openai.bodies import build_body
     from traces.prompts.maker import Prompt
+    from traces.runinfo import Capabilities
     from traces.schema import API_CHAT
 
     prompt = Prompt(text=" ".join(["hello"] * 32))

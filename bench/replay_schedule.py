@@ -133,6 +133,8 @@ def shard_check(
     each pair's ratio of CPU-s per million tokens, and their median. One pair alone moves
     by 20% either way on this machine kind; runs of a million tokens or more, and the
     median of paired runs, keep the workers' fixed costs and the noise out of the figure."""
+    from traces.io import read_run_info
+
     trace = workdir / "burst.parquet"
     _write_trace(trace, n=streams, rate=1e6, output_tokens=tokens, seed=2)
     per_mtok: dict[int, list[float]] = {1: [], 2: []}
@@ -144,10 +146,12 @@ def shard_check(
             _, rc = _replay(trace, run_dir, port, "--concurrency", str(streams),
                             "--workers", str(workers))  # fmt: skip
             exit_codes.append(rc)
-            info = json.loads((run_dir / "run.json").read_text())
+            info = read_run_info(run_dir)
+            assert info is not None, run_dir
+            assert info.health is not None, run_dir
             table = _rows(run_dir)
             streamed = sum(len(x) for x in table.column("chunk_offsets_us").to_pylist())
-            cpu_s = sum(w["cpu_s"] for w in info["health"]["workers"])
+            cpu_s = sum(w.cpu_s for w in info.health.workers)
             request_sets.append(sorted(table.column("request_id").to_pylist()))
             per_mtok[workers].append(cpu_s / streamed * 1e6 if streamed else float("nan"))
     ratios = [two / one for one, two in zip(per_mtok[1], per_mtok[2], strict=True)]

@@ -1,20 +1,30 @@
-"""Exceptions of the replay engine and its CLI.
+"""Exceptions of the replay engine, the simulator and their CLI.
 
 Tree::
 
-    LoadgenError                  root; ``exit_code`` is what the CLI returns
-    ├── ConfigError               bad option or configuration value (2)
-    ├── EndpointError             the endpoint is unreachable, rejects the key or the model (4)
-    └── RunDirError               the run directory cannot be created or is not empty (2)
+    UserError                     (traces.errors) base of every package's errors
+    └── LoadgenError              root; ``exit_code`` is what the CLI returns
+        ├── ConfigError           bad option or configuration value, the simulator's too (2)
+        ├── EndpointError         the endpoint is unreachable, rejects the key or the model (4)
+        ├── RunDirError           the run directory cannot be created or is not empty (2)
+        └── SimError              inside the simulator's server: answered over HTTP, they
+            │                     reach no command line
+            ├── RequestError      a request body the simulator refuses: HTTP 400, ``param``
+            │   │                 names the field
+            │   └── PromptShapeError  prompt or messages of a shape it cannot count
+            └── DroppedConnection a drop fault: the server aborts the connection mid-body
 
-Failures of single requests are never exceptions: they are rows with an ``outcome``.
+Failures of single requests are never exceptions on the client: they are rows with an
+``outcome``. This module imports only ``traces.errors``.
 """
 
 from __future__ import annotations
 
+from traces.errors import UserError
 
-class LoadgenError(Exception):
-    """Root of the replay engine's errors."""
+
+class LoadgenError(UserError):
+    """Root of the replay engine's and the simulator's errors."""
 
     exit_code = 2
 
@@ -31,3 +41,28 @@ class EndpointError(LoadgenError):
 
 class RunDirError(LoadgenError):
     """The run directory cannot be used."""
+
+
+class SimError(LoadgenError):
+    """Raised inside the simulator's request handling; the app turns it into an HTTP answer
+    (or a dropped connection), so it never reaches the CLI."""
+
+
+class RequestError(SimError):
+    """The body is not a valid request; ``str()`` is the message for the 400 answer and
+    ``param`` the request field at fault, when one is."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class PromptShapeError(RequestError):
+    """The prompt or messages have a shape the simulator cannot count; the message says why.
+
+    Raised by the token counter, which does not know the field's name; the request parser
+    re-raises it as a ``RequestError`` naming ``prompt`` or ``messages``."""
+
+
+class DroppedConnection(SimError):
+    """Raised by the app to have the server abort the connection mid-body (a drop fault)."""

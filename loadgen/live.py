@@ -17,6 +17,7 @@ from hdrh.histogram import HdrHistogram
 
 from traces import schema as s
 from traces.records import RequestRecord
+from traces.runinfo import LagSummary
 
 _MAX_US = 3_600_000_000  # one hour, in microseconds
 
@@ -152,16 +153,6 @@ class AggregateStats:
             output_tokens=sum(r.output_tokens for r in reports),
             elapsed_s=(self._now_ns() - self._start_ns) / 1e9,
         )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LagSummary:
-    """Percentiles of a lag distribution, in milliseconds."""
-
-    samples: int
-    p50_ms: float
-    p99_ms: float
-    max_ms: float
 
 
 def summarize_us(hist: HdrHistogram) -> LagSummary:

@@ -10,9 +10,10 @@ import asyncio
 from dataclasses import dataclass
 
 from loadgen.client import PreparedRequest
-from loadgen.openai.bodies import Capabilities, build_body, endpoint_path
+from loadgen.openai.bodies import build_body, endpoint_path
 from traces.prompts.maker import PromptMaker
 from traces.records import TraceRequest
+from traces.runinfo import Capabilities
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

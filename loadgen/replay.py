@@ -19,10 +19,11 @@ from asyncio_throttle.throttler import Throttler
 
 from loadgen.client import ReadyRequest, StreamingClient
 from loadgen.clock import Clock
-from loadgen.live import LagSummary, LiveStats, LoopLagMonitor, summarize_us
+from loadgen.live import LiveStats, LoopLagMonitor, summarize_us
 from loadgen.prepare import Preparer
 from loadgen.schedule import due_offsets_ns
 from traces.records import RequestRecord, TraceRequest
+from traces.runinfo import LagSummary
 
 _POLL_S = 0.05
 """Longest single sleep while waiting for a due time, so a stop is noticed quickly."""

@@ -223,6 +223,7 @@ EXPECTED: Final[dict[str, list[str]]] = {
         "io",
         "prompts",
         "records",
+        "runinfo",
         "schema",
         "stats",
         "synth",

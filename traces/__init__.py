@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         io,
         prompts,
         records,
+        runinfo,
         schema,
         stats,
         synth,
@@ -33,6 +34,7 @@ __all__ = [
     "io",
     "prompts",
     "records",
+    "runinfo",
     "schema",
     "stats",
     "synth",
@@ -42,7 +44,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``SCHEMA_VERSION`` on first use, so that ``traces.errors`` costs no pyarrow."""
+    """``SCHEMA_VERSION`` on first use, not by ``import traces.errors``: every package's
+    errors derive from ``traces.errors.UserError``, and the simulator and ``loadgen --help``
+    need no pyarrow (about 0.1 s to import)."""
     if name == "SCHEMA_VERSION":
         from traces.schema import SCHEMA_VERSION
 

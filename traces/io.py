@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traces import schema as s
-from traces.errors import SchemaError, TraceFileError
+from traces.errors import RunInfoError, SchemaError, TraceFileError
 from traces.records import TraceRequest, trace_requests_from_table
+from traces.runinfo import RunInfo
 from traces.validate import check_columns, validate_trace
 
 
@@ -163,13 +164,27 @@ def read_run_table(run_dir: Path) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    """Read a run directory's ``run.json`` (empty dict when absent)."""
+def read_run_info(run_dir: Path) -> RunInfo | None:
+    """A run directory's ``run.json`` (None when it has none).
+
+    Raises ``NewerRunInfoError`` for one written by a newer llm-loadgen and
+    ``RunInfoError`` for one that is unreadable or does not match its version's schema.
+    """
     path = Path(run_dir) / s.RUN_JSON
     if not path.exists():
-        return {}
+        return None
     try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TraceFileError(f"{path}: unreadable run.json ({exc})") from exc
-    return value if isinstance(value, dict) else {}
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunInfoError(f"{path}: unreadable run.json ({exc})") from exc
+    return RunInfo.from_json(doc, where=str(path))
+
+
+def write_run_info(run_dir: Path, info: RunInfo) -> Path:
+    """Write ``run.json`` atomically (temp file then rename: it is rewritten at the end of
+    the run, and a reader must never see half of it)."""
+    path = Path(run_dir) / s.RUN_JSON
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path

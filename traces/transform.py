@@ -17,13 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traces import schema as s
-from traces.errors import TraceError, ValidationError
+from traces.errors import TransformError, ValidationError
 
 _RESERVED = ("schema_version", "kind")
-
-
-class TransformError(TraceError):
-    """A transformation's parameters do not fit the trace (e.g. an empty slice)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

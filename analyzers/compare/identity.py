@@ -17,10 +17,8 @@ from pathlib import Path
 import polars as pl
 
 from analyzers.errors import DifferentTracesError
-from analyzers.frames import scan_run
+from analyzers.frames import run_info, scan_run
 from traces import schema as s
-from traces.errors import TraceError
-from traces.io import read_run_json
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,15 +37,9 @@ def trace_identity(run: Path | str) -> TraceIdentity:
     path: str | None = None
     sha: str | None = None
     run_path = Path(str(run))
-    if run_path.is_dir():
-        try:
-            info = read_run_json(run_path)
-        except TraceError:
-            info = {}
-        trace = info.get("trace")
-        if isinstance(trace, dict):
-            path = str(trace["path"]) if trace.get("path") is not None else None
-            sha = trace.get("sha256") if isinstance(trace.get("sha256"), str) else None
+    info = run_info(run_path) if run_path.is_dir() else None
+    if info is not None:
+        path, sha = info.trace.path, info.trace.sha256
     rows = (
         scan_run(run)
         .select(

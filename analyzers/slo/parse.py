@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from analyzers import exprs as e
-from analyzers.errors import AnalyzerError
+from analyzers.errors import SLOError
 from analyzers.goodput import SLOTargets
 
 Op = Literal["<=", ">="]
@@ -78,10 +78,6 @@ _VALIDITY_KEYS: Final = (
     "min_requests",
     "max_schedule_lag_ms",
 )
-
-
-class SLOError(AnalyzerError):
-    """An SLO file or rule is malformed (exit 2); the message names the key or rule."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

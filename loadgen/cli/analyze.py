@@ -47,13 +47,12 @@ def _one_line_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         import polars as pl
 
-        from analyzers.errors import AnalyzerError
-        from traces.errors import TraceError
+        from traces.errors import UserError
 
         ctx = click.get_current_context()
         try:
             return func(*args, **kwargs)
-        except (AnalyzerError, TraceError) as exc:
+        except UserError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
         except pl.exceptions.PolarsError as exc:

@@ -114,12 +114,11 @@ def report(
     Example: loadgen report runs/a --compare runs/b --slo-ttft-ms 200 -o ab.html
     """
     from analyzers.compare.sweep import is_sweep_dir
-    from analyzers.errors import AnalyzerError
     from analyzers.frames import RowSelection
     from analyzers.slo.parse import SLOSet, load_slo_file, parse_rules
     from reports.html.report import write_report
     from reports.html.run import ReportOptions
-    from traces.errors import TraceError
+    from traces.errors import UserError
 
     runs: list[Path] = []
     sweep_dirs = list(sweeps)
@@ -158,7 +157,7 @@ def report(
             markdown=markdown,
             allow_different_traces=allow_different_traces,
         )
-    except (AnalyzerError, TraceError) as exc:
+    except UserError as exc:
         click.echo(f"error: {exc}", err=True)
         ctx.exit(exc.exit_code)
     click.echo(f"report written to {html_path}")

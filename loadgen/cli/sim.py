@@ -22,8 +22,11 @@ _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
 _ENGINE_HELP = "Physics engine (needs --model): "
 
 
-class _OptionError(click.ClickException):
-    """A bad option, shown as one ``Error: ...`` line (no usage block), exit status 2."""
+class _OptionError(click.ClickException, ConfigError):
+    """A bad option, shown as one ``Error: ...`` line (no usage block), exit status 2.
+
+    A ``ConfigError`` like any other, rendered by click: ``python -m loadgen.cli.sim`` (how
+    ``loadgen.sim.launch`` starts the simulator) has no root group to print our errors."""
 
     exit_code = 2
 

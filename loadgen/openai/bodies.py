@@ -6,32 +6,13 @@ out. Imports ``traces`` only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from traces.prompts.maker import Prompt
+from traces.runinfo import Capabilities
 from traces.schema import API_CHAT
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Capabilities:
-    """Optional request fields the endpoint accepts (found by the preflight probe)."""
-
-    include_usage: bool = True
-    continuous_usage: bool = True
-    ignore_eos: bool = True
-    min_tokens: bool = True
-
-    def without_extras(self) -> Capabilities:
-        """The same with the non-standard vLLM-style extras removed."""
-        return Capabilities(
-            include_usage=self.include_usage,
-            continuous_usage=False,
-            ignore_eos=False,
-            min_tokens=False,
-        )
 
 
 def endpoint_path(api: str) -> str:

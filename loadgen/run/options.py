@@ -5,7 +5,7 @@ it replays. Secrets never leave this object: ``public_config`` is what run.json 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from loadgen.run.runinfo import redact_headers
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
+from traces.runinfo import RunConfig
 
 TRANSPORTS = ("fast", "httpx")
 
@@ -60,13 +61,17 @@ class SessionOptions:
     """What to scrape; None: the endpoint's ``/metrics``, when it answers."""
     scrape_interval_s: float = DEFAULT_INTERVAL_S
 
-    def public_config(self) -> dict[str, Any]:
+    def public_config(self) -> RunConfig:
         """The options as recorded in run.json: no API key, credentials redacted."""
-        cfg = asdict(self)
-        cfg.pop("api_key", None)
+        cfg: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            cfg[f.name] = str(value) if isinstance(value, Path) else value
+        del cfg["api_key"]
         cfg["headers"] = redact_headers(self.headers)
-        cfg["api_key_set"] = self.api_key is not None
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.items()}
+        # An option added here and not to RunConfig fails every replay with a TypeError:
+        # run.json is a contract, and tests/loadgen/test_runinfo.py pins the two together.
+        return RunConfig(**cfg, api_key_set=self.api_key is not None)
 
 
 def load_requests(opts: SessionOptions) -> tuple[list[TraceRequest], dict[str, Any]]:

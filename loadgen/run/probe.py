@@ -16,9 +16,10 @@ import httpx
 import orjson
 
 from loadgen.errors import EndpointError
-from loadgen.openai.bodies import Capabilities, build_body, endpoint_path
+from loadgen.openai.bodies import build_body, endpoint_path
 from traces.prompts.maker import CalibrationSample, Prompt, PromptMaker
 from traces.records import TraceRequest
+from traces.runinfo import Capabilities
 from traces.schema import API_CHAT
 
 _PROBE_TRIES = 5

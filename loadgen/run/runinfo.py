@@ -1,21 +1,17 @@
-"""``run.json``: what was run, against what, with which versions, and how it went.
+"""What ``run.json`` records about the generator itself: the versions that shape a
+measurement, and header values with credentials redacted.
 
-Holds no secrets: header values whose names look like credentials are redacted, and the
-API key is never passed here at all.
+The value and its file are ``traces.runinfo.RunInfo`` and ``traces.io.write_run_info``;
+``loadgen.run.session`` builds it. Holds no secrets: header values whose names look like
+credentials are redacted, and the API key is never passed here at all.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import platform
 import sys
 from collections.abc import Mapping
 from importlib import metadata
-from pathlib import Path
-from typing import Any
-
-from traces.schema import RUN_JSON, SCHEMA_VERSION
 
 _SECRET_WORDS = ("authorization", "key", "token", "secret", "cookie", "password")
 
@@ -38,13 +34,3 @@ def versions() -> dict[str, str]:
             continue
     out["argv"] = " ".join(sys.argv[:1])
     return out
-
-
-def write_run_json(run_dir: Path, info: Mapping[str, Any]) -> Path:
-    """Write ``run.json`` atomically (it is rewritten at the end of the run)."""
-    path = Path(run_dir) / RUN_JSON
-    doc = {"schema_version": SCHEMA_VERSION, **info}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-    return path

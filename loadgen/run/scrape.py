@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadgen.http.pool import FastTransport
+from traces.runinfo import ScrapeReport
 from traces.schema import SERVER_METRICS_SCHEMA, SM_LABELS, SM_NAME, SM_TS_NS, SM_VALUE
 
 T = TypeVar("T")
@@ -86,38 +87,6 @@ class ScrapeConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
     """Per-scrape deadline; default ``min(max(interval, 0.5), 5)`` s."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ScrapeReport:
-    """What scraping did, for run.json."""
-
-    url: str
-    interval_s: float
-    enabled: bool
-    scrapes: int = 0
-    samples: int = 0
-    errors: int = 0
-    last_error: str | None = None
-    file: str | None = None
-    reason: str | None = None
-    """Why scraping was off (only when ``enabled`` is False)."""
-
-    def as_json(self) -> dict[str, Any]:
-        """The report as a JSON object (None fields dropped)."""
-        out: dict[str, Any] = {
-            "url": self.url,
-            "interval_s": self.interval_s,
-            "enabled": self.enabled,
-            "scrapes": self.scrapes,
-            "samples": self.samples,
-            "errors": self.errors,
-        }
-        for key in ("last_error", "file", "reason"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
-        return out
 
 
 def parse_exposition(text: str) -> list[tuple[str, str, float]]:

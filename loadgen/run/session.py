@@ -12,19 +12,17 @@ import hashlib
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from loadgen import __version__
 from loadgen.clock import Clock
 from loadgen.errors import ConfigError, RunDirError
-from loadgen.live import LagSummary, StatsView
-from loadgen.openai.bodies import Capabilities
+from loadgen.live import StatsView
 from loadgen.replay import ReplayResult
 from loadgen.run.options import SessionOptions, check_options, load_requests
 from loadgen.run.probe import calibration_samples, preflight
-from loadgen.run.runinfo import versions, write_run_json
+from loadgen.run.runinfo import versions
 from loadgen.run.scrape import ScrapeConfig, alongside, metrics_url_for, same_origin
 from loadgen.run.shard import (
     PromptPlan,
@@ -37,7 +35,23 @@ from loadgen.run.shard import (
 )
 from loadgen.schedule import time_factor
 from traces import schema as s
+from traces.io import write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
+from traces.runinfo import (
+    Capabilities,
+    ClockAnchor,
+    Endpoint,
+    GeneratorHealth,
+    GeneratorInfo,
+    LagSummary,
+    PromptCalibration,
+    PromptsInfo,
+    RunInfo,
+    RunLoad,
+    RunResult,
+    TraceRef,
+    WorkerHealth,
+)
 
 __all__ = [
     "SessionOptions",
@@ -128,11 +142,11 @@ async def run_session(
                 headers={},
                 x_request_id=f"{run_id}-preflight",
             )
-        model, caps, served = info.model, info.capabilities, list(info.served_models)
+        model, caps, served = info.model, info.capabilities, tuple(info.served_models)
     else:
         if opts.model is None:
             raise ConfigError("--model is required with --no-preflight")
-        model, caps, served = opts.model, Capabilities(), []
+        model, caps, served = opts.model, Capabilities(), ()
     prompt_plan, calibration = PromptPlan(template_tokens=opts.template_tokens), None
     if opts.calibrate_prompts:
         async with http_client(opts, clock, 4) as http:
@@ -151,49 +165,41 @@ async def run_session(
                 round(fit.overhead_tokens) if api == s.API_CHAT else opts.template_tokens
             ),
         )
-        calibration = {
-            "samples": [asdict(x) for x in samples],
-            "tokens_per_word": fit.tokens_per_word,
-            "overhead_tokens": fit.overhead_tokens,
-        }
+        calibration = PromptCalibration(
+            samples=tuple(samples),
+            tokens_per_word=fit.tokens_per_word,
+            overhead_tokens=fit.overhead_tokens,
+        )
     strategy = prompt_maker(opts, block_size, prompt_plan).strategy
     mode = "closed" if opts.concurrency is not None else "open"
-    base_info: dict[str, Any] = {
-        "run_id": run_id,
-        "generator": {"name": "llm-loadgen", "version": __version__},
-        "config": opts.public_config(),
-        "endpoint": {
-            "base_url": opts.base_url,
-            "model": model,
-            "served_models": served,
-            "capabilities": asdict(caps),
-        },
-        "load": {
-            "mode": mode,
-            "time_factor": factor,
-            "requests": len(requests),
-            "workers": opts.workers,
-        },
-        "trace": {
-            "path": str(opts.trace_path),
-            "sha256": _file_sha256(opts.trace_path),
-            "metadata": trace_meta,
-        },
-        "prompts": {**asdict(strategy), "calibration": calibration},
-        "clock": {
-            "anchor_wall_ns": clock.anchor.wall_ns,
-            "anchor_mono_ns": clock.anchor.mono_ns,
-            "source": "perf_counter_ns (CLOCK_MONOTONIC)",
-            "assumption": (
+    base_info = RunInfo(
+        run_id=run_id,
+        generator=GeneratorInfo(name="llm-loadgen", version=__version__),
+        config=opts.public_config(),
+        endpoint=Endpoint(
+            base_url=opts.base_url, model=model, served_models=served, capabilities=caps
+        ),
+        load=RunLoad(mode=mode, time_factor=factor, requests=len(requests), workers=opts.workers),
+        trace=TraceRef(
+            path=str(opts.trace_path),
+            sha256=_file_sha256(opts.trace_path),
+            metadata=trace_meta,
+        ),
+        prompts=PromptsInfo(strategy=strategy, calibration=calibration),
+        clock=ClockAnchor(
+            anchor_wall_ns=clock.anchor.wall_ns,
+            anchor_mono_ns=clock.anchor.mono_ns,
+            source="perf_counter_ns (CLOCK_MONOTONIC)",
+            assumption=(
                 "one host: every worker reads the same CLOCK_MONOTONIC"
                 if opts.ray is None
                 else "Ray: " + RAY_CLOCK_ASSUMPTION
             ),
-        },
-        "versions": versions(),
-        "status": "running",
-    }
-    write_run_json(opts.run_dir, base_info)
+        ),
+        versions=versions(),
+        status="running",
+    )
+    write_run_info(opts.run_dir, base_info)
     plan = ShardPlan(
         opts=opts,
         run_id=run_id,
@@ -240,9 +246,7 @@ async def run_session(
 
     # The scraper runs in this process, on the run's clock, beside the shard(s).
     outcomes, scraped = await alongside(replay, _scrape_config(opts), clock.now_ns)
-    if scraped is not None:
-        base_info["server_metrics"] = scraped.as_json()
-    return _finish(opts, base_info, run_id, model, outcomes)
+    return _finish(opts, replace(base_info, server_metrics=scraped), outcomes)
 
 
 def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
@@ -286,11 +290,7 @@ def _merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
 
 
 def _finish(
-    opts: SessionOptions,
-    base_info: dict[str, Any],
-    run_id: str,
-    model: str,
-    outcomes: list[ShardOutcome],
+    opts: SessionOptions, base_info: RunInfo, outcomes: list[ShardOutcome]
 ) -> SessionResult:
     result = _merge_results(outcomes)
     warnings: list[str] = []
@@ -309,41 +309,43 @@ def _finish(
         for name, count in o.by_outcome:
             by_outcome[name] = by_outcome.get(name, 0) + count
     rows = sum(o.rows for o in outcomes)
-    final = dict(base_info)
-    final["status"] = result.stop_reason
-    final["result"] = {
-        "dispatched": result.dispatched,
-        "rows": rows,
-        "start_ns": result.start_ns,
-        "end_ns": result.end_ns,
-        "duration_s": (result.end_ns - result.start_ns) / 1e9,
-        "by_outcome": by_outcome,
-    }
-    final["health"] = {
-        "schedule_lag_ms": asdict(result.schedule_lag),
-        "loop_lag_ms": asdict(result.loop_lag),
-        "cpu_utilisation": result.cpu_utilisation,
-        "cpu_s": result.cpu_s,
-        "client_bound": bool(warnings),
-        "warnings": warnings,
-        "workers": [
-            {
-                "shard": o.shard,
-                "dispatched": o.replay.dispatched,
-                "rows": o.rows,
-                "schedule_lag_ms": asdict(o.replay.schedule_lag),
-                "loop_lag_ms": asdict(o.replay.loop_lag),
-                "cpu_utilisation": o.replay.cpu_utilisation,
-                "cpu_s": o.replay.cpu_s,
-            }
-            for o in outcomes
-        ],
-    }
-    write_run_json(opts.run_dir, final)
+    final = replace(
+        base_info,
+        status=result.stop_reason,
+        result=RunResult(
+            dispatched=result.dispatched,
+            rows=rows,
+            start_ns=result.start_ns,
+            end_ns=result.end_ns,
+            duration_s=(result.end_ns - result.start_ns) / 1e9,
+            by_outcome=by_outcome,
+        ),
+        health=GeneratorHealth(
+            schedule_lag_ms=result.schedule_lag,
+            loop_lag_ms=result.loop_lag,
+            cpu_utilisation=result.cpu_utilisation,
+            cpu_s=result.cpu_s,
+            client_bound=bool(warnings),
+            warnings=tuple(warnings),
+            workers=tuple(
+                WorkerHealth(
+                    shard=o.shard,
+                    dispatched=o.replay.dispatched,
+                    rows=o.rows,
+                    schedule_lag_ms=o.replay.schedule_lag,
+                    loop_lag_ms=o.replay.loop_lag,
+                    cpu_utilisation=o.replay.cpu_utilisation,
+                    cpu_s=o.replay.cpu_s,
+                )
+                for o in outcomes
+            ),
+        ),
+    )
+    write_run_info(opts.run_dir, final)
     return SessionResult(
         run_dir=opts.run_dir,
-        run_id=run_id,
-        model=model,
+        run_id=final.run_id,
+        model=final.endpoint.model,
         replay=result,
         rows=rows,
         client_bound=bool(warnings),

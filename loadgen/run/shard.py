@@ -21,7 +21,6 @@ from loadgen.errors import ConfigError
 from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import default_transport
 from loadgen.live import LiveStats, StatsView
-from loadgen.openai.bodies import Capabilities
 from loadgen.prepare import Preparer
 from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests
@@ -29,6 +28,7 @@ from loadgen.run.recorder import RunRecorder
 from loadgen.run.sharding import select_shard, split_evenly
 from traces.prompts.maker import HFTokenCounter, PromptMaker
 from traces.records import TraceRequest
+from traces.runinfo import Capabilities
 
 _SWITCH_INTERVAL_S = 0.0005
 """GIL switch interval during a replay (Python's default is 5 ms)."""

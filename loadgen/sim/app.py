@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from loadgen.errors import DroppedConnection, RequestError
 from loadgen.sim.chunks import ResponseFormatter, error_body, models_body
 from loadgen.sim.config import SimConfig
 from loadgen.sim.engine import Engine, FixedDelayEngine, Stall
@@ -30,7 +31,7 @@ from loadgen.sim.faults import FaultInjector, FaultKind
 from loadgen.sim.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.records import RequestLog
-from loadgen.sim.request import Api, RequestError, parse_request
+from loadgen.sim.request import Api, parse_request
 from loadgen.sim.response import JSON_TYPE, ResponseWriter
 
 Scope = MutableMapping[str, Any]
@@ -43,10 +44,6 @@ _JSON = JSON_TYPE
 _API_PATHS: dict[str, Api] = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 _GET_PATHS = frozenset({"/health", "/v1/models", "/metrics"})
 _DEBUG_PREFIX = "/debug/requests/"
-
-
-class DroppedConnection(Exception):
-    """Raised by the app to have the server abort the connection mid-body (a drop fault)."""
 
 
 class SimApp:

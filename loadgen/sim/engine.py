@@ -125,7 +125,7 @@ class Engine(Protocol):
 
     def prepare(self, request: SimRequest, body: Mapping[str, object]) -> SimRequest:
         """The request as this engine counts it (prompt tokens, cache keys); raises
-        :class:`~loadgen.sim.request.RequestError` for one it can never serve."""
+        :class:`~loadgen.errors.RequestError` for one it can never serve."""
 
     def running(self) -> AbstractAsyncContextManager[None]:
         """Scope in which the engine serves (owns its timers and any step loop)."""

@@ -11,17 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from loadgen.sim.tokens import PromptError, count_chat_prompt, count_completion_prompt
+from loadgen.errors import PromptShapeError, RequestError
+from loadgen.sim.tokens import count_chat_prompt, count_completion_prompt
 
 Api = Literal["chat", "completions"]
-
-
-class RequestError(ValueError):
-    """The body is not a valid request; ``str()`` is the message for the 400 answer."""
-
-    def __init__(self, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,9 +52,9 @@ def parse_request(
             prompt_tokens = count_chat_prompt(body.get("messages"), image_tokens=image_tokens)
         else:
             if "prompt" not in body:
-                raise PromptError("prompt is required")
+                raise PromptShapeError("prompt is required")
             prompt_tokens = count_completion_prompt(body["prompt"])
-    except PromptError as exc:
+    except PromptShapeError as exc:
         raise RequestError(str(exc), param="messages" if api == "chat" else "prompt") from exc
 
     stream = _bool(body, "stream", default=False)

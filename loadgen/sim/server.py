@@ -21,7 +21,8 @@ from typing import Any
 
 import uvicorn
 
-from loadgen.sim.app import DroppedConnection, SimApp
+from loadgen.errors import DroppedConnection
+from loadgen.sim.app import SimApp
 from loadgen.sim.config import SimConfig
 
 _BACKLOG = 4096

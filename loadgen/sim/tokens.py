@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from loadgen.errors import PromptShapeError
+
 _WORDS: tuple[str, ...] = (
     "the", "model", "token", "stream", "of", "latency", "serves", "a", "batch", "fast",
     "cache", "prefill", "decode", "and", "every", "request", "waits", "in", "queue", "then",
@@ -29,10 +31,6 @@ _WORDS: tuple[str, ...] = (
 _TOKENS: tuple[str, ...] = tuple(
     " " + _WORDS[(i * 7 + i // len(_WORDS)) % len(_WORDS)] for i in range(997)
 )
-
-
-class PromptError(ValueError):
-    """The prompt or messages have a shape the simulator cannot count; the message says why."""
 
 
 def token_text(start: int, count: int) -> str:
@@ -62,19 +60,19 @@ def count_completion_prompt(prompt: object) -> int:
             ):
                 total += len(item)
             else:
-                raise PromptError("prompt must be a string, a list of strings or token ids")
+                raise PromptShapeError("prompt must be a string, a list of strings or token ids")
         return total
-    raise PromptError("prompt must be a string, a list of strings or token ids")
+    raise PromptShapeError("prompt must be a string, a list of strings or token ids")
 
 
 def count_chat_prompt(messages: object, *, image_tokens: int) -> int:
     """Prompt tokens of a chat request's ``messages`` (see the module docstring)."""
     if not isinstance(messages, list) or not messages:
-        raise PromptError("messages must be a non-empty list")
+        raise PromptShapeError("messages must be a non-empty list")
     total = 0
     for message in messages:
         if not isinstance(message, Mapping):
-            raise PromptError("each message must be an object")
+            raise PromptShapeError("each message must be an object")
         content = message.get("content")
         if content is None:
             continue
@@ -83,7 +81,7 @@ def count_chat_prompt(messages: object, *, image_tokens: int) -> int:
         elif isinstance(content, list):
             total += _count_parts(content, image_tokens=image_tokens)
         else:
-            raise PromptError("message content must be a string or a list of parts")
+            raise PromptShapeError("message content must be a string or a list of parts")
     return total
 
 
@@ -94,12 +92,12 @@ def _count_parts(parts: list[object], *, image_tokens: int) -> int:
             total += count_words(part)
             continue
         if not isinstance(part, Mapping):
-            raise PromptError("each content part must be an object")
+            raise PromptShapeError("each content part must be an object")
         kind = part.get("type")
         if kind == "text":
             text = part.get("text")
             if not isinstance(text, str):
-                raise PromptError("a text content part needs a string 'text'")
+                raise PromptShapeError("a text content part needs a string 'text'")
             total += count_words(text)
         elif kind in ("image_url", "image"):
             total += image_tokens

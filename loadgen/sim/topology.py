@@ -28,13 +28,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 
 from analyzers.budget.engine.scheduler import (
-    CapacityError,
     Role,
     SchedulerLimits,
     SeqSpec,
     StepResult,
 )
-from loadgen.errors import ConfigError
+from analyzers.errors import CapacityError
+from loadgen.errors import ConfigError, RequestError
 from loadgen.sim.config import EngineConfig, SimConfig
 from loadgen.sim.deadline import DeadlineTimer, make_deadline_timer
 from loadgen.sim.engine import Emission, EngineLoad, InstanceStats, Phases, Stall
@@ -42,7 +42,7 @@ from loadgen.sim.instance import Instance
 from loadgen.sim.physics import HardwareChoice, Physics, link_spec, transfer_s
 from loadgen.sim.prefix import block_hashes
 from loadgen.sim.prompt import prompt_content
-from loadgen.sim.request import RequestError, SimRequest
+from loadgen.sim.request import SimRequest
 from loadgen.sim.router import Router, RouterPolicy
 from loadgen.sim.tokenizer import make_tokenizer
 

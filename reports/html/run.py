@@ -3,8 +3,8 @@ and the run's HTML tables.
 
 ``load_run_report`` asks the analyzers for every number (``metrics.analyze``,
 ``decompose.decompose``, ``timeseries.run_series``, ``slo_eval.evaluate``); the rest only formats
-them. The facts are read from ``run.json`` as recorded: the endpoint is shown without user
-info, query or fragment, so no credential reaches the page. Must not import loadgen.
+them. The facts are ``run.json``'s ``RunInfo`` as recorded: the endpoint is shown without
+user info, query or fragment, so no credential reaches the page. Must not import loadgen.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from analyzers.decompose import TERMS, BudgetModel, ClassDecomposition, Decomposition
@@ -23,6 +23,7 @@ from analyzers.slo.evaluate import ObjectiveResult
 from analyzers.slo.parse import SLOSet
 from analyzers.timeseries import RunSeries
 from traces import schema as s
+from traces.runinfo import RunInfo
 
 DEFAULT_PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0, 99.9)
 DECOMPOSE_PERCENTILES: Final = (50.0, 90.0, 99.0, 99.9)
@@ -58,78 +59,62 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _load_text(info: dict[str, Any]) -> str | None:
-    load, config = _dict(info.get("load")), _dict(info.get("config"))
-    mode = load.get("mode")
-    if mode is None:
-        return None
-    parts = [f"{mode} loop"]
-    if config.get("concurrency"):
-        parts.append(f"concurrency {config['concurrency']}")
-    if config.get("rate"):
-        parts.append(f"rate {config['rate']:g} req/s")
-    factor = load.get("time_factor")
-    if isinstance(factor, int | float) and factor != 1:
-        parts.append(f"time x{factor:g}")
-    if config.get("max_inflight"):
-        parts.append(f"at most {config['max_inflight']} in flight")
-    if load.get("requests") is not None:
-        parts.append(f"{load['requests']:,} requests")
-    if isinstance(load.get("workers"), int) and load["workers"] > 1:
-        parts.append(f"{load['workers']} workers")
+def _load_text(info: RunInfo) -> str:
+    load, config = info.load, info.config
+    parts = [f"{load.mode} loop"]
+    if config.concurrency:
+        parts.append(f"concurrency {config.concurrency}")
+    if config.rate:
+        parts.append(f"rate {config.rate:g} req/s")
+    if load.time_factor != 1:
+        parts.append(f"time x{load.time_factor:g}")
+    if config.max_inflight:
+        parts.append(f"at most {config.max_inflight} in flight")
+    parts.append(f"{load.requests:,} requests")
+    if load.workers > 1:
+        parts.append(f"{load.workers} workers")
     return ", ".join(parts)
 
 
-def _started(info: dict[str, Any]) -> str | None:
+def _started(wall_ns: int) -> str:
     import datetime as dt
 
-    wall = _dict(info.get("clock")).get("anchor_wall_ns")
-    if not isinstance(wall, int):
-        return None
-    return dt.datetime.fromtimestamp(wall / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return dt.datetime.fromtimestamp(wall_ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def run_facts(run: Path | str) -> RunFacts:
-    """The facts of a run directory (or the directory holding a run file)."""
-    from traces.io import read_run_json
+    """The facts of a run directory (or the directory holding a run file); all None when
+    it has no ``run.json``. A ``run.json`` that cannot be read raises, as for the analysis
+    (``analyzers.frames.run_info``)."""
+    from analyzers.frames import run_info
 
     path = Path(str(run))
     directory = path if path.is_dir() else path.parent
     if directory.name == s.PARTS_DIR:
         directory = directory.parent
-    try:
-        info = read_run_json(directory)
-    except Exception:  # a broken run.json costs the header, not the report
-        info = {}
-    endpoint, config = _dict(info.get("endpoint")), _dict(info.get("config"))
-    trace = _dict(info.get("trace"))
-    source = _dict(trace.get("metadata")).get("source")
-    trace_text = trace.get("path") or config.get("trace_path")
-    if trace_text and source:
-        trace_text = f"{trace_text} ({source})"
-    versions = _dict(info.get("versions"))
+    info = run_info(directory)
+    if info is None:
+        return RunFacts(
+            path=str(run), run_id=None, trace=None, endpoint=None, model=None, load=None,
+            started=None, duration_s=None, status=None, versions=None,
+        )  # fmt: skip
+    source = info.trace.metadata.get("source")
+    trace_text = f"{info.trace.path} ({source})" if source else info.trace.path
     shown = [
-        f"{k} {versions[k]}"
+        f"{k} {info.versions[k]}"
         for k in ("llm-loadgen", "python", "httpx", "pyarrow", "uvloop", "platform")
-        if versions.get(k)
+        if info.versions.get(k)
     ]
-    result = _dict(info.get("result"))
-    duration = result.get("duration_s")
-    base = endpoint.get("base_url") or config.get("base_url")
     return RunFacts(
         path=str(run),
-        run_id=info.get("run_id") if isinstance(info.get("run_id"), str) else None,
-        trace=str(trace_text) if trace_text else None,
-        endpoint=safe_url(str(base)) if base else None,
-        model=endpoint.get("model") or config.get("model"),
+        run_id=info.run_id,
+        trace=trace_text,
+        endpoint=safe_url(info.endpoint.base_url),
+        model=info.endpoint.model,
         load=_load_text(info),
-        started=_started(info),
-        duration_s=float(duration) if isinstance(duration, int | float) else None,
-        status=info.get("status") if isinstance(info.get("status"), str) else None,
+        started=_started(info.clock.anchor_wall_ns),
+        duration_s=info.result.duration_s if info.result is not None else None,
+        status=info.status,
         versions=", ".join(shown) or None,
     )
 

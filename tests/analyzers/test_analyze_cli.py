@@ -10,10 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from runbuilders import run_info
 
 from loadgen.cli.analyze import analyze, decompose
+from loadgen.cli.root import cli
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch
+from traces.runinfo import RUN_INFO_VERSION
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -124,6 +127,33 @@ def test_not_a_run_exits_3(tmp_path: Path) -> None:
     assert err.startswith("error: ")
     assert err.count("\n") == 1
     assert out == ""
+
+
+def test_run_of_a_newer_version_exits_2_in_one_line(run: Path) -> None:
+    doc = run_info(requests=21).to_json()
+    doc["schema_version"] = RUN_INFO_VERSION + 1
+    (run / s.RUN_JSON).write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["analyze", str(run)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "written by a newer llm-loadgen" in lines[0]
+    assert "upgrade llm-loadgen" in lines[0]
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_run_json_with_an_unknown_key_is_an_invalid_run(run: Path) -> None:
+    doc = run_info(requests=21).to_json()
+    doc["load"]["burstiness"] = 2.0
+    (run / s.RUN_JSON).write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["analyze", str(run)])
+    assert result.exit_code == 3, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"error: {run / s.RUN_JSON}: unknown key(s) 'load.burstiness' "
+        "(known there: mode, time_factor, requests, workers)"
+    ]
 
 
 def test_decompose_tables_and_json(run: Path) -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from analyzers.errors import SLOError
 from analyzers.slo.evaluate import check
 from analyzers.slo.parse import (
-    SLOError,
     load_slo_file,
     parse_rule,
     parse_rules,

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from runbuilders import health, run_info
 
 from analyzers.metrics import AnalysisOptions, analyze
 from analyzers.validity import ClassCount, assess_validity, min_requests_for
 from traces import schema as s
+from traces.io import write_run_info
 from traces.records import RequestRecord, records_to_batch
+from traces.runinfo import GeneratorHealth
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -43,11 +45,13 @@ def rec(i: int, lag_ms: float = 0.0, **kw: Any) -> RequestRecord:
     return RequestRecord(**base)
 
 
-def write_run(path: Path, records: list[RequestRecord], health: Any = None) -> Path:
+def write_run(
+    path: Path, records: list[RequestRecord], generator: GeneratorHealth | None = None
+) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_batches([records_to_batch(records)]), path / s.REQUESTS_FILE)
-    if health is not None:
-        (path / s.RUN_JSON).write_text(json.dumps({"health": health}))
+    if generator is not None:
+        write_run_info(path, run_info(requests=len(records), generator_health=generator))
     return path
 
 
@@ -101,8 +105,8 @@ def test_run_with_late_sends_is_client_bound(tmp_path: Path) -> None:
 
 
 def test_event_loop_lag_from_run_json(tmp_path: Path) -> None:
-    health = {"loop_lag_ms": {"p99_ms": 80.0}, "schedule_lag_ms": {"p99_ms": 0.5}}
-    run = write_run(tmp_path / "run", [rec(i) for i in range(3)], health=health)
+    generator = health(loop_lag_ms=80.0, schedule_lag_ms=0.5)
+    run = write_run(tmp_path / "run", [rec(i) for i in range(3)], generator=generator)
     a = analyze(run, AnalysisOptions(percentiles=(50.0,)))
     assert a.health.loop_lag_p99_ms == 80.0
     assert a.validity.client_bound

@@ -13,7 +13,7 @@ import pytest
 from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
-from traces.io import read_run_json, read_run_table, write_trace
+from traces.io import read_run_info, read_run_table, write_trace
 
 tokenizers = pytest.importorskip("tokenizers", reason="the tokenizer extra is not installed")
 
@@ -82,7 +82,9 @@ def test_tokenizer_strategy_is_exact_and_calibrated_within_2_percent(
     assert set(table.column(s.OUTCOME).to_pylist()) == {s.OUTCOME_OK}
     requested = table.column(s.INPUT_TOKENS).to_pylist()
     assert table.column(s.PROMPT_TOKENS).to_pylist() == requested
-    assert read_run_json(exact)["prompts"]["name"] == "tokenizer"
+    exact_info = read_run_info(exact)
+    assert exact_info is not None
+    assert exact_info.prompts.strategy.name == "tokenizer"
 
     words = replay(SessionOptions(run_dir=tmp_path / "words", **base))
     word_counts = read_run_table(words).column(s.PROMPT_TOKENS).to_pylist()
@@ -90,9 +92,12 @@ def test_tokenizer_strategy_is_exact_and_calibrated_within_2_percent(
     assert sum(word_counts) > 1.2 * sum(requested)
 
     calibrated = replay(SessionOptions(run_dir=tmp_path / "cal", calibrate_prompts=True, **base))
-    info = read_run_json(calibrated)["prompts"]
-    assert info["name"] == "calibrated"
-    assert info["tokens_per_word"] > 1.2
+    info = read_run_info(calibrated)
+    assert info is not None
+    assert info.prompts.strategy.name == "calibrated"
+    assert info.prompts.strategy.tokens_per_word > 1.2
+    assert info.prompts.calibration is not None
+    assert info.prompts.calibration.samples
     got = read_run_table(calibrated).column(s.PROMPT_TOKENS).to_pylist()
     # ... and calibration brings the total within 2%.
     assert abs(sum(got) / sum(requested) - 1) < 0.02

@@ -12,7 +12,7 @@ import pytest
 from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
-from traces.io import read_run_json, read_run_table, write_trace
+from traces.io import read_run_info, read_run_table, write_trace
 
 pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'llm-loadgen[ray]'")
 
@@ -61,8 +61,10 @@ def test_ray_shards_match_local_shards(tmp_path: Path, sim: Callable[..., SimPro
     assert sorted(a.column(s.REQUEST_ID).to_pylist()) == sorted(b.column(s.REQUEST_ID).to_pylist())
     assert set(b.column(s.WORKER).to_pylist()) == {0, 1}
     assert set(b.column(s.OUTCOME).to_pylist()) == {s.OUTCOME_OK}
-    for run in (local, remote):
-        assert sorted(
-            (w["shard"], w["rows"]) for w in read_run_json(run.run_dir)["health"]["workers"]
-        ) == [(0, 15), (1, 15)]
-    assert "Ray" in read_run_json(remote.run_dir)["clock"]["assumption"]
+    infos = [read_run_info(run.run_dir) for run in (local, remote)]
+    for info in infos:
+        assert info is not None
+        assert info.health is not None
+        assert sorted((w.shard, w.rows) for w in info.health.workers) == [(0, 15), (1, 15)]
+    assert infos[1] is not None
+    assert "Ray" in infos[1].clock.assumption

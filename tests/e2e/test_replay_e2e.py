@@ -27,7 +27,7 @@ from loadgen.clock import Clock
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
-from traces.io import read_run_json, write_trace
+from traces.io import read_run_info, write_trace
 
 SimFactory = Callable[..., SimProcess]
 TimingCheck = Callable[[Callable[[int], None]], None]
@@ -87,8 +87,9 @@ def test_tokens_ttft_and_itl_match_the_simulator(
         )
         table = rows(result.run_dir)
         assert len(table) == 8
-        clock_info = read_run_json(result.run_dir)["clock"]
-        offset = clock_info["anchor_wall_ns"] - clock_info["anchor_mono_ns"]
+        info = read_run_info(result.run_dir)
+        assert info is not None
+        offset = info.clock.anchor_wall_ns - info.clock.anchor_mono_ns
         ttfts, itls, lags = [], [], []
         for row in table:
             assert row["outcome"] == s.OUTCOME_OK
@@ -275,10 +276,12 @@ def test_sigint_leaves_a_readable_run(tmp_path: Path, sim: SimFactory) -> None:
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    info = read_run_json(run_dir)
-    assert info["status"] == "interrupted"
+    info = read_run_info(run_dir)
+    assert info is not None
+    assert info.result is not None
+    assert info.status == "interrupted"
     table = pq.read_table(run_dir / s.REQUESTS_FILE)
-    dispatched = info["result"]["dispatched"]
+    dispatched = info.result.dispatched
     assert 10 < dispatched < 200
     assert table.num_rows == dispatched  # every dispatched request has its row
     outcomes = set(table.column(s.OUTCOME).to_pylist())
@@ -394,6 +397,9 @@ def test_two_workers_replay_exactly_the_same_request_set(tmp_path: Path, sim: Si
     dues = sorted(t2.column(s.DUE_NS).to_pylist())
     gaps = {round((b - a) / 1e6, 3) for a, b in itertools.pairwise(dues)}
     assert gaps == {25.0}
-    info = read_run_json(two.run_dir)
-    assert len(info["health"]["workers"]) == 2
-    assert info["result"]["rows"] == 41
+    info = read_run_info(two.run_dir)
+    assert info is not None
+    assert info.health is not None
+    assert info.result is not None
+    assert len(info.health.workers) == 2
+    assert info.result.rows == 41

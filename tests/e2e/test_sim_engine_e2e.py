@@ -20,7 +20,7 @@ from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
 from loadgen.sim.physics import HardwareChoice, Physics
 from traces import schema as s
-from traces.io import read_run_json, write_trace
+from traces.io import read_run_info, write_trace
 
 SimFactory = Callable[..., SimProcess]
 ENGINE = ("--model", "llama-3.1-8b", "--gpu", "h100")
@@ -53,8 +53,9 @@ def test_ground_truth_adds_up_to_client_ttft(tmp_path: Path, sim: SimFactory) ->
     server = sim(*ENGINE, "--time-scale", str(scale))
     trace = _trace(tmp_path / "t.parquet", 12, rate=8.0, inp=1500, out=8)
     rows = _replay(trace, tmp_path / "r", server.base_url)
-    clock = read_run_json(tmp_path / "r")["clock"]
-    offset = clock["anchor_wall_ns"] - clock["anchor_mono_ns"]
+    info = read_run_info(tmp_path / "r")
+    assert info is not None
+    offset = info.clock.anchor_wall_ns - info.clock.anchor_mono_ns
     network_ms = []
     for row in rows:
         assert row["outcome"] == s.OUTCOME_OK

@@ -5,9 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.openai.bodies import Capabilities, build_body, endpoint_path
+from loadgen.openai.bodies import build_body, endpoint_path
 from loadgen.openai.chunks import Kind, classify
 from traces.prompts.maker import Prompt
+from traces.runinfo import Capabilities
 
 
 def test_chat_body_with_all_extras() -> None:

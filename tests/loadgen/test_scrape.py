@@ -28,7 +28,7 @@ from loadgen.run.scrape import (
 from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import start_sim
 from traces import schema as s
-from traces.io import read_run_json, write_trace
+from traces.io import read_run_info, write_trace
 
 LLAMACPP_METRICS = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
@@ -182,14 +182,16 @@ def test_session_scrapes_the_endpoint_by_default(tmp_path: Path, workers: int) -
         started = time.monotonic()
         asyncio.run(run_session(opts, install_signal_handlers=False))
         assert time.monotonic() - started < 15
-    info = read_run_json(tmp_path / "run")
-    scraped = info["server_metrics"]
-    assert scraped["enabled"]
-    assert scraped["url"] == f"{sim.root_url}/metrics"
-    assert scraped["interval_s"] == 0.1
-    assert scraped["samples"] > 0
+    info = read_run_info(tmp_path / "run")
+    assert info is not None
+    scraped = info.server_metrics
+    assert scraped is not None
+    assert scraped.enabled
+    assert scraped.url == f"{sim.root_url}/metrics"
+    assert scraped.interval_s == 0.1
+    assert scraped.samples > 0
     table = pq.read_table(tmp_path / "run" / s.SERVER_METRICS_FILE)
-    assert table.num_rows == scraped["samples"]
+    assert table.num_rows == scraped.samples
     running = [
         v
         for n, v in zip(
@@ -219,7 +221,10 @@ def test_no_scrape_metrics_writes_nothing(tmp_path: Path) -> None:
         )
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "run" / s.SERVER_METRICS_FILE).exists()
-    assert "server_metrics" not in read_run_json(tmp_path / "run")
+    assert "server_metrics" not in json.loads((tmp_path / "run" / s.RUN_JSON).read_text())
+    info = read_run_info(tmp_path / "run")
+    assert info is not None
+    assert info.server_metrics is None
 
 
 def test_scrape_options_are_validated(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from analyzers.server_metrics import (
 from loadgen.cli.root import cli
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from traces import schema as s
-from traces.io import read_run_json, write_trace
+from traces.io import read_run_info, write_trace
 from traces.prompts.maker import HFTokenCounter, PromptMaker
 from traces.records import TraceRequest
 
@@ -140,12 +140,14 @@ def test_text_trace_chat_and_completions(
         assert row["server_decode_ms"] > 0
         assert row["server_first_token_ms"] == 0.0
         assert row["server_prefill_ms"] < ttft_ms(row)
-    info = read_run_json(result.run_dir)
-    scraped = info["server_metrics"]
-    assert scraped["enabled"]
-    assert scraped["url"] == f"{llama.root_url}/metrics"
-    assert scraped["samples"] > 0
-    assert scraped["errors"] == 0
+    info = read_run_info(result.run_dir)
+    assert info is not None
+    scraped = info.server_metrics
+    assert scraped is not None
+    assert scraped.enabled
+    assert scraped.url == f"{llama.root_url}/metrics"
+    assert scraped.samples > 0
+    assert scraped.errors == 0
     names = set(pq.read_table(result.run_dir / s.SERVER_METRICS_FILE).column("name").to_pylist())
     assert {"llamacpp:requests_processing", "llamacpp:prompt_seconds_total"} <= names
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from runbuilders import run_info
 
 from traces import schema as s
+from traces.io import write_run_info
 
 T0 = 1_800_000_000_000_000_000
 
@@ -70,18 +71,16 @@ def write_synthetic_run(
         {k: pa.array(v, type=fields[k].type) for k, v in cols.items()},
     )
     pq.write_table(table, directory / s.REQUESTS_FILE)
-    info = {
-        "run_id": f"synthetic-{seed}",
-        "status": "completed",
-        "endpoint": {"base_url": "http://user:secret@127.0.0.1:8000/v1?key=abc", "model": "m"},
-        "config": {"trace_path": "trace.parquet", "base_url": "http://127.0.0.1:8000/v1"},
-        "load": {"mode": "open", "requests": requests, "time_factor": 1.0},
-        "clock": {"anchor_wall_ns": T0},
-        "result": {"duration_s": (due - T0) / 1e9},
-        "versions": {"llm-loadgen": "0.1.0", "python": "3.11"},
-        "trace": {"path": "trace.parquet", "metadata": {"source": "synth"}},
-    }
-    (directory / s.RUN_JSON).write_text(json.dumps(info))
+    info = run_info(
+        run_id=f"synthetic-{seed}",
+        # Credentials in the URL: the report must show it without them.
+        base_url="http://user:secret@127.0.0.1:8000/v1?key=abc",
+        trace_source="synth",
+        requests=requests,
+        anchor_wall_ns=T0,
+        duration_s=(due - T0) / 1e9,
+    )
+    write_run_info(directory, info)
     return directory
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from loadgen.sim.request import RequestError, SimRequest, parse_request
+from loadgen.errors import RequestError
+from loadgen.sim.request import SimRequest, parse_request
 
 
 def _parse(body: object, api: str = "chat") -> SimRequest:

@@ -12,13 +12,13 @@ import pytest
 
 from analyzers.budget import decode_step_time_s, prefill_time_s
 from analyzers.budget.engine.scheduler import (
-    CapacityError,
     Role,
     Scheduler,
     SchedulerLimits,
     SeqSpec,
     StepResult,
 )
+from analyzers.errors import CapacityError
 from loadgen.sim.physics import HardwareChoice, Physics
 
 PHYS = Physics(HardwareChoice(model="llama-3.1-8b", gpu="h100"), chunk_tokens=512)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loadgen.errors import PromptShapeError
 from loadgen.sim.tokens import (
-    PromptError,
     count_chat_prompt,
     count_completion_prompt,
     token_text,
@@ -30,7 +30,7 @@ def test_completion_prompt_counts_words_or_token_ids(prompt: object, expected: i
 
 @pytest.mark.parametrize("prompt", [None, 3, {"a": 1}, [1.5], [True]])
 def test_completion_prompt_rejects_other_shapes(prompt: object) -> None:
-    with pytest.raises(PromptError):
+    with pytest.raises(PromptShapeError):
         count_completion_prompt(prompt)
 
 
@@ -57,7 +57,7 @@ def test_chat_prompt_sums_string_and_text_parts_and_images() -> None:
     [[], None, "hello", [1], [{"role": "user", "content": 5}], [{"content": [{"type": "text"}]}]],
 )
 def test_chat_prompt_rejects_bad_messages(messages: object) -> None:
-    with pytest.raises(PromptError):
+    with pytest.raises(PromptShapeError):
         count_chat_prompt(messages, image_tokens=0)
 
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import pytest
 
 from analyzers.budget import catalog, kv_transfer_time_s, prefill_time_s
+from loadgen.errors import RequestError
 from loadgen.sim.config import EngineConfig, SimConfig
 from loadgen.sim.physics import HardwareChoice, Physics, link_spec
-from loadgen.sim.request import RequestError, SimRequest
+from loadgen.sim.request import SimRequest
 from loadgen.sim.topology import PhysicsEngine
 
 PROMPT = 6000

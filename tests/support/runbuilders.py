@@ -3,6 +3,7 @@ pytest's ``pythonpath``; not a test module)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from pathlib import Path
@@ -10,8 +11,99 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.run.runinfo import write_run_json
+from loadgen.run.options import SessionOptions
+from traces.io import write_run_info
+from traces.prompts.maker import PromptStrategy
 from traces.records import RequestRecord, records_to_batch
+from traces.runinfo import (
+    Capabilities,
+    ClockAnchor,
+    Endpoint,
+    GeneratorHealth,
+    GeneratorInfo,
+    LagSummary,
+    PromptsInfo,
+    RunInfo,
+    RunLoad,
+    RunResult,
+    TraceRef,
+)
+
+
+def lag(p99_ms: float) -> LagSummary:
+    """A lag distribution whose p99 (and max) is ``p99_ms``."""
+    return LagSummary(samples=100, p50_ms=p99_ms / 4, p99_ms=p99_ms, max_ms=p99_ms)
+
+
+def health(
+    *, schedule_lag_ms: float = 0.2, loop_lag_ms: float = 0.5, cpu: float = 0.1
+) -> GeneratorHealth:
+    """One worker's health with the given p99 lags and CPU share."""
+    return GeneratorHealth(
+        schedule_lag_ms=lag(schedule_lag_ms),
+        loop_lag_ms=lag(loop_lag_ms),
+        cpu_utilisation=cpu,
+        cpu_s=cpu * 10,
+        client_bound=False,
+        warnings=(),
+        workers=(),
+    )
+
+
+def run_info(
+    *,
+    run_id: str = "r",
+    base_url: str = "http://127.0.0.1:8000/v1",
+    model: str = "m",
+    trace_path: str = "trace.parquet",
+    trace_source: str | None = None,
+    trace_sha256: str = "0" * 64,
+    requests: int = 400,
+    anchor_wall_ns: int = 1_000_000_000_000,
+    duration_s: float | None = 20.0,
+    status: str = "completed",
+    generator_health: GeneratorHealth | None = None,
+) -> RunInfo:
+    """A complete ``RunInfo`` as a finished open-loop replay of ``trace_path`` would write
+    it (``duration_s`` None: no ``result`` yet)."""
+    opts = SessionOptions(trace_path=Path(trace_path), run_dir=Path(run_id), base_url=base_url)
+    return RunInfo(
+        run_id=run_id,
+        generator=GeneratorInfo(name="llm-loadgen", version="0.1.0"),
+        config=opts.public_config(),
+        endpoint=Endpoint(
+            base_url=base_url, model=model, served_models=(model,), capabilities=Capabilities()
+        ),
+        load=RunLoad(mode="open", time_factor=1.0, requests=requests, workers=1),
+        trace=TraceRef(
+            path=trace_path,
+            sha256=trace_sha256,
+            metadata={"schema_version": 1, "kind": "trace"}
+            | ({"source": trace_source} if trace_source else {}),
+        ),
+        prompts=PromptsInfo(
+            strategy=PromptStrategy(name="words", block_size=512, seed=0), calibration=None
+        ),
+        clock=ClockAnchor(
+            anchor_wall_ns=anchor_wall_ns,
+            anchor_mono_ns=0,
+            source="perf_counter_ns (CLOCK_MONOTONIC)",
+            assumption="one host: every worker reads the same CLOCK_MONOTONIC",
+        ),
+        versions={"llm-loadgen": "0.1.0", "python": "3.11"},
+        status=status,
+        result=None
+        if duration_s is None
+        else RunResult(
+            dispatched=requests,
+            rows=requests,
+            start_ns=anchor_wall_ns,
+            end_ns=anchor_wall_ns + int(duration_s * 1e9),
+            duration_s=duration_s,
+            by_outcome={"ok": requests},
+        ),
+        health=generator_health,
+    )
 
 
 def make_run(
@@ -76,17 +168,16 @@ def make_run(
         )
     path.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_batches([records_to_batch(records)]), path / "requests.parquet")
-    write_run_json(
+    write_run_info(
         path,
-        {
-            "run_id": "r",
-            "trace": {"path": "trace.parquet"},
-            "health": {
-                "schedule_lag_ms": {"p99_ms": schedule_lag_ms},
-                "loop_lag_ms": {"p99_ms": 0.5},
-                "cpu_utilisation": 0.1,
-                "client_bound": False,
-            },
-        },
+        run_info(
+            requests=n,
+            # The rows' identity (request ids and token counts) depends on n alone, so the
+            # trace's hash does too: compare and gate tell these runs' traces apart as they
+            # would by their rows.
+            trace_sha256=hashlib.sha256(f"make_run n={n}".encode()).hexdigest(),
+            anchor_wall_ns=t0,
+            generator_health=health(schedule_lag_ms=schedule_lag_ms, loop_lag_ms=0.5, cpu=0.1),
+        ),
     )
     return path

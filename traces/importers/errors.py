@@ -1,12 +1,13 @@
 """Exceptions raised while importing a public trace format.
 
-Tree (under ``traces.errors.TraceError``, exit code 2)::
+Tree (under ``traces.errors.TraceError``, itself a ``UserError``; exit code 2)::
 
-    TraceError
-    ├── TraceFileError              (traces.errors) the source file is missing or unreadable
-    ├── ValidationError             (traces.errors)
-    │   └── SourceError             a value of the source file is bad; names file, line, column
-    └── ImportOptionError           an option is invalid or does not apply to the format
+    UserError                       (traces.errors)
+    └── TraceError
+        ├── TraceFileError          (traces.errors) the source file is missing or unreadable
+        ├── ValidationError         (traces.errors)
+        │   └── SourceError         a value of the source file is bad; names file, line, column
+        └── ImportOptionError       an option is invalid or does not apply to the format
 
 Messages are one line: ``<file>: line <n>, column '<name>': <what is wrong>``.
 """

@@ -39,13 +39,10 @@ from typing import Literal
 
 from analyzers.budget.engine.kvblocks import BlockPool
 from analyzers.budget.engine.step import SequenceWork
+from analyzers.errors import CapacityError
 
 Role = Literal["mixed", "prefill", "decode"]
 StepTimer = Callable[[Sequence[SequenceWork]], float]
-
-
-class CapacityError(ValueError):
-    """A request can never fit in the instance's KV cache; the message says by how much."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

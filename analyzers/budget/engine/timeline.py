@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from analyzers.budget.engine.scheduler import (
-    CapacityError,
     Role,
     Scheduler,
     SchedulerLimits,
@@ -36,7 +35,7 @@ from analyzers.budget.engine.scheduler import (
 from analyzers.budget.engine.step import SequenceWork, step_time_s
 from analyzers.budget.kv import kv_capacity_tokens, kv_transfer_time_s
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
-from analyzers.errors import BudgetError
+from analyzers.errors import BudgetError, CapacityError
 
 RouterPolicy = Literal["round-robin", "least-loaded"]
 UNCHUNKED_BUDGET = 1 << 30

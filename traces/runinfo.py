@@ -1,0 +1,433 @@
+"""``run.json`` as a typed value: what was run, against what, with which versions, and how
+it went.
+
+``RunInfo`` and the values it holds are frozen, slotted, keyword-only dataclasses; the
+replay builds one and writes it (``traces.io.write_run_info``), every reader gets one back
+(``traces.io.read_run_info``), and no dict of it crosses a package boundary. The JSON keys
+are the field names, except that ``prompts`` holds the strategy's fields and
+``calibration`` side by side (``PromptsInfo``). Sections a run has not reached yet
+(``result``, ``health``) and scraping that was never configured (``server_metrics``) are
+absent rather than null.
+
+Versions (``schema_version``, ``RUN_INFO_VERSION``): version 1 was the untyped dict of
+earlier builds, whose keys changed from build to build; version 2 has the same layout
+under this contract. Reading a document of
+
+- this version: every key must be known (an unknown one is an error naming it), every
+  field without a default present and of its type;
+- an older version or none: unknown keys are ignored and the rest read as above, so a run
+  directory of an earlier build is read when it holds what this one needs, and otherwise
+  refused with the key it lacks;
+- a newer version: refused (``NewerRunInfoError``, exit 2), since its meaning may differ.
+
+Holds no secrets: the replay records its options through ``RunConfig``, which has no API
+key (only whether one was set) and whose header values are redacted where their names look
+like credentials. Imports only ``traces``.
+"""
+
+from __future__ import annotations
+
+import functools
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from types import NoneType, UnionType
+from typing import Any, Final
+
+from traces.errors import NewerRunInfoError, RunInfoError
+from traces.prompts.maker import CalibrationSample, PromptStrategy
+
+RUN_INFO_VERSION: Final = 2
+"""The ``schema_version`` this build writes and the newest it reads."""
+VERSION_KEY: Final = "schema_version"
+
+_OMIT_NONE: Final = {"omit_none": True}
+"""Field metadata: leave the key out of the JSON while the value is None."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeneratorInfo:
+    """The program that wrote the run."""
+
+    name: str
+    version: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunConfig:
+    """The replay's options as recorded: paths as given, no API key (``api_key_set`` says
+    whether one was used), credential-like header values ``<redacted>``.
+
+    One field per option of ``loadgen.run.options.SessionOptions`` (a test pins the two
+    together); see ``loadgen replay --help`` for their meaning and units.
+    """
+
+    trace_path: str
+    run_dir: str
+    base_url: str
+    model: str | None
+    concurrency: int | None
+    time_scale: float | None
+    rate: float | None
+    max_rate: float | None
+    max_inflight: int | None
+    max_requests: int | None
+    duration_s: float | None
+    warmup_requests: int
+    request_timeout_s: float
+    grace_s: float
+    headers: Mapping[str, str]
+    api_key_set: bool
+    preflight: bool
+    prompt_seed: int
+    overwrite: bool
+    run_id: str | None
+    transport: str
+    workers: int
+    ray: str | None
+    tokenizer: str | None
+    calibrate_prompts: bool
+    template_tokens: int
+    scrape_metrics: bool
+    scrape_url: str | None
+    scrape_interval_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """Optional request fields the endpoint accepts (found by the preflight probe)."""
+
+    include_usage: bool = True
+    continuous_usage: bool = True
+    ignore_eos: bool = True
+    min_tokens: bool = True
+
+    def without_extras(self) -> Capabilities:
+        """The same with the non-standard vLLM-style extras removed."""
+        return Capabilities(
+            include_usage=self.include_usage,
+            continuous_usage=False,
+            ignore_eos=False,
+            min_tokens=False,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """What was measured: the base URL as given (readers showing it strip user info and
+    query), the model requested, the models the endpoint listed, what it accepts."""
+
+    base_url: str
+    model: str
+    served_models: tuple[str, ...]
+    capabilities: Capabilities
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLoad:
+    """How load was offered: ``open`` (trace timestamps x ``time_factor``) or ``closed``
+    (a concurrency); ``requests`` in the schedule; worker processes."""
+
+    mode: str
+    time_factor: float
+    requests: int
+    workers: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceRef:
+    """The trace replayed: its path as given, its content hash (compare and gate refuse
+    runs of different traces) and its file-level provenance, copied as found.
+
+    ``metadata`` is open-ended by design: each importer and synthesizer records its own
+    options there (``source``, ``block_size``, ``seed``, ...).
+    """
+
+    path: str
+    sha256: str
+    metadata: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptCalibration:
+    """The probes of ``--calibrate-prompts`` and the fit from them:
+    prompt_tokens ≈ overhead_tokens + tokens_per_word x words."""
+
+    samples: tuple[CalibrationSample, ...]
+    tokens_per_word: float
+    overhead_tokens: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptsInfo:
+    """How prompts were materialised; in JSON the strategy's fields and ``calibration``
+    sit side by side in one object."""
+
+    strategy: PromptStrategy
+    calibration: PromptCalibration | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClockAnchor:
+    """The run's one clock: every ``*_ns`` of the run table is ``anchor_wall_ns`` plus
+    monotonic time since ``anchor_mono_ns``. ``source`` names the clock; ``assumption``
+    what makes the stamps of several workers comparable."""
+
+    anchor_wall_ns: int
+    anchor_mono_ns: int
+    source: str
+    assumption: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResult:
+    """How the replay ended: requests dispatched, rows written, the replay's first and
+    last epoch ns and its duration in seconds, and rows by ``outcome``."""
+
+    dispatched: int
+    rows: int
+    start_ns: int
+    end_ns: int
+    duration_s: float
+    by_outcome: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagSummary:
+    """Percentiles of a lag distribution, in milliseconds."""
+
+    samples: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerHealth:
+    """One worker process (shard): what it sent and how late it was."""
+
+    shard: int
+    dispatched: int
+    rows: int
+    schedule_lag_ms: LagSummary
+    loop_lag_ms: LagSummary
+    cpu_utilisation: float
+    """CPU seconds over wall seconds of the replay (1.0 = one core busy)."""
+    cpu_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeneratorHealth:
+    """The load generator's own health: the worst lags over workers, the busiest worker's
+    CPU use, total CPU seconds, whether the client may have limited the run (and why)."""
+
+    schedule_lag_ms: LagSummary
+    loop_lag_ms: LagSummary
+    cpu_utilisation: float
+    cpu_s: float
+    client_bound: bool
+    warnings: tuple[str, ...]
+    workers: tuple[WorkerHealth, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScrapeReport:
+    """What scraping the server's Prometheus metrics did (``server_metrics``)."""
+
+    url: str
+    interval_s: float
+    enabled: bool
+    scrapes: int = 0
+    samples: int = 0
+    errors: int = 0
+    last_error: str | None = field(default=None, metadata=_OMIT_NONE)
+    file: str | None = field(default=None, metadata=_OMIT_NONE)
+    reason: str | None = field(default=None, metadata=_OMIT_NONE)
+    """Why scraping was off (only when ``enabled`` is False)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunInfo:
+    """One run directory's ``run.json``.
+
+    ``status`` is ``running`` until the replay ends, then how it ended (``completed``,
+    ``interrupted``, ``duration``, ...). ``versions`` maps Python, the platform and the
+    packages that shape the measurement to their versions.
+    """
+
+    run_id: str
+    generator: GeneratorInfo
+    config: RunConfig
+    endpoint: Endpoint
+    load: RunLoad
+    trace: TraceRef
+    prompts: PromptsInfo
+    clock: ClockAnchor
+    versions: Mapping[str, str]
+    status: str
+    result: RunResult | None = field(default=None, metadata=_OMIT_NONE)
+    health: GeneratorHealth | None = field(default=None, metadata=_OMIT_NONE)
+    server_metrics: ScrapeReport | None = field(default=None, metadata=_OMIT_NONE)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of ``run.json``, stamped with this build's ``schema_version``."""
+        body = _encode(self)
+        assert isinstance(body, dict)
+        return {VERSION_KEY: RUN_INFO_VERSION, **body}
+
+    @classmethod
+    def from_json(cls, doc: object, *, where: str = "run.json") -> RunInfo:
+        """Read a ``run.json`` object under the version rules of the module docstring.
+
+        Raises ``NewerRunInfoError`` for a newer ``schema_version`` and ``RunInfoError``
+        naming the key for anything else it cannot read; ``where`` starts the message.
+        """
+        if not isinstance(doc, Mapping):
+            raise RunInfoError(f"{where}: expected a JSON object, got {_kind(doc)}")
+        version = doc.get(VERSION_KEY)
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool)):
+            raise RunInfoError(f"{where}: {VERSION_KEY} must be an integer, got {version!r}")
+        if version is not None and version > RUN_INFO_VERSION:
+            raise NewerRunInfoError(
+                f"{where}: written by a newer llm-loadgen ({VERSION_KEY} {version}; this "
+                f"version reads up to {RUN_INFO_VERSION}): upgrade llm-loadgen to read it"
+            )
+        strict = version == RUN_INFO_VERSION
+        body = {k: v for k, v in doc.items() if k != VERSION_KEY}
+        try:
+            value = _Decoder(strict=strict).value(RunInfo, body, "")
+        except RunInfoError as exc:
+            if strict:
+                raise RunInfoError(f"{where}: {exc}") from None
+            got = f"{VERSION_KEY} {version}" if version is not None else f"no {VERSION_KEY}"
+            raise RunInfoError(f"{where} ({got}) cannot be read: {exc}") from None
+        assert isinstance(value, RunInfo)
+        return value
+
+
+# ------------------------------------------------------------------ JSON conversion
+def _encode(value: object) -> object:
+    """A value as JSON-ready Python: dataclasses as objects, tuples as lists."""
+    if isinstance(value, PromptsInfo):
+        strategy = _encode(value.strategy)
+        assert isinstance(strategy, dict)
+        return {**strategy, "calibration": _encode(value.calibration)}
+    if is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, object] = {}
+        for f in fields(value):
+            item = getattr(value, f.name)
+            if item is None and f.metadata.get("omit_none"):
+                continue
+            out[f.name] = _encode(item)
+        return out
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v) for k, v in value.items()}
+    return value
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _kind(raw: object) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(raw), "null" if raw is None else "a number"
+    )
+
+
+def _key(parent: str, name: str | int) -> str:
+    if isinstance(name, int):
+        return f"{parent}[{name}]"
+    return f"{parent}.{name}" if parent else name
+
+
+class _Decoder:
+    """Decodes JSON into the annotated types above; errors name the key (``health.workers[0]
+    .rows``). ``strict``: unknown keys are errors rather than ignored."""
+
+    def __init__(self, *, strict: bool) -> None:
+        self.strict = strict
+
+    def value(self, tp: Any, raw: object, key: str) -> object:
+        origin = typing.get_origin(tp)
+        if origin in (UnionType, typing.Union):
+            options = [a for a in typing.get_args(tp) if a is not NoneType]
+            if raw is None:
+                return None
+            (inner,) = options  # only ``X | None`` is used here
+            return self.value(inner, raw, key)
+        if tp is PromptsInfo:
+            return self._prompts(raw, key)
+        if isinstance(tp, type) and is_dataclass(tp):
+            return self._object(tp, raw, key)
+        if origin is tuple:
+            item_type, _ = typing.get_args(tp)
+            if not isinstance(raw, list):
+                raise self._wrong(key, "an array", raw)
+            return tuple(self.value(item_type, v, _key(key, i)) for i, v in enumerate(raw))
+        if origin is Mapping:
+            _, item_type = typing.get_args(tp)
+            if not isinstance(raw, dict):
+                raise self._wrong(key, "an object", raw)
+            return {str(k): self.value(item_type, v, _key(key, str(k))) for k, v in raw.items()}
+        return self._scalar(tp, raw, key)
+
+    def _scalar(self, tp: Any, raw: object, key: str) -> object:
+        if tp is object:  # open-ended provenance, kept as found
+            return raw
+        if tp is bool:
+            if isinstance(raw, bool):
+                return raw
+            raise self._wrong(key, "true or false", raw)
+        if tp is int:
+            if isinstance(raw, int) and not isinstance(raw, bool):
+                return raw
+            raise self._wrong(key, "an integer", raw)
+        if tp is float:
+            if isinstance(raw, int | float) and not isinstance(raw, bool):
+                return float(raw)
+            raise self._wrong(key, "a number", raw)
+        if tp is str:
+            if isinstance(raw, str):
+                return raw
+            raise self._wrong(key, "a string", raw)
+        raise TypeError(f"run.json: no decoder for {tp!r} at {key!r}")  # a bug here
+
+    def _object(self, cls: type, raw: object, key: str) -> object:
+        if not isinstance(raw, dict):
+            raise self._wrong(key, "an object", raw)
+        hints = _hints(cls)
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(k for k in raw if k not in known)
+        if unknown and self.strict:
+            raise RunInfoError(
+                f"unknown key(s) {', '.join(repr(_key(key, k)) for k in unknown)} "
+                f"(known there: {', '.join(known)})"
+            )
+        values: dict[str, object] = {}
+        for name, f in known.items():
+            if name in raw:
+                values[name] = self.value(hints[name], raw[name], _key(key, name))
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise RunInfoError(f"missing key {_key(key, name)!r}")
+        return cls(**values)
+
+    def _prompts(self, raw: object, key: str) -> PromptsInfo:
+        if not isinstance(raw, dict):
+            raise self._wrong(key, "an object", raw)
+        rest = {k: v for k, v in raw.items() if k != "calibration"}
+        strategy = self.value(PromptStrategy, rest, key)
+        calibration = self.value(
+            PromptCalibration | None, raw.get("calibration"), _key(key, "calibration")
+        )
+        assert isinstance(strategy, PromptStrategy)
+        assert calibration is None or isinstance(calibration, PromptCalibration)
+        return PromptsInfo(strategy=strategy, calibration=calibration)
+
+    @staticmethod
+    def _wrong(key: str, expected: str, raw: object) -> RunInfoError:
+        shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:37] + "..."
+        return RunInfoError(f"{key!r} must be {expected}, got {_kind(raw)} ({shown})")
