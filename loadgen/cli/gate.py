@@ -12,11 +12,25 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from loadgen.cli.analyze import _emit, _one_line_errors, _percentiles, _selection
+from loadgen.cli.echo import echo_json, echo_renderables, write_text
+from loadgen.cli.errors import one_line_errors
+from loadgen.cli.options import (
+    bootstrap_options,
+    by_option,
+    json_option,
+    load_slos,
+    markdown_option,
+    percentiles_option,
+    selection_options,
+    slo_option,
+)
+
+if TYPE_CHECKING:
+    from analyzers.frames import RowSelection
 
 
 def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: str) -> float:
@@ -30,39 +44,10 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
     return number
 
 
-def _load_slos(slo_args: tuple[str, ...]) -> Any:
-    """``--slo`` values: TOML files (an existing path or a name ending in .toml) or rules."""
-    from analyzers.slo.parse import SLOSet, load_slo_file, parse_rules
-
-    slos = SLOSet()
-    rules: list[str] = []
-    for arg in slo_args:
-        if arg.endswith(".toml") or Path(arg).is_file():
-            slos = slos.merged(load_slo_file(Path(arg)))
-        else:
-            rules.append(arg)
-    if rules:
-        slos = slos.merged(parse_rules(rules))
-    return slos
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-_SLO_OPTION = click.option(
-    "--slo",
-    "slo_args",
-    multiple=True,
-    metavar="FILE|RULE",
-    help="An SLO TOML file, or a rule like 'ttft_ms.p99<=200' or 'goodput>=0.95' (repeat).",
-)
-
-
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path))
-@_SLO_OPTION
+@one_line_errors
+@slo_option()
 @click.option(
     "--baseline",
     type=click.Path(path_type=Path, exists=True),
@@ -77,9 +62,8 @@ _SLO_OPTION = click.option(
     help="Tolerated slowdown against --baseline (relative).",
 )
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@click.option("--markdown", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@click.option("--resamples", type=click.IntRange(min=10), default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@markdown_option
+@bootstrap_options
 @click.option(
     "--infra-share",
     callback=_fraction,
@@ -89,10 +73,8 @@ _SLO_OPTION = click.option(
     "the run an infrastructure failure (exit 4).",
 )
 @click.option("--allow-different-traces", is_flag=True, help="Allow a baseline of another trace.")
-@click.option("--trim-start", "trim_start_s", type=click.FloatRange(min=0), default=0.0)
-@click.option("--trim-end", "trim_end_s", type=click.FloatRange(min=0), default=0.0)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-@_one_line_errors
+@selection_options(window=False)
+@json_option
 def gate(
     run: Path,
     slo_args: tuple[str, ...],
@@ -104,8 +86,7 @@ def gate(
     seed: int,
     infra_share: float,
     allow_different_traces: bool,
-    trim_start_s: float,
-    trim_end_s: float,
+    selection: RowSelection,
     as_json: bool,
 ) -> None:
     """Fail CI when a run breaks its SLOs or regresses against a baseline.
@@ -122,8 +103,8 @@ def gate(
     report = run_gate(
         run,
         GateOptions(
-            slos=_load_slos(slo_args),
-            selection=_selection(trim_start_s, trim_end_s, None, None, False),
+            slos=load_slos(slo_args),
+            selection=selection,
             baseline=baseline,
             max_regression=max_regression,
             resamples=resamples,
@@ -133,18 +114,18 @@ def gate(
         ),
     )
     if junit is not None:
-        _write(junit, junit_xml(report))
+        write_text(junit, junit_xml(report))
     md = gate_markdown(report)
     if markdown is not None:
-        _write(markdown, md)
+        write_text(markdown, md)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(md + "\n")
     if as_json:
-        _emit(_gate_json(report), None)
+        echo_json(_gate_json(report))
     else:
-        _emit(None, gate_renderables(report))
+        echo_renderables(gate_renderables(report))
     error = verdict_error(report)
     if error is not None:
         raise error
@@ -191,6 +172,7 @@ def _gate_json(report: Any) -> dict[str, Any]:
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@one_line_errors
 @click.option(
     "--label",
     "labels",
@@ -203,16 +185,9 @@ def _gate_json(report: Any) -> dict[str, Any]:
     show_default=True,
     help="Comma-separated metrics to compare.",
 )
-@click.option(
-    "--percentiles",
-    callback=_percentiles,
-    default="50,90,99",
-    show_default=True,
-    help="Comma-separated percentiles to compare.",
-)
-@_SLO_OPTION
-@click.option("--resamples", type=click.IntRange(min=10), default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@percentiles_option("50,90,99", verb="compare")
+@slo_option()
+@bootstrap_options
 @click.option(
     "--time-scale",
     type=click.FloatRange(min=0, min_open=True),
@@ -223,9 +198,8 @@ def _gate_json(report: Any) -> dict[str, Any]:
 @click.option(
     "--allow-different-traces", is_flag=True, help="Compare runs of different traces anyway."
 )
-@click.option("--by", type=click.Choice(["workload", "none"]), default="workload")
-@click.option("--markdown", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@_one_line_errors
+@by_option
+@markdown_option
 def compare(
     runs: tuple[Path, ...],
     labels: tuple[str, ...],
@@ -250,7 +224,7 @@ def compare(
     """
     from analyzers.compare.sweep import SweepOptions, compare_sweeps, is_sweep_dir
 
-    slos = _load_slos(slo_args)
+    slos = load_slos(slo_args)
     sweeps = [is_sweep_dir(r) for r in runs]
     if any(sweeps):
         from reports.compare import sweep_comparison_markdown, sweep_comparison_renderables
@@ -265,8 +239,8 @@ def compare(
             allow_different_traces=allow_different_traces,
         )
         if markdown is not None:
-            _write(markdown, sweep_comparison_markdown(result))
-        _emit(None, sweep_comparison_renderables(result))
+            write_text(markdown, sweep_comparison_markdown(result))
+        echo_renderables(sweep_comparison_renderables(result))
         return
     from analyzers.compare.runs import CompareOptions, compare_runs
     from analyzers.goodput import SLOTargets
@@ -287,5 +261,5 @@ def compare(
         ),
     )
     if markdown is not None:
-        _write(markdown, comparison_markdown(comparison))
-    _emit(None, comparison_renderables(comparison))
+        write_text(markdown, comparison_markdown(comparison))
+    echo_renderables(comparison_renderables(comparison))
