@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from loadgen.cli.analyze import analyze, decompose
+from loadgen.cli.analyze import analyze
+from loadgen.cli.decompose import decompose
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch
 
