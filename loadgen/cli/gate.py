@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -94,6 +94,7 @@ def gate(
     from analyzers.slo.gate import GateOptions, verdict_error
     from analyzers.slo.gate import gate as run_gate
     from reports.gate import gate_markdown, gate_renderables, junit_xml
+    from reports.jsondoc import gate_json
 
     report = run_gate(
         run,
@@ -118,48 +119,9 @@ def gate(
         with open(summary, "a", encoding="utf-8") as f:
             f.write(md + "\n")
     if as_json:
-        echo_json(_gate_json(report))
+        echo_json(gate_json(report))
     else:
         echo_renderables(gate_renderables(report))
     error = verdict_error(report)
     if error is not None:
         raise error
-
-
-def _gate_json(report: Any) -> dict[str, Any]:
-    return {
-        "run": report.run,
-        "baseline": report.baseline,
-        "verdict": report.verdict,
-        "exit_code": report.exit_code,
-        "summary": report.summary,
-        "objectives": [
-            {
-                "objective": r.objective.label,
-                "metric": r.objective.metric,
-                "workload": r.objective.workload,
-                "observed": r.observed,
-                "threshold": r.objective.threshold,
-                "margin": r.margin,
-                "status": r.status,
-                "samples": r.samples,
-            }
-            for r in report.objectives
-        ],
-        "regressions": [
-            {
-                "metric": g.metric,
-                "workload": g.workload,
-                "percentile": g.percentile,
-                "baseline": g.difference.a,
-                "run": g.difference.b,
-                "relative": g.difference.relative.estimate if g.difference.relative else None,
-                "relative_low": g.difference.relative.low if g.difference.relative else None,
-                "relative_high": g.difference.relative.high if g.difference.relative else None,
-                "failed": g.failed,
-            }
-            for g in report.regressions
-        ],
-        "problems": list(report.problems),
-        "infrastructure": report.infra.reason,
-    }
