@@ -7,8 +7,9 @@ nothing, so that light commands (``loadgen trace info``) can use it.
 
 Two notations stay in ``analyzers``, because the analyzers write them into their results
 before any report exists: the engineering notation of the budget's arithmetic chains
-(``analyzers/budget/formatting.py``), and the notation of objective labels, verdict
-reasons and comparison verdicts (``analyzers/slo/parse.py``, ``analyzers/compare/runs.py``).
+(``analyzers/budget/formatting.py``; ``reports/plan.py`` heads each chain with a value in
+the same notation), and the notation of objective labels, verdict reasons and comparison
+verdicts (``analyzers/slo/parse.py``, ``analyzers/compare/runs.py``).
 """
 
 from __future__ import annotations

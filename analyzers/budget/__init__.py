@@ -2,8 +2,9 @@
 disaggregation costs, and the model/GPU catalog they draw on.
 
 Pure Python arithmetic on frozen dataclasses, importable by the engine simulator
-(``loadgen.sim``) and the analyzers. Only ``catalog`` and ``budgetfile`` read files and
-only ``cli`` prints. No module here may import ``loadgen``, httpx or polars.
+(``loadgen.sim``) and the analyzers. Only ``catalog`` and ``budgetfile`` read files;
+nothing here prints (``reports.plan`` writes a report as text). No module here may import
+``loadgen``, httpx or polars.
 
 Typical use::
 
