@@ -16,40 +16,35 @@ from loadgen.cli.options.group import Command, apply
 if TYPE_CHECKING:
     from analyzers.frames import RowSelection
 
+
+def _seconds(
+    flag: str, dest: str, default: float | None, text: str
+) -> Callable[[Command], Command]:
+    """An option in seconds on the run's due-time axis (never negative); a default is shown."""
+    return click.option(
+        flag,
+        dest,
+        type=click.FloatRange(min=0),
+        default=default,
+        show_default=default is not None,
+        help=text,
+    )
+
+
 _TRIM = (
-    click.option(
-        "--trim-start",
-        "trim_start_s",
-        type=click.FloatRange(min=0),
-        default=0.0,
-        show_default=True,
-        help="Drop requests due in the first S seconds (warm-up).",
+    _seconds(
+        "--trim-start", "trim_start_s", 0.0, "Drop requests due in the first S seconds (warm-up)."
     ),
-    click.option(
-        "--trim-end",
-        "trim_end_s",
-        type=click.FloatRange(min=0),
-        default=0.0,
-        show_default=True,
-        help="Drop requests due in the last S seconds (cool-down).",
+    _seconds(
+        "--trim-end", "trim_end_s", 0.0, "Drop requests due in the last S seconds (cool-down)."
     ),
 )
 
 _WINDOW = (
-    click.option(
-        "--start",
-        "start_s",
-        type=click.FloatRange(min=0),
-        default=None,
-        help="Steady-state window: keep requests due from S seconds on.",
+    _seconds(
+        "--start", "start_s", None, "Steady-state window: keep requests due from S seconds on."
     ),
-    click.option(
-        "--end",
-        "end_s",
-        type=click.FloatRange(min=0),
-        default=None,
-        help="Steady-state window: keep requests due before S seconds.",
-    ),
+    _seconds("--end", "end_s", None, "Steady-state window: keep requests due before S seconds."),
     click.option(
         "--include-warmup",
         is_flag=True,
