@@ -9,10 +9,12 @@ __all__ = [
     "charts",
     "compare",
     "console",
+    "fmt",
     "gate",
     "html",
     "jsondoc",
     "markdown",
+    "plan",
     "tables",
     "theme",
 ]

@@ -13,11 +13,7 @@ from rich.text import Text
 
 from analyzers.compare.runs import Comparison, ComponentDelta, MetricDelta
 from analyzers.compare.sweep import SweepAnalysis, SweepComparison
-from reports.tables import fmt
-
-
-def _value(value: float, unit: str) -> str:
-    return f"{value:.1%}" if unit == "fraction" else fmt(value)
+from reports import fmt
 
 
 def _delta_cells(d: MetricDelta) -> tuple[str, str, str, str, str, str]:
@@ -33,8 +29,8 @@ def _delta_cells(d: MetricDelta) -> tuple[str, str, str, str, str, str]:
     return (
         f"{d.name} ({d.unit})" if d.unit != "fraction" else d.name,
         stat,
-        _value(diff.a, d.unit),
-        _value(diff.b, d.unit),
+        fmt.in_unit(diff.a, d.unit),
+        fmt.in_unit(diff.b, d.unit),
         change,
         relative,
     )
@@ -76,8 +72,8 @@ def _components_table(comps: list[ComponentDelta], base: str, label: str, conf: 
         table.add_row(
             x.term,
             f"p{x.percentile:g}",
-            fmt(d.a),
-            fmt(d.b),
+            fmt.number(d.a),
+            fmt.number(d.b),
             f"{a.estimate:+.3g} [{a.low:+.3g}, {a.high:+.3g}]",
             f"{x.attributed_ms:+.3g}" if x.attributed_ms is not None else "-",
             style="bold" if d.significant else "dim",
@@ -130,15 +126,15 @@ def sweep_table(s: SweepAnalysis) -> Table:
         slo = "-" if st.meets_slo is None else ("meets" if st.meets_slo else "breaks")
         table.add_row(
             f"{st.offered:.3g} ({st.label})",
-            fmt(st.achieved_rps),
-            fmt(st.output_tokens_per_s),
-            fmt(st.ttft_p50_ms),
-            fmt(st.ttft_p99_ms),
-            fmt(st.tpot_p50_ms),
-            fmt(st.tpot_p99_ms),
-            fmt(st.e2e_p99_ms),
+            fmt.number(st.achieved_rps),
+            fmt.number(st.output_tokens_per_s),
+            fmt.number(st.ttft_p50_ms),
+            fmt.number(st.ttft_p99_ms),
+            fmt.number(st.tpot_p50_ms),
+            fmt.number(st.tpot_p99_ms),
+            fmt.number(st.e2e_p99_ms),
             f"{st.error_rate:.1%}",
-            f"{st.goodput:.1%}" if st.goodput is not None else "-",
+            fmt.percent(st.goodput),
             Text(slo, "green" if st.meets_slo else "red" if st.meets_slo is False else ""),
             style="bold" if s.knee is st else "",
         )
@@ -167,8 +163,8 @@ def sweep_comparison_renderables(c: SweepComparison) -> list[RenderableType]:
             lead = f"{(p.b - p.a) * 100:+.1f} pts"
         curve.add_row(
             f"{p.load:.3g}",
-            f"{p.a:.1%}" if p.a is not None else "-",
-            f"{p.b:.1%}" if p.b is not None else "-",
+            fmt.percent(p.a),
+            fmt.percent(p.b),
             lead,
         )
     out.append(curve)
@@ -186,7 +182,5 @@ def sweep_comparison_markdown(c: SweepComparison) -> str:
         "|---:|---:|---:|",
     ]
     for p in c.points:
-        a = f"{p.a:.1%}" if p.a is not None else "-"
-        b = f"{p.b:.1%}" if p.b is not None else "-"
-        lines.append(f"| {p.load:.3g} | {a} | {b} |")
+        lines.append(f"| {p.load:.3g} | {fmt.percent(p.a)} | {fmt.percent(p.b)} |")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
-"""JSON documents of an ``Analysis`` and a ``Decomposition``: plain values for machines,
-every key with a unit carries it (``ttft_ms``, ``rate_per_s``). The only place where
-analyzers' results become dicts. Must not import loadgen or httpx.
+"""JSON documents of an ``Analysis``, a ``Decomposition`` and a ``GateReport``: plain values
+for machines, every key with a unit carries it (``ttft_ms``, ``rate_per_s``). The only place
+where analyzers' results become dicts. Must not import loadgen or httpx.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 
 from analyzers.decompose.report import ClassDecomposition, Decomposition
 from analyzers.metrics import Analysis, ClassSummary, MetricStats
+from analyzers.slo.gate import GateReport
 from analyzers.validity import RunValidity
 
 
@@ -196,4 +197,44 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
         "queue_dominates_at_per_s": d.queue_dominates_at_per_s,
         "verdicts": list(d.verdicts),
         "validity": validity_json(d.validity),
+    }
+
+
+def gate_json(report: GateReport) -> dict[str, Any]:
+    """A gate's verdict, objectives, regressions and problems as JSON values."""
+    return {
+        "run": report.run,
+        "baseline": report.baseline,
+        "verdict": report.verdict,
+        "exit_code": report.exit_code,
+        "summary": report.summary,
+        "objectives": [
+            {
+                "objective": r.objective.label,
+                "metric": r.objective.metric,
+                "workload": r.objective.workload,
+                "observed": r.observed,
+                "threshold": r.objective.threshold,
+                "margin": r.margin,
+                "status": r.status,
+                "samples": r.samples,
+            }
+            for r in report.objectives
+        ],
+        "regressions": [
+            {
+                "metric": g.metric,
+                "workload": g.workload,
+                "percentile": g.percentile,
+                "baseline": g.difference.a,
+                "run": g.difference.b,
+                "relative": g.difference.relative.estimate if g.difference.relative else None,
+                "relative_low": g.difference.relative.low if g.difference.relative else None,
+                "relative_high": g.difference.relative.high if g.difference.relative else None,
+                "failed": g.failed,
+            }
+            for g in report.regressions
+        ],
+        "problems": list(report.problems),
+        "infrastructure": report.infra.reason,
     }

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from analyzers import exprs as e
+from reports import fmt
 from reports.html.report import Report
-from reports.html.run import RunReport, Verdict, fmt
+from reports.html.run import RunReport, Verdict
 
 _ICON = {"ok": "✅", "warn": "⚠️", "bad": "❌", "info": "ℹ️"}
 
@@ -56,14 +57,14 @@ def _run(r: RunReport, heading: str) -> list[str]:
                 "all" if c is a.overall else c.workload,
                 f"{c.requests:,}",
                 f"{c.error_rate:.1%}",
-                fmt(ttft.value(50.0)),
-                fmt(ttft.value(99.0)),
-                fmt(due.value(99.0)),
-                fmt(tpot.value(50.0)),
-                fmt(tpot.value(99.0)),
-                fmt(e2e.value(99.0)),
+                fmt.number(ttft.value(50.0)),
+                fmt.number(ttft.value(99.0)),
+                fmt.number(due.value(99.0)),
+                fmt.number(tpot.value(50.0)),
+                fmt.number(tpot.value(99.0)),
+                fmt.number(e2e.value(99.0)),
                 f"{c.output_tokens_per_s:,.0f}",
-                "-" if c.goodput is None else f"{c.goodput.fraction:.1%}",
+                fmt.percent(None if c.goodput is None else c.goodput.fraction),
             ]
         )
     out += ["Latencies in ms (TPOT in ms/token).", "", *table(header, rows), ""]
@@ -81,10 +82,10 @@ def _comparison(report: Report) -> list[str]:
         [
             f"{d.name} p{d.percentile:g}" if d.percentile is not None else d.name,
             d.label,
-            fmt(d.difference.a),
-            fmt(d.difference.b),
+            fmt.number(d.difference.a),
+            fmt.number(d.difference.b),
             f"{d.difference.absolute.estimate:+,.2f}" + (" *" if d.difference.significant else ""),
-            f"[{d.difference.absolute.low:+,.1f}, {d.difference.absolute.high:+,.1f}]",
+            fmt.signed_interval(d.difference.absolute.low, d.difference.absolute.high),
             "-" if d.difference.relative is None else f"{d.difference.relative.estimate:+.1%}",
         ]
         for d in c.metrics
@@ -108,10 +109,10 @@ def _sweeps(report: Report) -> list[str]:
             [
                 f"{st.offered:g}",
                 f"{st.achieved_rps:.2f}",
-                fmt(st.ttft_p99_ms),
-                fmt(st.tpot_p99_ms),
+                fmt.number(st.ttft_p99_ms),
+                fmt.number(st.tpot_p99_ms),
                 f"{st.error_rate:.1%}",
-                "-" if st.goodput is None else f"{st.goodput:.1%}",
+                fmt.percent(st.goodput),
                 {True: "meets", False: "breaks", None: "-"}[st.meets_slo],
             ]
             for st in s.steps

@@ -10,17 +10,7 @@ from rich.text import Text
 from analyzers.decompose import TERMS, ClassDecomposition, Decomposition
 from analyzers.metrics import Analysis, ClassSummary
 from analyzers.validity import RunValidity
-
-
-def fmt(value: float | None) -> str:
-    """A number to three significant figures or so; ``-`` for None."""
-    if value is None:
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
+from reports import fmt
 
 
 def metrics_table(c: ClassSummary, title: str) -> Table:
@@ -39,9 +29,9 @@ def metrics_table(c: ClassSummary, title: str) -> Table:
         table.add_row(
             f"{m.name} ({m.unit})",
             str(m.count),
-            fmt(m.mean),
-            *(fmt(pv.value) for pv in m.percentiles),
-            fmt(m.max),
+            fmt.number(m.mean),
+            *(fmt.number(pv.value) for pv in m.percentiles),
+            fmt.number(m.max),
         )
     return table
 
@@ -57,9 +47,9 @@ def class_lines(c: ClassSummary) -> list[str]:
     f = c.fidelity
     if f.requests:
         lines.append(
-            f"prompt fidelity: requested {fmt(f.requested_tokens_mean)} vs reported "
-            f"{fmt(f.reported_tokens_mean)} tokens (mean), median |ratio - 1| "
-            f"{(f.abs_error_median or 0.0):.1%}; cached {fmt(f.cached_tokens_mean)} tokens "
+            f"prompt fidelity: requested {fmt.number(f.requested_tokens_mean)} vs reported "
+            f"{fmt.number(f.reported_tokens_mean)} tokens (mean), median |ratio - 1| "
+            f"{(f.abs_error_median or 0.0):.1%}; cached {fmt.number(f.cached_tokens_mean)} tokens "
             f"({(f.cached_fraction_mean or 0.0):.0%})"
         )
     g = c.goodput
@@ -112,9 +102,11 @@ def _percentile_table(c: ClassDecomposition, d: Decomposition) -> Table:
         table.add_column(f"p{t.percentile:g}", justify="right")
     for term in TERMS:
         table.add_row(
-            term, sources.get(term, ""), *(fmt(t.term(term).percentile_ms) for t in c.tails)
+            term, sources.get(term, ""), *(fmt.number(t.term(term).percentile_ms) for t in c.tails)
         )
-    table.add_row(Text("TTFT from due", style="bold"), "", *(fmt(t.ttft_ms) for t in c.tails))
+    table.add_row(
+        Text("TTFT from due", style="bold"), "", *(fmt.number(t.ttft_ms) for t in c.tails)
+    )
     return table
 
 
@@ -128,12 +120,14 @@ def _tail_table(c: ClassDecomposition) -> Table:
         cells = []
         for t in c.tails:
             st = t.term(term)
-            budget = f" ({fmt(st.budget_ms)})" if st.budget_ms is not None else ""
-            cells.append(f"{fmt(st.tail_mean_ms)}{budget}")
+            budget = f" ({fmt.number(st.budget_ms)})" if st.budget_ms is not None else ""
+            cells.append(f"{fmt.number(st.tail_mean_ms)}{budget}")
         table.add_row(term, *cells)
     if any(t.overshoot_mean_ms for t in c.tails):
-        table.add_row("overshoot", *(fmt(t.overshoot_mean_ms) for t in c.tails))
-    table.add_row(Text("TTFT from due", style="bold"), *(fmt(t.tail_mean_ttft_ms) for t in c.tails))
+        table.add_row("overshoot", *(fmt.number(t.overshoot_mean_ms) for t in c.tails))
+    table.add_row(
+        Text("TTFT from due", style="bold"), *(fmt.number(t.tail_mean_ttft_ms) for t in c.tails)
+    )
     table.add_row("requests", *(str(t.tail_requests) for t in c.tails))
     return table
 
@@ -144,7 +138,7 @@ def decomposition_renderables(d: Decomposition) -> list[RenderableType]:
         f"decomposition of {d.run}"
         + (f" against {d.budget_source}" if d.budget_source else "")
         + (" (server timings hidden)" if d.options.hide_server_timings else ""),
-        f"network round trip {fmt(d.network.value_ms)} ms ({d.network.source})",
+        f"network round trip {fmt.number(d.network.value_ms)} ms ({d.network.source})",
     ]
     if d.prediction:
         out.append(f"server terms predicted by {d.prediction}")
@@ -153,7 +147,8 @@ def decomposition_renderables(d: Decomposition) -> list[RenderableType]:
         line = f"calibration on {cal.samples} low-load requests (<= {cal.max_in_flight} in flight)"
         if cal.b_us_per_token is not None:
             line += (
-                f": prefill(n) = {fmt(cal.a_ms)} ms + {fmt(cal.b_us_per_token)} µs x n"
+                f": prefill(n) = {fmt.number(cal.a_ms)} ms"
+                f" + {fmt.number(cal.b_us_per_token)} µs x n"
                 f" + {cal.c_ns_per_token2:.3g} ns x n²"
             )
         if cal.achieved_flops_per_s is not None and cal.fraction_of_peak is not None:

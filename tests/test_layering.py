@@ -127,7 +127,7 @@ LAYERS: Final[dict[str, Layer]] = {
         ),
     ),
     "reports": Layer(
-        may_import=("reports.html.*", "analyzers.*", "traces.*"),
+        may_import=("reports.html.*", "analyzers.*", "analyzers.budget.*", "traces.*"),
         third_party=frozenset({"rich"}),
     ),
     "reports.html": Layer(

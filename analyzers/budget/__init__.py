@@ -3,8 +3,9 @@ disaggregation costs, the model/GPU catalog they draw on, and the planning repor
 
 Pure Python arithmetic on frozen dataclasses, importable by the engine simulator
 (``loadgen.sim``) and the analyzers. Only ``catalog`` and ``budgetfile`` read files; nothing
-here prints. Must not import ``loadgen``, ``reports``, httpx, polars or pyarrow; of
-``traces`` only its errors and the image-token rules.
+here prints (``reports.plan`` writes a report as text). Must not import ``loadgen``,
+``reports``, httpx, polars or pyarrow; of ``traces`` only its errors and the image-token
+rules.
 
 The names below are re-exported lazily (PEP 562): ``import analyzers.budget.engine.scheduler``
 runs this ``__init__`` too, and the engine must not pay for the planning report, the
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
         kv,
         prefill,
         queueing,
-        render,
         report,
         specs,
         weights,
@@ -130,7 +130,6 @@ __all__ = [
     "prefill",
     "prefill_time_s",
     "queueing",
-    "render",
     "report",
     "specs",
     "step_cost",

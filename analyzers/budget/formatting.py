@@ -4,6 +4,11 @@ Engineering notation (exponents in steps of three) with up to four significant d
 and no trailing zeros, so a chain reads like the seeds: ``2 x 70.55e9 x 4000 / 1.2e15 =
 0.47 s``. Pure string formatting: this module must not import ``loadgen``, httpx or
 polars.
+
+Why it lives here and not in ``reports/fmt.py``: the chains are part of the budget's
+results (``Prediction.chain``, ``ClaimVerdict.chains``, written by ``report`` and
+``claims``), and analyzers may not import reports. ``reports.plan`` uses the same notation
+for the values that head the chains.
 """
 
 from __future__ import annotations

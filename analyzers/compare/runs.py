@@ -269,11 +269,17 @@ def _goodput_deltas(
     return out
 
 
+# The verdict sentences' notation. Verdicts are part of the ``Comparison`` the analyzers
+# return (and analyzers may not import reports), so these stay here, beside their one user.
+
+
 def _pct(value: float) -> str:
+    """A relative change in whole percent: ``0.123`` is ``12%``."""
     return f"{value * 100:.0f}%"
 
 
 def _ms(value: float) -> str:
+    """Milliseconds, three significant figures below 100 ms: ``12.3 ms``, ``1234 ms``."""
     return f"{value:.3g} ms" if abs(value) < 100 else f"{value:.0f} ms"
 
 

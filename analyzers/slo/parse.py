@@ -154,7 +154,13 @@ class SLOSet:
 
 
 def format_value(value: float, unit: str) -> str:
-    """A value with its unit, compactly (``200 ms``, ``95%``, ``12.5 req/s``)."""
+    """A value with its unit, compactly (``200 ms``, ``95%``, ``12.5 req/s``).
+
+    The SLO notation, kept here and not in ``reports.fmt``: objective labels and the
+    evaluator's reasons are written with it inside the analyzers (which may not import
+    reports), and ``reports.gate`` prints observed values and margins with it, so that they
+    read like the thresholds they are checked against.
+    """
     if unit == "fraction":
         return f"{value:.2%}".replace(".00%", "%")
     text = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"

@@ -8,11 +8,15 @@ outside this package may import it.
 
 __all__ = [
     "analyze",
-    "budget_options",
+    "compare",
+    "decompose",
     "demo",
     "demo_compare",
+    "echo",
+    "errors",
     "gate",
     "lazy",
+    "options",
     "plan",
     "progress",
     "replay",

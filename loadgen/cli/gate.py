@@ -1,22 +1,27 @@
-"""``loadgen gate`` and ``loadgen compare``: thin commands over ``analyzers.slo.gate``,
-``analyzers.compare.runs`` and ``analyzers.compare.sweep``, rendered by ``reports``.
+"""``loadgen gate``: a thin command over ``analyzers.slo.gate``, rendered by ``reports.gate``.
 
-Exit codes of ``gate`` (docs/gates.md): 0 pass, 1 SLO breach or regression, 2 bad input,
-3 invalid run, 4 endpoint or infrastructure failure. ``compare`` exits 2 when asked to
-compare runs of different traces without ``--allow-different-traces``. The environment
-is read here only: ``GITHUB_STEP_SUMMARY`` receives the gate's Markdown when set.
-Must not import loadgen or httpx.
+Exit codes (docs/gates.md): 0 pass, 1 SLO breach or regression, 2 bad input, 3 invalid run,
+4 endpoint or infrastructure failure. The environment is read here only:
+``GITHUB_STEP_SUMMARY`` receives the gate's Markdown when set.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from loadgen.cli.analyze import _emit, _one_line_errors, _percentiles, _selection
+from loadgen.cli.echo import echo_json, echo_renderables, write_text
+from loadgen.cli.errors import one_line_errors
+from loadgen.cli.options.bootstrap import bootstrap_options
+from loadgen.cli.options.output import json_option, markdown_option
+from loadgen.cli.options.selection import selection_options
+from loadgen.cli.options.slo import load_slos, slo_option
+
+if TYPE_CHECKING:
+    from analyzers.frames import RowSelection
 
 
 def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: str) -> float:
@@ -30,39 +35,10 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
     return number
 
 
-def _load_slos(slo_args: tuple[str, ...]) -> Any:
-    """``--slo`` values: TOML files (an existing path or a name ending in .toml) or rules."""
-    from analyzers.slo.parse import SLOSet, load_slo_file, parse_rules
-
-    slos = SLOSet()
-    rules: list[str] = []
-    for arg in slo_args:
-        if arg.endswith(".toml") or Path(arg).is_file():
-            slos = slos.merged(load_slo_file(Path(arg)))
-        else:
-            rules.append(arg)
-    if rules:
-        slos = slos.merged(parse_rules(rules))
-    return slos
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-_SLO_OPTION = click.option(
-    "--slo",
-    "slo_args",
-    multiple=True,
-    metavar="FILE|RULE",
-    help="An SLO TOML file, or a rule like 'ttft_ms.p99<=200' or 'goodput>=0.95' (repeat).",
-)
-
-
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path))
-@_SLO_OPTION
+@one_line_errors
+@slo_option()
 @click.option(
     "--baseline",
     type=click.Path(path_type=Path, exists=True),
@@ -77,9 +53,8 @@ _SLO_OPTION = click.option(
     help="Tolerated slowdown against --baseline (relative).",
 )
 @click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@click.option("--markdown", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@click.option("--resamples", type=click.IntRange(min=10), default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@markdown_option
+@bootstrap_options
 @click.option(
     "--infra-share",
     callback=_fraction,
@@ -89,10 +64,8 @@ _SLO_OPTION = click.option(
     "the run an infrastructure failure (exit 4).",
 )
 @click.option("--allow-different-traces", is_flag=True, help="Allow a baseline of another trace.")
-@click.option("--trim-start", "trim_start_s", type=click.FloatRange(min=0), default=0.0)
-@click.option("--trim-end", "trim_end_s", type=click.FloatRange(min=0), default=0.0)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-@_one_line_errors
+@selection_options(window=False)
+@json_option
 def gate(
     run: Path,
     slo_args: tuple[str, ...],
@@ -104,8 +77,7 @@ def gate(
     seed: int,
     infra_share: float,
     allow_different_traces: bool,
-    trim_start_s: float,
-    trim_end_s: float,
+    selection: RowSelection,
     as_json: bool,
 ) -> None:
     """Fail CI when a run breaks its SLOs or regresses against a baseline.
@@ -118,12 +90,13 @@ def gate(
     from analyzers.slo.gate import GateOptions, verdict_error
     from analyzers.slo.gate import gate as run_gate
     from reports.gate import gate_markdown, gate_renderables, junit_xml
+    from reports.jsondoc import gate_json
 
     report = run_gate(
         run,
         GateOptions(
-            slos=_load_slos(slo_args),
-            selection=_selection(trim_start_s, trim_end_s, None, None, False),
+            slos=load_slos(slo_args),
+            selection=selection,
             baseline=baseline,
             max_regression=max_regression,
             resamples=resamples,
@@ -133,159 +106,18 @@ def gate(
         ),
     )
     if junit is not None:
-        _write(junit, junit_xml(report))
+        write_text(junit, junit_xml(report))
     md = gate_markdown(report)
     if markdown is not None:
-        _write(markdown, md)
+        write_text(markdown, md)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(md + "\n")
     if as_json:
-        _emit(_gate_json(report), None)
+        echo_json(gate_json(report))
     else:
-        _emit(None, gate_renderables(report))
+        echo_renderables(gate_renderables(report))
     error = verdict_error(report)
     if error is not None:
         raise error
-
-
-def _gate_json(report: Any) -> dict[str, Any]:
-    return {
-        "run": report.run,
-        "baseline": report.baseline,
-        "verdict": report.verdict,
-        "exit_code": report.exit_code,
-        "summary": report.summary,
-        "objectives": [
-            {
-                "objective": r.objective.label,
-                "metric": r.objective.metric,
-                "workload": r.objective.workload,
-                "observed": r.observed,
-                "threshold": r.objective.threshold,
-                "margin": r.margin,
-                "status": r.status,
-                "samples": r.samples,
-            }
-            for r in report.objectives
-        ],
-        "regressions": [
-            {
-                "metric": g.metric,
-                "workload": g.workload,
-                "percentile": g.percentile,
-                "baseline": g.difference.a,
-                "run": g.difference.b,
-                "relative": g.difference.relative.estimate if g.difference.relative else None,
-                "relative_low": g.difference.relative.low if g.difference.relative else None,
-                "relative_high": g.difference.relative.high if g.difference.relative else None,
-                "failed": g.failed,
-            }
-            for g in report.regressions
-        ],
-        "problems": list(report.problems),
-        "infrastructure": report.infra.reason,
-    }
-
-
-@click.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
-@click.option(
-    "--label",
-    "labels",
-    multiple=True,
-    help="A name per run, in order [default: directory names].",
-)
-@click.option(
-    "--metrics",
-    default="ttft_ms,tpot_ms,itl_ms,e2e_ms",
-    show_default=True,
-    help="Comma-separated metrics to compare.",
-)
-@click.option(
-    "--percentiles",
-    callback=_percentiles,
-    default="50,90,99",
-    show_default=True,
-    help="Comma-separated percentiles to compare.",
-)
-@_SLO_OPTION
-@click.option("--resamples", type=click.IntRange(min=10), default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-@click.option(
-    "--time-scale",
-    type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="The simulator's --time-scale: report latencies on its model clock.",
-)
-@click.option(
-    "--allow-different-traces", is_flag=True, help="Compare runs of different traces anyway."
-)
-@click.option("--by", type=click.Choice(["workload", "none"]), default="workload")
-@click.option("--markdown", type=click.Path(path_type=Path, dir_okay=False), default=None)
-@_one_line_errors
-def compare(
-    runs: tuple[Path, ...],
-    labels: tuple[str, ...],
-    metrics: str,
-    percentiles: tuple[float, ...],
-    slo_args: tuple[str, ...],
-    resamples: int,
-    seed: int,
-    time_scale: float,
-    allow_different_traces: bool,
-    by: str,
-    markdown: Path | None,
-) -> None:
-    """Compare runs of the same trace on different deployments (A B [C...]).
-
-    Every run is compared against the first: per class, metric and percentile both
-    values, the difference and its bootstrap 95% interval, TTFT components where the
-    server reports them, and plain verdict lines. Two sweep directories give both
-    goodput curves, the knees and the crossover load (needs goodput targets: --slo).
-
-    Example: loadgen compare runs/monolith runs/disagg --label monolith --label disagg
-    """
-    from analyzers.compare.sweep import SweepOptions, compare_sweeps, is_sweep_dir
-
-    slos = _load_slos(slo_args)
-    sweeps = [is_sweep_dir(r) for r in runs]
-    if any(sweeps):
-        from reports.compare import sweep_comparison_markdown, sweep_comparison_renderables
-
-        if not all(sweeps) or len(runs) != 2:
-            raise click.UsageError("compare two sweep directories, or run directories only")
-        result = compare_sweeps(
-            runs[0],
-            runs[1],
-            SweepOptions(slos=slos),
-            labels=(labels[0], labels[1]) if len(labels) >= 2 else None,
-            allow_different_traces=allow_different_traces,
-        )
-        if markdown is not None:
-            _write(markdown, sweep_comparison_markdown(result))
-        _emit(None, sweep_comparison_renderables(result))
-        return
-    from analyzers.compare.runs import CompareOptions, compare_runs
-    from analyzers.goodput import SLOTargets
-    from reports.compare import comparison_markdown, comparison_renderables
-
-    comparison = compare_runs(
-        list(runs),
-        CompareOptions(
-            metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
-            percentiles=percentiles,
-            by_workload=by == "workload",
-            goodput=slos.goodput if slos.goodput != SLOTargets() else None,
-            resamples=resamples,
-            seed=seed,
-            allow_different_traces=allow_different_traces,
-            time_scale=time_scale,
-            labels=labels or None,
-        ),
-    )
-    if markdown is not None:
-        _write(markdown, comparison_markdown(comparison))
-    _emit(None, comparison_renderables(comparison))

@@ -17,10 +17,10 @@ import click
 from analyzers.budget.budgetfile import report_to_json, write_budget
 from analyzers.budget.catalog import Catalog, load_catalog
 from analyzers.budget.claims import check_claim
-from analyzers.budget.render import render_claim, render_report
 from analyzers.budget.report import PlanInputs, build_report
 from analyzers.budget.specs import DTYPES, Deployment, ModelSpec, check_dtype
 from analyzers.errors import BudgetError
+from reports.plan import render_claim, render_report
 
 _DEFAULT_LINKS = ("100g", "400g", "mooncake-4x200g", "mooncake-8x400g", "8x400g")
 

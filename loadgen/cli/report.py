@@ -9,20 +9,26 @@ imported inside the command, so that ``loadgen --help`` stays fast. Must not imp
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from loadgen.cli.budget_options import (
-    budget_from_options,
-    budget_options,
-    check_budget_options,
-)
+from loadgen.cli.errors import one_line_errors
+from loadgen.cli.options.budget import budget_options
+from loadgen.cli.options.output import markdown_option
+from loadgen.cli.options.selection import selection_options
+from loadgen.cli.options.slo import load_slos, slo_option
+
+if TYPE_CHECKING:
+    from analyzers.decompose.model import BudgetModel
+    from analyzers.frames import RowSelection
 
 _PATH = click.Path(path_type=Path, exists=True)
 
 
 @click.command()
 @click.argument("run", type=_PATH, required=False)
+@one_line_errors
 @click.option(
     "--compare",
     "others",
@@ -44,12 +50,7 @@ _PATH = click.Path(path_type=Path, exists=True)
     default=None,
     help="The HTML file [default: report.html in RUN's (or the sweep's) directory].",
 )
-@click.option(
-    "--markdown",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Also write a Markdown summary here (for pull requests and CI summaries).",
-)
+@markdown_option
 @click.option("--label", "labels", multiple=True, help="Names of RUN and each --compare run.")
 @budget_options
 @click.option(
@@ -59,29 +60,14 @@ _PATH = click.Path(path_type=Path, exists=True)
     help="TTFT SLO: drawn on the charts, used for goodput and the decomposition, and gated "
     "as ttft_from_due_ms.p99 when no --slo/--slo-file is given.",
 )
-@click.option("--slo", "slo_rules", multiple=True, help="An SLO rule, e.g. 'ttft_ms.p99<=200'.")
+@slo_option()
 @click.option(
     "--slo-file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     default=None,
     help="An SLO file (docs/gates.md).",
 )
-@click.option(
-    "--trim-start",
-    "trim_start_s",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="Drop requests due in the first S seconds (warm-up).",
-)
-@click.option(
-    "--trim-end",
-    "trim_end_s",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="Drop requests due in the last S seconds (cool-down).",
-)
+@selection_options(window=False)
 @click.option(
     "--allow-different-traces",
     is_flag=True,
@@ -94,16 +80,11 @@ def report(
     out: Path | None,
     markdown: Path | None,
     labels: tuple[str, ...],
-    budget_file: Path | None,
-    model_name: str | None,
-    gpu_name: str | None,
-    gpus: int,
-    catalog_file: Path | None,
+    budget: BudgetModel | None,
     slo_ttft_ms: float | None,
-    slo_rules: tuple[str, ...],
+    slo_args: tuple[str, ...],
     slo_file: Path | None,
-    trim_start_s: float,
-    trim_end_s: float,
+    selection: RowSelection,
     allow_different_traces: bool,
 ) -> None:
     """Write a self-contained HTML report (and a Markdown summary) of a run, a comparison
@@ -114,11 +95,8 @@ def report(
     Example: loadgen report runs/a --compare runs/b --slo-ttft-ms 200 -o ab.html
     """
     from analyzers.compare.sweep import is_sweep_dir
-    from analyzers.frames import RowSelection
-    from analyzers.slo.parse import SLOSet, load_slo_file, parse_rules
     from reports.html.report import write_report
     from reports.html.run import ReportOptions
-    from traces.errors import UserError
 
     runs: list[Path] = []
     sweep_dirs = list(sweeps)
@@ -133,33 +111,20 @@ def report(
         raise click.UsageError("give a RUN, or --sweep SWEEP")
     if len(sweep_dirs) > 2:
         raise click.UsageError("at most two sweeps (the crossover compares two)")
-    check_budget_options(budget_file, model_name, gpu_name)
-    ctx = click.get_current_context()
-    try:
-        budget = budget_from_options(budget_file, model_name, gpu_name, gpus, catalog_file)
-        slos = load_slo_file(slo_file) if slo_file is not None else SLOSet()
-        if slo_rules:
-            slos = slos.merged(parse_rules(slo_rules))
-        options = ReportOptions(
-            slo_ttft_ms=slo_ttft_ms,
-            slos=slos,
-            budget=budget,
-            selection=RowSelection(trim_start_s=trim_start_s, trim_end_s=trim_end_s),
-        )
-        first = runs[0] if runs else sweep_dirs[0]
-        home = first if first.is_dir() else first.parent
-        html_path = write_report(
-            out or home / "report.html",
-            runs=runs,
-            sweeps=sweep_dirs,
-            options=options,
-            labels=labels or None,
-            markdown=markdown,
-            allow_different_traces=allow_different_traces,
-        )
-    except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        ctx.exit(exc.exit_code)
+    # --slo-file is one more --slo FILE, read before the others.
+    slos = load_slos((str(slo_file), *slo_args) if slo_file is not None else slo_args)
+    options = ReportOptions(slo_ttft_ms=slo_ttft_ms, slos=slos, budget=budget, selection=selection)
+    first = runs[0] if runs else sweep_dirs[0]
+    home = first if first.is_dir() else first.parent
+    html_path = write_report(
+        out or home / "report.html",
+        runs=runs,
+        sweeps=sweep_dirs,
+        options=options,
+        labels=labels or None,
+        markdown=markdown,
+        allow_different_traces=allow_different_traces,
+    )
     click.echo(f"report written to {html_path}")
     if markdown is not None:
         click.echo(f"summary written to {markdown}")

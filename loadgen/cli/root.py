@@ -35,7 +35,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "Latency percentiles, throughput, errors, fidelity and goodput of a run.",
     ),
     "decompose": (
-        "loadgen.cli.analyze:decompose",
+        "loadgen.cli.decompose:decompose",
         "Split TTFT into client, network, queue, prefill and first-token time.",
     ),
     "server-metrics": (
@@ -48,7 +48,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "gate": ("loadgen.cli.gate:gate", "Fail CI on an SLO breach or a regression (exit 0/1/3/4)."),
     "compare": (
-        "loadgen.cli.gate:compare",
+        "loadgen.cli.compare:compare",
         "Compare runs (or sweeps) of one trace on different deployments.",
     ),
     "sweep": ("loadgen.cli.sweep:sweep", "Replay a trace at successively higher load."),

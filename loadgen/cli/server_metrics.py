@@ -14,9 +14,7 @@ from pathlib import Path
 
 import click
 
-
-def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}{unit}"
+from reports import fmt
 
 
 @click.command(name="server-metrics")
@@ -65,28 +63,29 @@ def server_metrics(run: Path, bucket: float, rows: int) -> None:
     q = summary.queue
     if q.histogram is not None:
         click.echo(
-            f"queue (histogram {q.histogram}): {_fmt(q.histogram_mean_ms, ' ms')} mean over "
-            f"{_fmt(q.histogram_requests, '', 0)} requests"
+            f"queue (histogram {q.histogram}): "
+            f"{fmt.fixed(q.histogram_mean_ms, '.1f', ' ms')} mean over "
+            f"{fmt.fixed(q.histogram_requests, '.0f')} requests"
         )
     else:
         click.echo("queue (histogram): not exposed")
     click.echo(
-        f"queue (requests): reported {_fmt(q.reported_mean_ms, ' ms')}, "
-        f"remainder after server prefill {_fmt(q.remainder_mean_ms, ' ms')} mean"
+        f"queue (requests): reported {fmt.fixed(q.reported_mean_ms, '.1f', ' ms')}, "
+        f"remainder after server prefill {fmt.fixed(q.remainder_mean_ms, '.1f', ' ms')} mean"
     )
     p = summary.prefill
     if p is not None:
         click.echo(
             f"prefill total: {p.counter_total_ms:.1f} ms by {p.counter}, "
-            f"{_fmt(p.requests_total_ms, ' ms')} by the requests' server_prefill_ms"
+            f"{fmt.fixed(p.requests_total_ms, '.1f', ' ms')} by the requests' server_prefill_ms"
         )
     if rows and table.height:
         click.echo("")
         click.echo(f"{'t (s)':>8} {'running':>8} {'waiting':>8} {'kv usage':>9}")
         for t_s, running, waiting, kv in table.head(rows).iter_rows():
             click.echo(
-                f"{t_s:>8.1f} {_fmt(running, '', 0):>8} {_fmt(waiting, '', 0):>8} "
-                f"{_fmt(kv, '', 3):>9}"
+                f"{t_s:>8.1f} {fmt.fixed(running, '.0f'):>8} {fmt.fixed(waiting, '.0f'):>8} "
+                f"{fmt.fixed(kv, '.3f'):>9}"
             )
         if table.height > rows:
             click.echo(f"... {table.height - rows} more rows (--rows, --bucket)")

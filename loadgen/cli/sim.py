@@ -7,6 +7,7 @@ replay client (loadgen.client/replay/transport/recorder).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,24 @@ _MS = click.FloatRange(0.0, max_open=False)
 _POS = click.IntRange(min=1)
 _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
 _ENGINE_HELP = "Physics engine (needs --model): "
+
+
+def _engine(
+    flag: str, type_: click.ParamType[Any, Any] | None, default: object, text: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """An option of the physics engine: its help says it needs --model; a default is shown."""
+    return click.option(
+        flag,
+        type=type_,
+        default=default,
+        show_default=default is not None,
+        help=_ENGINE_HELP + text,
+    )
+
+
+def _engine_flag(flag: str, text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A flag of the physics engine (off by default)."""
+    return click.option(flag, is_flag=True, help=_ENGINE_HELP + text)
 
 
 class _OptionError(click.ClickException, ConfigError):
@@ -132,147 +151,55 @@ class _OneLineErrors(click.Command):
     default=None,
     help="Catalog model (e.g. llama-3.1-8b): switch from fixed delays to the physics engine.",
 )
-@click.option("--gpu", default="h100", show_default=True, help=_ENGINE_HELP + "catalog GPU type.")
-@click.option(
-    "--gpus",
-    type=_POS,
-    default=1,
-    show_default=True,
-    help=_ENGINE_HELP + "GPUs per replica (tensor parallel).",
-)
-@click.option(
+@_engine("--gpu", None, "h100", "catalog GPU type.")
+@_engine("--gpus", _POS, 1, "GPUs per replica (tensor parallel).")
+@_engine(
     "--topology",
-    type=click.Choice(["monolith", "disagg"]),
-    default="monolith",
-    show_default=True,
-    help=_ENGINE_HELP + "replicas, or prefill and decode pools.",
+    click.Choice(["monolith", "disagg"]),
+    "monolith",
+    "replicas, or prefill and decode pools.",
 )
-@click.option(
-    "--replicas", type=_POS, default=1, show_default=True, help=_ENGINE_HELP + "monolith replicas."
-)
-@click.option(
+@_engine("--replicas", _POS, 1, "monolith replicas.")
+@_engine(
     "--router",
-    type=click.Choice(["round-robin", "least-loaded"]),
-    default="least-loaded",
-    show_default=True,
-    help=_ENGINE_HELP + "how requests pick an instance.",
+    click.Choice(["round-robin", "least-loaded"]),
+    "least-loaded",
+    "how requests pick an instance.",
 )
-@click.option(
-    "--prefill-instances",
-    type=_POS,
-    default=1,
-    show_default=True,
-    help=_ENGINE_HELP + "disagg prefill instances.",
-)
-@click.option(
-    "--prefill-gpus",
-    type=_POS,
-    default=1,
-    show_default=True,
-    help=_ENGINE_HELP + "GPUs per prefill instance.",
-)
-@click.option(
-    "--decode-instances",
-    type=_POS,
-    default=1,
-    show_default=True,
-    help=_ENGINE_HELP + "disagg decode instances.",
-)
-@click.option(
-    "--decode-gpus",
-    type=_POS,
-    default=1,
-    show_default=True,
-    help=_ENGINE_HELP + "GPUs per decode instance.",
-)
-@click.option(
+@_engine("--prefill-instances", _POS, 1, "disagg prefill instances.")
+@_engine("--prefill-gpus", _POS, 1, "GPUs per prefill instance.")
+@_engine("--decode-instances", _POS, 1, "disagg decode instances.")
+@_engine("--decode-gpus", _POS, 1, "GPUs per decode instance.")
+@_engine(
     "--link-gbps",
-    type=click.FloatRange(0.0, min_open=True),
-    default=400.0,
-    show_default=True,
-    help=_ENGINE_HELP + "KV-transfer link bandwidth per prefill instance, Gbit/s.",
+    click.FloatRange(0.0, min_open=True),
+    400.0,
+    "KV-transfer link bandwidth per prefill instance, Gbit/s.",
 )
-@click.option(
-    "--link-latency-us",
-    type=_MS,
-    default=0.0,
-    show_default=True,
-    help=_ENGINE_HELP + "KV-transfer setup latency.",
+@_engine("--link-latency-us", _MS, 0.0, "KV-transfer setup latency.")
+@_engine("--max-num-seqs", _POS, 256, "most sequences in a batch.")
+@_engine("--max-batched-tokens", _POS, 2048, "token budget per step (chunked prefill).")
+@_engine("--kv-block-size", _POS, 16, "tokens per KV block (and prefix-cache block).")
+@_engine(
+    "--kv-capacity-tokens", _POS, None, "override the budget model's KV capacity per instance."
 )
-@click.option(
-    "--max-num-seqs",
-    type=_POS,
-    default=256,
-    show_default=True,
-    help=_ENGINE_HELP + "most sequences in a batch.",
-)
-@click.option(
-    "--max-batched-tokens",
-    type=_POS,
-    default=2048,
-    show_default=True,
-    help=_ENGINE_HELP + "token budget per step (chunked prefill).",
-)
-@click.option(
-    "--kv-block-size",
-    type=_POS,
-    default=16,
-    show_default=True,
-    help=_ENGINE_HELP + "tokens per KV block (and prefix-cache block).",
-)
-@click.option(
-    "--kv-capacity-tokens",
-    type=_POS,
-    default=None,
-    help=_ENGINE_HELP + "override the budget model's KV capacity per instance.",
-)
-@click.option(
-    "--memory-fraction",
-    type=_FRACTION,
-    default=0.9,
-    show_default=True,
-    help=_ENGINE_HELP + "share of HBM for weights plus KV cache.",
-)
-@click.option("--no-prefix-cache", is_flag=True, help=_ENGINE_HELP + "disable the prefix cache.")
-@click.option(
-    "--preempt",
-    is_flag=True,
-    help=_ENGINE_HELP + "allocate KV blocks on demand and preempt when full (default: reserve).",
-)
-@click.option(
+@_engine("--memory-fraction", _FRACTION, 0.9, "share of HBM for weights plus KV cache.")
+@_engine_flag("--no-prefix-cache", "disable the prefix cache.")
+@_engine_flag("--preempt", "allocate KV blocks on demand and preempt when full (default: reserve).")
+@_engine(
     "--time-scale",
-    type=click.FloatRange(0.0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help=_ENGINE_HELP + "wall seconds per model second (10: a tenth of real speed).",
+    click.FloatRange(0.0, min_open=True),
+    1.0,
+    "wall seconds per model second (10: a tenth of real speed).",
 )
-@click.option(
-    "--efficiency-prefill",
-    type=_FRACTION,
-    default=0.6,
-    show_default=True,
-    help=_ENGINE_HELP + "achieved fraction of peak FLOP/s.",
-)
-@click.option(
-    "--efficiency-decode",
-    type=_FRACTION,
-    default=0.6,
-    show_default=True,
-    help=_ENGINE_HELP + "achieved fraction of HBM bandwidth.",
-)
-@click.option(
-    "--step-overhead-us",
-    type=_MS,
-    default=0.0,
-    show_default=True,
-    help=_ENGINE_HELP + "fixed cost added to every step.",
-)
-@click.option(
+@_engine("--efficiency-prefill", _FRACTION, 0.6, "achieved fraction of peak FLOP/s.")
+@_engine("--efficiency-decode", _FRACTION, 0.6, "achieved fraction of HBM bandwidth.")
+@_engine("--step-overhead-us", _MS, 0.0, "fixed cost added to every step.")
+@_engine(
     "--tokenizer",
-    "tokenizer",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    default=None,
-    help=_ENGINE_HELP + "local tokenizer.json (default: one token per word).",
+    click.Path(path_type=Path, exists=True, dir_okay=False),
+    None,
+    "local tokenizer.json (default: one token per word).",
 )
 def sim(**options: Any) -> None:
     """Serve the built-in OpenAI-compatible engine simulator.

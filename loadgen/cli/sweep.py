@@ -15,15 +15,15 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from loadgen.cli.options.slo import load_slos, slo_option
 from loadgen.run.session import SessionOptions
 from loadgen.run.sweep import LoadStep
 
 
 def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Path], str | None]:
     from analyzers.slo.gate import GateOptions, gate
-    from loadgen.cli.gate import _load_slos
 
-    slos = _load_slos(slo_args)
+    slos = load_slos(slo_args)
     if not slos.objectives:
         raise click.UsageError("--until-slo-breach needs objectives (--slo FILE or RULE)")
 
@@ -50,7 +50,7 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
 @click.option(
     "--until-slo-breach", is_flag=True, help="Stop after the first step that breaks --slo."
 )
-@click.option("--slo", "slo_args", multiple=True, metavar="FILE|RULE", help="SLOs to stop on.")
+@slo_option(help="SLOs to stop on.")
 @click.option(
     "--cooldown", "cooldown_s", type=click.FloatRange(min=0), default=5.0, show_default=True
 )

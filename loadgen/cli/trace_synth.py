@@ -6,8 +6,9 @@ a ``SynthConfig`` and calls ``traces.synth.trace.write_synth``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -39,34 +40,30 @@ from traces.synth.trace import (
 
 _POS = click.FloatRange(min=0.0, min_open=True)
 _NONNEG = click.FloatRange(min=0.0)
+_T = TypeVar("_T")
 
 
-class _MixType(click.ParamType[tuple[ClassShare, ...], Any]):
-    name = "CLASS=W,..."
+class _ListType(click.ParamType[tuple[_T, ...], Any]):
+    """A comma-separated list read by one of the synthesizer's parsers (``parse_mix``,
+    ``parse_class_values``); the parser's ValueError is a usage error."""
+
+    def __init__(self, name: str, parse: Callable[[str], tuple[_T, ...]]) -> None:
+        self.name = name
+        self._parse = parse
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[ClassShare, ...]:
+    ) -> tuple[_T, ...]:
         if isinstance(value, tuple):
             return value
         try:
-            return parse_mix(str(value))
+            return self._parse(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
 
-class _ClassValuesType(click.ParamType[tuple[ClassValue, ...], Any]):
-    name = "MS|CLASS=MS,..."
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> tuple[ClassValue, ...]:
-        if isinstance(value, tuple):
-            return value
-        try:
-            return parse_class_values(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+_MIX = _ListType("CLASS=W,...", parse_mix)
+_CLASS_VALUES = _ListType("MS|CLASS=MS,...", parse_class_values)
 
 
 class _StepsType(click.ParamType[tuple[RateStep, ...], Any]):
@@ -205,7 +202,7 @@ _ARRIVAL_OPTIONS: dict[str, tuple[str, ...]] = {
 @click.option("--output-sigma", type=_NONNEG, help="Output log-spread (lognormal; 0.6).")
 @click.option("--output-fixed", type=click.IntRange(min=1), help="Every output this long.")
 @click.option("--output-from", type=_LengthsType(), help="Resample output lengths.")
-@click.option("--mix", type=_MixType(), default="text=1", show_default=True, help="Class weights.")
+@click.option("--mix", type=_MIX, default="text=1", show_default=True, help="Class weights.")
 @click.option(
     "--long-min", type=click.IntRange(min=1), default=32_768, show_default=True,
     help="Shortest long_context prompt.",
@@ -250,8 +247,8 @@ _ARRIVAL_OPTIONS: dict[str, tuple[str, ...]] = {
     "--think-mean", type=_NONNEG, default=10.0, show_default=True,
     help="Mean seconds between turns.",
 )  # fmt: skip
-@click.option("--slo-ttft-ms", type=_ClassValuesType(), help="TTFT SLO: MS or CLASS=MS,...")
-@click.option("--slo-tpot-ms", type=_ClassValuesType(), help="TPOT SLO: MS or CLASS=MS,...")
+@click.option("--slo-ttft-ms", type=_CLASS_VALUES, help="TTFT SLO: MS or CLASS=MS,...")
+@click.option("--slo-tpot-ms", type=_CLASS_VALUES, help="TPOT SLO: MS or CLASS=MS,...")
 @click.option(
     "--block-size", type=click.IntRange(min=1), default=DEFAULT_BLOCK_SIZE, show_default=True,
     help="Tokens per prefix block id.",

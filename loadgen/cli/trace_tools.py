@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from reports import fmt
 from traces.io import read_metadata, read_trace_table, write_trace
 from traces.stats import ClassStats, TraceStats, trace_stats
 from traces.transform import (
@@ -25,10 +26,6 @@ from traces.transform import (
 )
 
 _TRACE = click.Path(dir_okay=False, path_type=Path)
-
-
-def _fmt(value: float | int | None, spec: str = ".3f") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def _class_row(c: ClassStats) -> str:
@@ -48,12 +45,15 @@ def render_stats(path: Path, st: TraceStats, meta: dict[str, Any]) -> str:
         + (f" ({meta['source_file']})" if "source_file" in meta else ""),
         f"requests         {st.rows}",
         f"duration         {st.duration_s:.3f} s",
-        f"mean rate        {_fmt(st.mean_rate_rps)} req/s",
-        f"inter-arrival CV {_fmt(st.interarrival_cv)}",
-        f"prefix blocks    {st.prefix_blocks}  reuse ratio {_fmt(st.prefix_reuse_ratio, '.4f')}",
+        f"mean rate        {fmt.fixed(st.mean_rate_rps)} req/s",
+        f"inter-arrival CV {fmt.fixed(st.interarrival_cv)}",
+        f"prefix blocks    {st.prefix_blocks}  "
+        f"reuse ratio {fmt.fixed(st.prefix_reuse_ratio, '.4f')}",
     ]
     if st.images:
-        lines.append(f"images           {st.images}  image tokens {_fmt(st.image_tokens_sum, 'd')}")
+        lines.append(
+            f"images           {st.images}  image tokens {fmt.fixed(st.image_tokens_sum, 'd')}"
+        )
     if st.sessions:
         lines.append(f"sessions         {st.sessions}")
     lines.append(f"prompt tokens    {st.expected_prompt_tokens} expected (text + image)")

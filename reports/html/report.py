@@ -19,6 +19,7 @@ from typing import Final
 
 from analyzers.compare.runs import Comparison
 from analyzers.compare.sweep import SweepAnalysis, SweepComparison
+from reports import fmt
 from reports.charts.figure import Chart
 from reports.html.run import (
     ReportOptions,
@@ -27,7 +28,6 @@ from reports.html.run import (
     Verdict,
     analysis_tables,
     decomposition_tables,
-    fmt,
     gate_slos,
     html_table,
     load_run_report,
@@ -137,10 +137,6 @@ def generator_line() -> str:
         return "written by llm-loadgen (loadgen report)"
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f} ms"
-
-
 def write_html(text: str, out: Path) -> Path:
     """Write a page (creating the directory) and return its path."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -238,10 +234,6 @@ def build_report(
     )
 
 
-def _interval_text(lo: float, hi: float, unit: str) -> str:
-    return f"[{lo:+,.1f}, {hi:+,.1f}]{unit}"
-
-
 def comparison_section(report: Report) -> str:
     """Verdicts, the difference table and the comparison charts."""
     from reports.charts.compare import deltas_chart, overlaid_cdf_chart
@@ -267,10 +259,10 @@ def comparison_section(report: Report) -> str:
                 f"{d.name}{stat}",
                 d.base_label,
                 d.label,
-                fmt(diff.a),
-                fmt(diff.b),
+                fmt.number(diff.a),
+                fmt.number(diff.b),
                 f"{diff.absolute.estimate:+,.2f}{unit}" + (" *" if diff.significant else ""),
-                _interval_text(diff.absolute.low, diff.absolute.high, unit),
+                fmt.signed_interval(diff.absolute.low, diff.absolute.high, unit),
                 "-" if rel is None else f"{rel.estimate:+.1%}",
             ]
         )
@@ -291,11 +283,11 @@ def comparison_section(report: Report) -> str:
                 d.term,
                 f"p{d.percentile:g}",
                 d.label,
-                fmt(d.difference.a),
-                fmt(d.difference.b),
+                fmt.number(d.difference.a),
+                fmt.number(d.difference.b),
                 f"{d.difference.absolute.estimate:+,.2f} ms",
-                _interval_text(d.difference.absolute.low, d.difference.absolute.high, " ms"),
-                fmt(d.attributed_ms),
+                fmt.signed_interval(d.difference.absolute.low, d.difference.absolute.high, " ms"),
+                fmt.number(d.attributed_ms),
             ]
             for d in c.components
             if d.workload in keep
@@ -364,11 +356,11 @@ def sweep_section(report: Report) -> str:
                 f"{st.output_tokens_per_s:,.0f}",
                 f"{st.requests:,}",
                 f"{st.error_rate:.1%}",
-                fmt(st.ttft_p50_ms),
-                fmt(st.ttft_p99_ms),
-                fmt(st.tpot_p99_ms),
-                fmt(st.e2e_p99_ms),
-                "-" if st.goodput is None else f"{st.goodput:.1%}",
+                fmt.number(st.ttft_p50_ms),
+                fmt.number(st.ttft_p99_ms),
+                fmt.number(st.tpot_p99_ms),
+                fmt.number(st.e2e_p99_ms),
+                fmt.percent(st.goodput),
                 {True: "meets", False: "breaks", None: "-"}[st.meets_slo],
             ]
             for st in s.steps
@@ -405,7 +397,7 @@ def _subtitle(report: Report) -> str:
         a = report.runs[0].analysis.overall
         return (
             f"{a.requests:,} requests, {a.error_rate:.1%} errors, TTFT p99 "
-            f"{_ms(a.metric('ttft_from_due_ms').value(99.0))} from due"
+            f"{fmt.ms(a.metric('ttft_from_due_ms').value(99.0))} from due"
             + (f"; compared with {len(report.runs) - 1} other run(s)" if report.comparison else "")
         )
     return f"{sum(len(s.steps) for s in report.sweeps)} steps"

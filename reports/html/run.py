@@ -22,6 +22,7 @@ from analyzers.metrics import Analysis, ClassSummary
 from analyzers.slo.evaluate import ObjectiveResult
 from analyzers.slo.parse import SLOSet
 from analyzers.timeseries import RunSeries
+from reports import fmt
 from traces import schema as s
 from traces.runinfo import RunInfo
 
@@ -288,17 +289,6 @@ def decomposition_verdicts(d: Decomposition) -> list[str]:
 # ----------------------------------------------------------------- tables
 
 
-def fmt(value: float | None) -> str:
-    """A number to about three significant figures; ``-`` for None."""
-    if value is None:
-        return "-"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
-
-
 def html_table(
     caption: str, header: Sequence[str], rows: Sequence[Sequence[str]], *, numeric_from: int = 1
 ) -> str:
@@ -326,9 +316,9 @@ def metrics_table(c: ClassSummary, caption: str) -> str:
         [
             f"{m.name} ({m.unit})",
             f"{m.count:,}",
-            fmt(m.mean),
-            *(fmt(p.value) for p in m.percentiles),
-            fmt(m.max),
+            fmt.number(m.mean),
+            *(fmt.number(p.value) for p in m.percentiles),
+            fmt.number(m.max),
         ]
         for m in c.metrics
         if m.count
@@ -354,9 +344,9 @@ def classes_table(a: Analysis) -> str:
                 f"{c.requests_per_s:.2f}",
                 f"{c.output_tokens_per_s:,.0f}",
                 f"{c.total_tokens_per_s:,.0f}",
-                "-" if f.abs_error_median is None else f"{f.abs_error_median:.1%}",
-                "-" if f.cached_fraction_mean is None else f"{f.cached_fraction_mean:.0%}",
-                "-" if g is None else f"{g.fraction:.1%}",
+                fmt.percent(f.abs_error_median),
+                fmt.percent(f.cached_fraction_mean, 0),
+                fmt.percent(None if g is None else g.fraction),
             ]
         )
     return html_table("Requests, throughput, fidelity and goodput", header, rows)
@@ -381,12 +371,12 @@ def tail_table(c: ClassDecomposition) -> str:
         cells = []
         for t in c.tails:
             st = t.term(term)
-            budget = f" ({fmt(st.budget_ms)})" if st.budget_ms is not None else ""
-            cells.append(f"{fmt(st.tail_mean_ms)}{budget}")
+            budget = f" ({fmt.number(st.budget_ms)})" if st.budget_ms is not None else ""
+            cells.append(f"{fmt.number(st.tail_mean_ms)}{budget}")
         rows.append([term, *cells])
     if any(t.overshoot_mean_ms for t in c.tails):
-        rows.append(["overshoot", *(fmt(t.overshoot_mean_ms) for t in c.tails)])
-    rows.append(["TTFT from due (mean)", *(fmt(t.tail_mean_ttft_ms) for t in c.tails)])
+        rows.append(["overshoot", *(fmt.number(t.overshoot_mean_ms) for t in c.tails)])
+    rows.append(["TTFT from due (mean)", *(fmt.number(t.tail_mean_ttft_ms) for t in c.tails)])
     rows.append(["requests in the tail", *(f"{t.tail_requests:,}" for t in c.tails)])
     return html_table(f"TTFT tail composition, {name}: mean ms (budget)", header, rows)
 
@@ -396,7 +386,7 @@ def decomposition_tables(d: Decomposition) -> str:
     classes = [d.overall, *d.classes] if len(d.classes) > 1 else [d.overall]
     sources = ", ".join(f"{x.term}: {x.source}" for x in d.sources)
     note = (
-        f"Budget: {d.budget_source or 'none'}; network {fmt(d.network.value_ms)} ms "
+        f"Budget: {d.budget_source or 'none'}; network {fmt.number(d.network.value_ms)} ms "
         f"({d.network.source}); term sources: {sources}."
         + (f" Predictions: {d.prediction}." if d.prediction else "")
     )

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from runbuilders import run_info
 
-from loadgen.cli.analyze import analyze, decompose
+from loadgen.cli.analyze import analyze
+from loadgen.cli.decompose import decompose
 from loadgen.cli.root import cli
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch

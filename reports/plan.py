@@ -1,7 +1,11 @@
-"""The plan as text a person reads: one line per prediction, then its arithmetic chain.
+"""The plan as text a person reads: one line per prediction, then its arithmetic chain
+(``loadgen plan``), and a claim's verdict (``loadgen plan check-claim``).
 
 Pure string building from a ``BudgetReport`` or ``ClaimVerdict``; the CLI prints what
-this returns. This module must not import ``loadgen``, httpx or polars.
+this returns. Values are written in the chains' own engineering notation
+(``analyzers.budget.formatting``), so that a prediction's value and the chain under it
+read alike (``0.47 s`` over ``... = 0.47 s``). Must not import ``loadgen``, httpx or
+polars: ``loadgen plan`` stays light.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
 from analyzers.budget.report import BudgetReport, Prediction
 
 
-def fmt_value(p: Prediction) -> str:
+def _value(p: Prediction) -> str:
     """A prediction's value with its unit, in the friendliest form."""
     if p.unit == "s":
         return fmt_s(p.value)
@@ -39,7 +43,7 @@ def render_report(report: BudgetReport) -> str:
     ]
     body: list[str] = []
     for p in report.predictions:
-        body.append(f"{p.title}: {fmt_value(p)}")
+        body.append(f"{p.title}: {_value(p)}")
         body.append(f"    {p.chain}")
     return "\n".join(head + body)
 
