@@ -6,10 +6,13 @@ dispatch at R? One command, each rate beside its target:
 Uses the stub server of ``bench/client_ingest.py`` (raw asyncio, its own process pinned to
 CPU 1, zero delay, 4-token outputs); ``loadgen replay`` runs as a real subprocess pinned to
 CPU 0 with ``--concurrency 64`` (``--concurrency``), enough slots that the ceiling, not the
-slots, is what binds at every rate asked. The achieved rate is (n - 1) over the span of the
-requests' ``sent_ns``, from the run's own table; the target is within 1% of the rate asked.
-The client's CPU (share of a core during the replay, from ``run.json``) shows the pacing
-costs nothing while it waits.
+slots, is what binds at every rate asked. The achieved rate is (n - 1) over the time from
+the replay's start (``run.json``) to the last request's ``sent_ns`` (the run's own table):
+slot k is due k / R after the start, so the rate asked is the most it can be. The target
+is within 1% of the rate asked. Also from ``run.json``: the client's CPU (share of a core
+during the replay: the pacing costs nothing while it waits), the p99 schedule lag (sent
+minus the slot) and the p99 event-loop lag, which says when the machine, not the pacing,
+held the client back.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class RateResult:
     ok_share: float
     cpu_utilisation: float
     """The replay's CPU time over its wall time (1.0 = one core busy)."""
+    schedule_lag_p99_ms: float
+    loop_lag_p99_ms: float
     exit_code: int
 
 
@@ -101,12 +106,13 @@ def measure(port: int, workdir: Path, *, rate: float, n: int, concurrency: int) 
     )
     if proc.returncode != 0:
         print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
+    info = json.loads((run_dir / "run.json").read_text())
     table = read_run_table(run_dir)
     sent = sorted(s for s in table.column("sent_ns").to_pylist() if s is not None)
-    span_s = (sent[-1] - sent[0]) / 1e9 if len(sent) > 1 else 0.0
+    span_s = (sent[-1] - info["result"]["start_ns"]) / 1e9 if sent else 0.0
     achieved = (len(sent) - 1) / span_s if span_s > 0 else float("nan")
     ok = sum(1 for o in table.column("outcome").to_pylist() if o == "ok")
-    health = json.loads((run_dir / "run.json").read_text())["health"]
+    health = info["health"]
     return RateResult(
         asked_per_s=rate,
         requests=n,
@@ -114,6 +120,8 @@ def measure(port: int, workdir: Path, *, rate: float, n: int, concurrency: int) 
         error_pct=(achieved / rate - 1.0) * 100.0,
         ok_share=ok / n,
         cpu_utilisation=float(health["cpu_utilisation"]),
+        schedule_lag_p99_ms=float(health["schedule_lag_ms"]["p99_ms"]),
+        loop_lag_p99_ms=float(health["loop_lag_ms"]["p99_ms"]),
         exit_code=proc.returncode,
     )
 
@@ -155,12 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'asked/s':>9} {'requests':>9} {'achieved/s':>11} {'error %':>8} {'ok':>7} "
-        f"{'client CPU':>10}  exit"
+        f"{'client CPU':>10} {'sched lag p99':>13} {'loop lag p99':>12}  exit"
     )
     for r in results:
         print(
             f"{r.asked_per_s:>9g} {r.requests:>9d} {r.achieved_per_s:>11.2f} "
-            f"{r.error_pct:>+8.2f} {r.ok_share:>7.1%} {r.cpu_utilisation:>10.0%}  {r.exit_code}"
+            f"{r.error_pct:>+8.2f} {r.ok_share:>7.1%} {r.cpu_utilisation:>10.0%} "
+            f"{r.schedule_lag_p99_ms:>10.2f} ms {r.loop_lag_p99_ms:>9.2f} ms  {r.exit_code}"
         )
     if args.json is not None:
         doc = {"concurrency": args.concurrency, "rates": [asdict(r) for r in results]}
