@@ -5,14 +5,17 @@ adding a period to the previous due time: a late wake-up delays one dispatch and
 the wait of the next, so the long-run rate is the one asked however coarse the event
 loop's timers are. A dispatch whose worker became ready after its slot had passed (every
 slot was in flight: the concurrency, not the ceiling, was binding) may make up at most
-``slack_ns`` of passed slots; beyond that the schedule restarts from the worker, so a
-stall is never answered with a burst of more than ``slack_ns`` worth of slots.
+``slack_ns`` of passed slots; older ones are skipped, so a stall is never answered with a
+burst of more than ``slack_ns`` worth of slots. Skipping keeps the grid: shards that offset
+their origins stay interleaved even if one of them starts late.
 
 Pure arithmetic on the caller's integer-ns timestamps: reads no clock, imports nothing of
 ours.
 """
 
 from __future__ import annotations
+
+import math
 
 DEFAULT_SLACK_NS = 100_000_000
 """100 ms: a generator stall on a busy machine (tens of ms were measured) is made up, so it
@@ -46,10 +49,12 @@ class Pacer:
         """Take the next slot for a dispatch ready at ``ready_ns``; return when it may go
         (ns, on the caller's clock): the slot's due time, or ``ready_ns`` if that is later.
         """
-        due = self._origin_ns + round(self._k * self._period_ns)
+        period = self._period_ns
+        due = self._origin_ns + round(self._k * period)
         floor = ready_ns - self._slack_ns
         if due < floor:
-            # Passed slots beyond the slack are given up: restart the schedule there.
-            self._origin_ns, self._k, due = floor, 0, floor
+            # Slots that passed beyond the slack are given up: skip to the first one after.
+            self._k += math.ceil((floor - due) / period)
+            due = self._origin_ns + round(self._k * period)
         self._k += 1
         return due if due > ready_ns else ready_ns

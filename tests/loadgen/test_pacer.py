@@ -55,16 +55,18 @@ def test_a_late_claim_goes_at_once_and_does_not_move_the_next_slot() -> None:
 def test_slots_passed_beyond_the_slack_are_given_up() -> None:
     pacer = Pacer(rate_per_s=100.0, origin_ns=0, slack_ns=20 * MS)
     assert pacer.claim(0) == 0
-    # Ready at 1 s, with slot 1 (10 ms) 990 ms behind: the schedule restarts 20 ms back, so
-    # the slots of 980 and 990 ms are made up at once, and the pace resumes at 1,000 ms.
-    ready = 1_000 * MS
+    # Ready at 1,005 ms, with slot 1 (10 ms) 995 ms behind: slots up to 985 ms are skipped,
+    # those of 990 and 1,000 ms are made up at once, and the pace resumes at 1,010 ms.
+    ready = 1_005 * MS
     dues = [pacer.claim(ready) for _ in range(4)]
-    assert dues == [ready, ready, ready, ready + 10 * MS]
+    assert dues == [ready, ready, 1_010 * MS, 1_020 * MS]
 
 
-def test_no_slack_restarts_from_every_late_worker() -> None:
-    pacer = Pacer(rate_per_s=1000.0, origin_ns=0, slack_ns=0)
-    assert [pacer.claim(0), pacer.claim(5 * MS), pacer.claim(5 * MS)] == [0, 5 * MS, 6 * MS]
+def test_skipped_slots_keep_the_grid() -> None:
+    # Without slack a late worker waits for the next slot on the grid (a shard's phase).
+    pacer = Pacer(rate_per_s=1000.0, origin_ns=300_000, slack_ns=0)
+    assert pacer.claim(0) == 300_000
+    assert [pacer.claim(5 * MS), pacer.claim(5 * MS)] == [5_300_000, 6_300_000]
 
 
 @pytest.mark.parametrize("rate", [0.0, -1.0, float("nan")])
