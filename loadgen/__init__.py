@@ -19,6 +19,7 @@ __all__ = [
     "http",
     "live",
     "openai",
+    "pacer",
     "prepare",
     "replay",
     "run",

@@ -5,7 +5,8 @@ absolute due time (``t0 + offset``), never chaining relative sleeps, and records
 and sent times so a late generator is visible (no coordinated omission). Closed loop keeps
 exactly N requests in flight. ``stop()`` (wired to SIGINT/SIGTERM by the CLI) stops
 dispatching, gives in-flight requests a grace period, then cancels them; cancelled
-requests are recorded with outcome ``cancelled``.
+requests are recorded with outcome ``cancelled``. A closed loop's ``max_rate`` is paced on
+the run's clock with absolute slots (``loadgen.pacer``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from asyncio_throttle.throttler import Throttler
-
 from loadgen.client import ReadyRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.live import LiveStats, LoopLagMonitor, summarize_us
+from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
 from loadgen.schedule import due_offsets_ns
 from traces.records import RequestRecord, TraceRequest
@@ -29,6 +29,8 @@ _POLL_S = 0.05
 """Longest single sleep while waiting for a due time, so a stop is noticed quickly."""
 _SPIN_NS = 1_200_000
 """Final stretch before a due time spent yielding rather than sleeping (see _sleep_until)."""
+_TIMER_GRAIN_S = 0.001
+"""The event loop's timer resolution: uvloop rounds a delay to whole ms (see _sleep_for_slot)."""
 _AHEAD = 16
 """Open loop: requests prepared before their due time, at most."""
 _PREP_GUARD_NS = 300_000
@@ -46,6 +48,9 @@ class LoadShape:
     """Open loop: multiplier of the trace's inter-arrival gaps."""
     max_rate: float | None = None
     """Closed loop: ceiling on dispatches per second."""
+    max_rate_phase_ns: int = 0
+    """Closed loop: when the first ``max_rate`` slot is due, after the start (shards sharing
+    one rate offset their slots so that together they are evenly spaced)."""
     max_inflight: int | None = None
     """Open loop: cap on requests in flight (dispatch waits; lateness is recorded)."""
     duration_s: float | None = None
@@ -182,6 +187,25 @@ class Replayer:
             else:
                 await asyncio.sleep(0)
 
+    async def _sleep_for_slot(self, due_ns: int) -> bool:
+        """Sleep until the absolute ``due_ns`` of a ``max_rate`` slot; False if a stop came
+        first.
+
+        Unlike ``_sleep_until`` there is no final spin: many workers wait for their slots at
+        once, and at thousands of slots a second one of them is always within a spin of its
+        time, which would keep a core busy. Every sleep is at least the timer's grain (a
+        shorter delay is rounded to zero by uvloop: a spin again), so a slot goes up to
+        about a millisecond late (recorded as schedule lag) and never early; the rate is
+        unaffected, since slots are absolute.
+        """
+        now_ns = self._clock.now_ns
+        while not self._stopping:
+            remaining = due_ns - now_ns()
+            if remaining <= 0:
+                return True
+            await asyncio.sleep(min(max(remaining / 1e9, _TIMER_GRAIN_S), _POLL_S))
+        return False
+
     async def _one(self, job: ReadyRequest, due_ns: int, slot: asyncio.Semaphore | None) -> None:
         try:
             await self._client.execute(job, due_ns, self._record)
@@ -249,8 +273,11 @@ class Replayer:
     async def _closed_loop(self, tg: asyncio.TaskGroup, start: int, concurrency: int) -> None:
         deadline = self._deadline(start)
         max_rate = self._shape.max_rate
-        # One dispatch per 1/max_rate seconds: an even ceiling, not bursts once a second.
-        throttler = Throttler(rate_limit=1, period=1.0 / max_rate) if max_rate else None
+        pacer = (
+            Pacer(rate_per_s=max_rate, origin_ns=start + self._shape.max_rate_phase_ns)
+            if max_rate
+            else None
+        )
         pending = iter(enumerate(self._requests))
         now_ns = self._clock.now_ns
 
@@ -261,13 +288,21 @@ class Replayer:
                 if deadline is not None and now_ns() >= deadline:
                     self._stop_reason = "duration"
                     return
-                job = await self._preparer.prepare_async(req, self._ordinals[ordinal])
-                if throttler is not None:
-                    async with throttler:
-                        pass
+                prepared = await self._preparer.prepare_async(req, self._ordinals[ordinal])
+                job = self._client.ready(prepared)  # encoded before its slot, not after
+                if pacer is None:
+                    due = now_ns()
+                else:
+                    # Each worker takes its own slot and sleeps until it: no shared gate.
+                    due = pacer.claim(now_ns())
+                    if deadline is not None and due >= deadline:
+                        self._stop_reason = "duration"
+                        return
+                    if not await self._sleep_for_slot(due):
+                        return
                 self._dispatched += 1
                 self._stats.on_dispatch()
-                await self._client.execute(job, now_ns(), self._record)
+                await self._client.execute(job, due, self._record)
 
         for _ in range(min(concurrency, len(self._requests))):
             task = tg.create_task(worker())

@@ -137,6 +137,7 @@ EXPECTED: Final[dict[str, list[str]]] = {
         "http",
         "live",
         "openai",
+        "pacer",
         "prepare",
         "replay",
         "run",

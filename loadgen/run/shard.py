@@ -114,7 +114,7 @@ def http_client(
     return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
 
 
-def _shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) -> LoadShape:
+def shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) -> LoadShape:
     """This shard's share of the load: closed-loop slots, rate ceiling and in-flight cap."""
     concurrency = (
         split_evenly(opts.concurrency, shards)[shard] if opts.concurrency is not None else None
@@ -123,6 +123,9 @@ def _shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) -
         concurrency=concurrency,
         time_factor=factor,
         max_rate=opts.max_rate / shards if opts.max_rate is not None else None,
+        # Shard k's slots fall k slots of the whole rate after the start: interleaved, the
+        # shards' slots are evenly spaced, not ``shards`` dispatches at each instant.
+        max_rate_phase_ns=round(shard * 1e9 / opts.max_rate) if opts.max_rate else 0,
         max_inflight=(
             max(1, split_evenly(opts.max_inflight, shards)[shard])
             if opts.max_inflight is not None
@@ -149,7 +152,7 @@ async def replay_shard(
         requests, _ = load_requests(opts)
     mine = select_shard(requests, plan.shard, plan.shards)
     clock = Clock()
-    shape = _shard_shape(opts, plan.time_factor, plan.shard, plan.shards)
+    shape = shard_shape(opts, plan.time_factor, plan.shard, plan.shards)
     max_conn = shape.concurrency or shape.max_inflight or max(64, len(mine))
     preparer = Preparer(
         prompts=prompt_maker(opts, plan.block_size, plan.prompts),

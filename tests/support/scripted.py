@@ -53,12 +53,15 @@ class Paced:
 
 @dataclass(slots=True)
 class ServerLog:
-    """What the server saw: each request's bytes, and connections accepted."""
+    """What the server saw: each request's bytes, and connections accepted. ``idle`` is set
+    while no connection is open, so a test can wait for its handlers to finish before the
+    server closes (a handler cancelled at loop shutdown is logged as an error by 3.11)."""
 
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
     open_now: int = 0
     most_open: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @asynccontextmanager
@@ -72,6 +75,7 @@ async def scripted_server(
     """Serve ``replies`` in order, one per request on any connection. A plain ``bytes``
     reply is written in pieces cut at ``splits``, 2 ms apart."""
     log = ServerLog()
+    log.idle.set()
     queue = list(replies)
 
     async def write_reply(writer: asyncio.StreamWriter, reply: bytes | Paced) -> bool:
@@ -93,6 +97,7 @@ async def scripted_server(
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         log.connections += 1
         log.open_now += 1
+        log.idle.clear()
         log.most_open = max(log.most_open, log.open_now)
         try:
             while queue:
@@ -109,6 +114,8 @@ async def scripted_server(
             pass
         finally:
             log.open_now -= 1
+            if not log.open_now:
+                log.idle.set()
             writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ssl_ctx)
