@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from analyzers.budget import catalog
 from analyzers.budget.decode import decode_step_time_s, tpot_s
-from analyzers.budget.engine.step import SequenceWork, attention_flops, linear_flops, step_cost
+from analyzers.budget.engine.step import (
+    SequenceWork,
+    attention_flops,
+    linear_flops,
+    step_cost,
+    step_time_s,
+)
 from analyzers.budget.kv import (
     kv_bytes,
     kv_capacity_tokens,
@@ -132,3 +138,43 @@ def test_step_cost_sums_match_the_per_sequence_formulas(
     kv = sum(kv_bytes(model, n + c) for n, c in seqs)
     assert cost.attention_flops == pytest.approx(attention, rel=1e-12, abs=1e-6)
     assert cost.kv_bytes == pytest.approx(kv, rel=1e-12, abs=1e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    MODELS,
+    deployments(),
+    # Decode-sized shares as often as prefill-sized ones: memory-bound steps are where a
+    # term that shrank with more work would show.
+    st.lists(
+        st.tuples(st.integers(0, 8) | st.integers(0, 4000), st.integers(0, 100_000)),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(0, 19),
+    st.integers(1, 8) | st.integers(1, 4000),
+    st.integers(1, 100_000),
+)
+def test_a_step_with_more_work_is_never_faster(
+    model: ModelSpec,
+    deploy: Deployment,
+    seqs: list[tuple[int, int]],
+    which: int,
+    more_new: int,
+    more_cached: int,
+) -> None:
+    # The soundness the load replay rests on: more new tokens, a longer context or one
+    # more sequence in a step never shorten it. (A prompt can still finish sooner under
+    # load when its chunk boundaries move: see test_budget_timeline's hideable_s.)
+    work = [SequenceWork(new_tokens=n, cached_tokens=c) for n, c in seqs]
+    base = step_time_s(model, deploy, work)
+    i = which % len(work)
+    w = work[i]
+    heavier = [
+        replace(w, new_tokens=w.new_tokens + more_new),
+        replace(w, cached_tokens=w.cached_tokens + more_cached),
+    ]
+    for bigger in heavier:
+        assert step_time_s(model, deploy, [*work[:i], bigger, *work[i + 1 :]]) >= base * (1 - 1e-12)
+    extra = SequenceWork(new_tokens=more_new, cached_tokens=more_cached)
+    assert step_time_s(model, deploy, [*work, extra]) >= base * (1 - 1e-12)

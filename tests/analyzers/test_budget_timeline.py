@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analyzers.budget import (
@@ -17,7 +18,9 @@ from analyzers.budget import (
     prefill_time_s,
     step_time_s,
 )
+from analyzers.budget.engine.step import StepCost, step_cost
 from analyzers.budget.engine.timeline import Arrival, EngineShape, replay_schedule
+from analyzers.budget.prefill import prefill_costs
 from analyzers.budget.specs import LinkSpec
 from analyzers.errors import BudgetError
 
@@ -38,6 +41,44 @@ def step(*work: tuple[int, int]) -> float:
     return step_time_s(
         MODEL, DEPLOY, [SequenceWork(new_tokens=n, cached_tokens=c) for n, c in work]
     )
+
+
+@cache
+def hideable_s(prompt: int) -> float:
+    """The most of ``prompt``'s batch-1 prefill that other requests' load can save, seconds.
+
+    Load moves a chunked prompt's chunk boundaries: a running sequence ahead of it takes
+    part of a step's token budget, so the prompt's last step gets more of its tokens, and
+    with them more of its attention. While that last step is memory-bound (the weight read
+    dominates) the roofline's max() hides that attention, so the prompt can finish a little
+    sooner than alone, although no step is faster than the same work alone. Bound: every
+    step of the prompt but its last is full (the prompt wanted more than the budget left),
+    so it costs at least a full chunk's linear work plus the prompt's own attention in it,
+    as the alone chunks do when they are compute-bound; what the load saves is at most the
+    attention moved into the last step while its compute stays under the alone tail's
+    memory time. With ``r`` the alone tail and ``q`` the smallest last share whose compute
+    reaches that memory time, the saving is at most the attention of the last ``q``
+    tokens less that of the last ``r``: zero when the prompt fits one chunk or its tail is
+    compute-bound.
+    """
+    *full, tail = prefill_costs(MODEL, DEPLOY, prompt)
+    assert all(c.compute_bound for c in full)  # the bound relies on it
+    chunk = DEPLOY.chunk_tokens
+    assert chunk is not None
+
+    def last_share(p: int) -> StepCost:
+        return step_cost(MODEL, DEPLOY, [SequenceWork(new_tokens=p, cached_tokens=prompt - p)])
+
+    r = prompt - chunk * len(full)
+    lo, hi = r, min(chunk, prompt)  # compute grows with the share: bisect for q
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if last_share(mid).compute_s >= tail.memory_s:
+            hi = mid
+        else:
+            lo = mid + 1
+    moved = last_share(lo).attention_flops - last_share(r).attention_flops
+    return moved / tail.compute_flops_per_s
 
 
 def test_a_request_alone_is_the_batch_1_budget() -> None:
@@ -63,6 +104,19 @@ def test_prompts_arriving_together_share_steps() -> None:
     assert out[1].queue_s == 0.0
     assert out[1].prefill_s == pytest.approx(t1 + t2, rel=1e-12)
     assert out[1].prefill_s > 2 * prefill_time_s(MODEL, DEPLOY, 1536)
+
+
+def test_a_shifted_chunk_boundary_can_finish_a_prompt_sooner() -> None:
+    # Alone, 2,049 tokens prefill as 2,048 (compute-bound) + 1 (memory-bound). Behind a
+    # 1-token prompt they go 2,047 + 2: the first step does less attention (the short
+    # prompt attends to itself only) and the second hides its extra token's attention
+    # under the weight read. The model's honest answer: 1.8 us sooner than alone.
+    out = replay_schedule([req(0, 0.0, 1, out=1), req(1, 0.0, 2049)], MONOLITH)
+    alone = prefill_time_s(MODEL, DEPLOY, 2049)
+    assert out[1].prefill_s == pytest.approx(step((1, 0), (2047, 0)) + step((2, 2047)), rel=1e-12)
+    assert out[1].prefill_s < alone
+    assert alone - out[1].prefill_s <= hideable_s(2049)
+    assert hideable_s(2048) == 0.0  # one chunk: load can only add
 
 
 def test_a_request_arriving_mid_step_joins_at_the_next_boundary() -> None:
@@ -129,7 +183,7 @@ def test_bad_shapes_are_rejected() -> None:
         req(0, 0.0, 0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -142,6 +196,10 @@ def test_bad_shapes_are_rejected() -> None:
     ),
     st.booleans(),
 )
+# Found by hypothesis: 0.06537944 s shared against 0.06538125 s alone (see the test above).
+@example(requests=[(0.0, 1, 1), (0.0, 2049, 2)], disaggregated=False)
+# The largest saving a scan of (prefix, prompt) pairs found: 0.84 ms of 126 ms.
+@example(requests=[(0.0, 250, 3), (0.0, 4097, 2)], disaggregated=False)
 def test_load_only_adds_time(requests: list[tuple[float, int, int]], disaggregated: bool) -> None:
     arrivals = [req(i, t, n, out) for i, (t, n, out) in enumerate(requests)]
     shape = DISAGG if disaggregated else MONOLITH
@@ -151,8 +209,10 @@ def test_load_only_adds_time(requests: list[tuple[float, int, int]], disaggregat
         p = out[a.key]
         assert p.queue_s >= 0
         assert p.first_token_s >= 0
-        # Sharing steps never makes a prompt faster than alone.
-        assert p.prefill_s >= prefill_time_s(MODEL, DEPLOY, a.prompt_tokens) * (1 - 1e-9)
+        # Sharing steps never makes a prompt faster than alone, except by the attention a
+        # shifted chunk boundary hides (see hideable_s; none for a prompt of one chunk).
+        alone = prefill_time_s(MODEL, DEPLOY, a.prompt_tokens)
+        assert p.prefill_s >= (alone - hideable_s(a.prompt_tokens)) * (1 - 1e-9)
         if disaggregated:
             assert p.transfer_s >= kv_transfer_time_s(MODEL, a.prompt_tokens, LINK) * (1 - 1e-9)
         else:
