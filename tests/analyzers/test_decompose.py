@@ -186,7 +186,7 @@ def test_load_aware_prefill_of_prompts_sharing_steps(tmp_path: Path) -> None:
 
     budget = BudgetModel.from_catalog("llama-3.1-8b", "h100")
     budget = replace(budget, deployment=replace(budget.deployment, chunk_tokens=2048))
-    records = [rec(0, prompt=1500, gap_ms=0.0, **{"request_id": f"q{i}"}) for i in range(3)]
+    records = [rec(0, prompt=1500, gap_ms=0.0, request_id=f"q{i}") for i in range(3)]
     records = [replace(r, x_request_id=f"x{i}", trace_index=i) for i, r in enumerate(records)]
     run = write_run(tmp_path / "run", records)
     hidden = DecomposeOptions(hide_server_timings=True)

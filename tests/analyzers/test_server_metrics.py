@@ -34,7 +34,7 @@ def write_samples(run: Path, samples: list[tuple[float, str, str, float]]) -> Pa
             scrape.LABELS: [lb for _, _, lb, _ in samples],
             scrape.VALUE: [v for _, _, _, v in samples],
         },
-        schema=scrape.SERVER_METRICS_SCHEMA,
+        schema=s.SERVER_METRICS_SCHEMA,
     )
     pq.write_table(table, run / s.SERVER_METRICS_FILE)
     return run
@@ -65,7 +65,7 @@ def vllm_run(run: Path) -> Path:
 
 
 def test_column_names_match_the_writer() -> None:
-    assert tuple(scrape.SERVER_METRICS_SCHEMA.names) == (sm.TS_NS, sm.NAME, sm.LABELS, sm.VALUE)
+    assert tuple(s.SERVER_METRICS_SCHEMA.names) == (sm.TS_NS, sm.NAME, sm.LABELS, sm.VALUE)
 
 
 def test_gauges_sum_requests_over_engines_and_average_usage(tmp_path: Path) -> None:

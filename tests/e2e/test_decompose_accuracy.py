@@ -209,12 +209,18 @@ def test_decomposition_accuracy(
         )
         assert within(p99(work), p99(true_work)), (p99(work), p99(true_work))
         # The parts still add up to the client's server-side time, on the server's clock.
-        assert (
-            work
-            + hidden.get_column("network_ms")
-            + hidden.get_column("overshoot_ms")
-            - (hidden.get_column(SERVER_SIDE_MS))
-        ).abs().max() < 1e-6  # type: ignore[operator]
+        residual = (
+            (
+                work
+                + hidden.get_column("network_ms")
+                + hidden.get_column("overshoot_ms")
+                - (hidden.get_column(SERVER_SIDE_MS))
+            )
+            .abs()
+            .max()
+        )
+        assert isinstance(residual, float)
+        assert residual < 1e-6
         for t in CHECKED:
             assert within(inferred[t], actual[t]), (t, report)
             assert within(tail_mean[t], tail_truth[t]), (t, tail_mean, tail_truth)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -75,9 +76,11 @@ def test_tokenizer_strategy_is_exact_and_calibrated_within_2_percent(
     tok = build_tokenizer(tmp_path / "tokenizer.json")
     server = sim("--model", "llama-3.1-8b", "--gpu", "h100", "--tokenizer", str(tok))
     trace = make_trace(tmp_path / "t.parquet")
-    base = {"trace_path": trace, "base_url": server.base_url, "scrape_metrics": False}
+    options = partial(
+        SessionOptions, trace_path=trace, base_url=server.base_url, scrape_metrics=False
+    )
 
-    exact = replay(SessionOptions(run_dir=tmp_path / "exact", tokenizer=tok, **base))
+    exact = replay(options(run_dir=tmp_path / "exact", tokenizer=tok))
     table = read_run_table(exact)
     assert set(table.column(s.OUTCOME).to_pylist()) == {s.OUTCOME_OK}
     requested = table.column(s.INPUT_TOKENS).to_pylist()
@@ -86,12 +89,12 @@ def test_tokenizer_strategy_is_exact_and_calibrated_within_2_percent(
     assert exact_info is not None
     assert exact_info.prompts.strategy.name == "tokenizer"
 
-    words = replay(SessionOptions(run_dir=tmp_path / "words", **base))
+    words = replay(options(run_dir=tmp_path / "words"))
     word_counts = read_run_table(words).column(s.PROMPT_TOKENS).to_pylist()
     # Words are not tokens under this tokenizer: the default strategy is far off...
     assert sum(word_counts) > 1.2 * sum(requested)
 
-    calibrated = replay(SessionOptions(run_dir=tmp_path / "cal", calibrate_prompts=True, **base))
+    calibrated = replay(options(run_dir=tmp_path / "cal", calibrate_prompts=True))
     info = read_run_info(calibrated)
     assert info is not None
     assert info.prompts.strategy.name == "calibrated"

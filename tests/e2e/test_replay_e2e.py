@@ -90,7 +90,9 @@ def test_tokens_ttft_and_itl_match_the_simulator(
         info = read_run_info(result.run_dir)
         assert info is not None
         offset = info.clock.anchor_wall_ns - info.clock.anchor_mono_ns
-        ttfts, itls, lags = [], [], []
+        ttfts: list[float] = []
+        itls: list[float] = []
+        lags: list[float] = []
         for row in table:
             assert row["outcome"] == s.OUTCOME_OK
             offsets = row["chunk_offsets_us"]

@@ -60,7 +60,7 @@ def test_ground_truth_adds_up_to_client_ttft(tmp_path: Path, sim: SimFactory) ->
     for row in rows:
         assert row["outcome"] == s.OUTCOME_OK
         keys = (s.SERVER_QUEUE_MS, s.SERVER_PREFILL_MS, s.SERVER_TRANSFER_MS)
-        parts = sum(float(row[k]) for k in (*keys, s.SERVER_FIRST_TOKEN_MS))  # type: ignore[arg-type]
+        parts = sum(float(row[k]) for k in (*keys, s.SERVER_FIRST_TOKEN_MS))  # type: ignore[arg-type,misc]
         assert float(row[s.SERVER_QUEUE_MS]) >= 0.0  # type: ignore[arg-type]
         rec = httpx.get(f"{server.root_url}/debug/requests/{row[s.X_REQUEST_ID]}").json()
         # The server's parts, mapped back to wall time from its receipt of the request, end

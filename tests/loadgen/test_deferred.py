@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ def test_calls_wait_for_the_loop_and_run_in_order() -> None:
         done: list[str] = []
         deferred = DeferredCalls()
         for name in "abc":
-            deferred.submit(lambda name=name: done.append(name))
+            deferred.submit(partial(done.append, name))
         assert done == []  # nothing runs inside submit
         assert len(deferred) == 3
         for _ in range(10):
@@ -38,7 +39,7 @@ def test_a_slice_yields_to_the_loop_between_calls() -> None:
         order: list[str] = []
         deferred = DeferredCalls(budget_ns=0)
         for i in range(3):
-            deferred.submit(lambda i=i: order.append(f"call{i}"))
+            deferred.submit(partial(order.append, f"call{i}"))
 
         def io(k: int) -> None:
             order.append(f"io{k}")

@@ -22,7 +22,6 @@ from scripted import response, scripted_server
 from loadgen.client import StreamingClient
 from loadgen.clock import Clock
 from loadgen.live import LiveStats
-from loadgen.openai.bodies import Capabilities
 from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
 from loadgen.replay import LoadShape, Replayer, ReplayResult
@@ -30,6 +29,7 @@ from loadgen.run.session import SessionOptions, make_transport
 from loadgen.run.shard import shard_shape
 from traces.prompts.maker import PromptMaker
 from traces.records import RequestRecord, TraceRequest
+from traces.runinfo import Capabilities
 
 MS = 1_000_000
 

@@ -18,7 +18,6 @@ from click.testing import CliRunner
 from loadgen.cli.root import cli
 from loadgen.clock import Clock
 from loadgen.run.scrape import (
-    SERVER_METRICS_SCHEMA,
     ScrapeConfig,
     alongside,
     metrics_url_for,
@@ -29,6 +28,7 @@ from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import start_sim
 from traces import schema as s
 from traces.io import read_run_info, write_trace
+from traces.schema import SERVER_METRICS_SCHEMA
 
 LLAMACPP_METRICS = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens

@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def make_params(args: argparse.Namespace, port: int) -> Any:
     """llama.cpp's ``common_params`` for the server."""
-    import xllamacpp
+    import xllamacpp  # type: ignore[import-untyped]
 
     params = xllamacpp.CommonParams()
     params.model.path = args.model

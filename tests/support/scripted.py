@@ -66,7 +66,7 @@ class ServerLog:
 
 @asynccontextmanager
 async def scripted_server(
-    replies: list[bytes | Paced],
+    replies: Sequence[bytes | Paced],
     *,
     splits: Sequence[int] = (),
     close_after: bool = False,
