@@ -1,22 +1,18 @@
 """The cyclic garbage collector while a replay runs.
 
 CPython's collector runs a young-generation pass every 700 new container objects, and
-every pass walks every young object that is still alive. During a replay those are the
-in-flight requests' own objects (task, coroutines, futures, stream state, parser: about 40
-each), so at a few hundred streams the collector walks them again and again and promotes
-them to older generations it then walks too. Measured with 256 streams of 4-token
-responses, 10,240 requests: 235 young, 21 older and 1 full pass, 149 ms in all (about 15 µs
-per request), with pauses of 3 ms (older) and 26 ms (full) that stamp every read arriving
-meanwhile late. The steady state makes no cyclic garbage (a run of 5,120 requests left
-none to collect): what a replay allocates is freed by reference counting as each request
-ends, but failed ones can leave cycles (an exception that holds its exchange).
+every pass walks every young object still alive. During a replay those are the in-flight
+requests' own objects (task, coroutines, futures, stream state, parser), so at a few
+hundred streams the collector walks them again and again, promotes them, and pauses the
+loop long enough to stamp reads late. The steady state makes no cyclic garbage (each
+request's objects are freed by reference counting when it ends); failed requests can leave
+cycles (an exception that holds its exchange).
 
-So, for the replay: collect once and freeze what set-up made (never walked again), and
-raise the young threshold to 50,000. CPython's young count also grows with objects that
-end on its free lists (about 2.6 per request here), so passes still come, about every
-20,000 requests and about 15 ms each at 256 streams, and collect whatever cycles failures
-left: 2 passes and 30 ms for the same 10,240 requests. The usual thresholds come back
-afterwards. Must not import anything of the replay.
+So, for the replay: collect once, freeze what set-up made (never walked again), and raise
+the young threshold to 50,000; passes still come now and then (objects that end on free
+lists count too) and collect what failures left. The usual thresholds come back
+afterwards. The measurements behind these numbers are in docs/performance.md. Must not
+import anything of the replay.
 """
 
 from __future__ import annotations
