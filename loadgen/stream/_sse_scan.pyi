@@ -1,7 +1,7 @@
 from collections.abc import Callable
 
-from loadgen.stream.state import StreamState
 from loadgen.stream.sse import SSEDecoder
+from loadgen.stream.state import StreamState
 
 def scan_read(
     state: StreamState,
