@@ -40,11 +40,7 @@ except ImportError:  # built without a C compiler: the reference gives the same 
 
 NATIVE: Final = _scan_feed is not None
 """Whether ``loadgen.stream._sse_scan`` is built: the default of every ``native`` here."""
-
-
-def _require_native() -> None:
-    if not NATIVE:
-        raise RuntimeError("loadgen.stream._sse_scan is not built: pass native=False")
+_NOT_BUILT = "loadgen.stream._sse_scan is not built: pass native=False"
 
 
 def summarize_reads(reads: list[Read], sent_ns: int, *, native: bool = NATIVE) -> StreamSummary:
@@ -63,8 +59,8 @@ def add_read(
     per event."""
     if isinstance(got, bytes):
         if native:
-            _require_native()
-            assert _scan_read is not None
+            if _scan_read is None:
+                raise RuntimeError(_NOT_BUILT)
             _scan_read(state, ts, got, _add_block)
             return
         got = decode_blocks(got)
@@ -89,8 +85,8 @@ class EventFeed:
         self._decoder = SSEDecoder()
         self.take: Callable[[int, bytes], None]
         if native:
-            _require_native()
-            assert _scan_feed is not None
+            if _scan_feed is None:
+                raise RuntimeError(_NOT_BUILT)
             self.take = partial(_scan_feed, self._decoder, state, _add_block)
         else:
             self.take = self._take
