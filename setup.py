@@ -2,8 +2,9 @@
 
 Both are optional: where they cannot be built (no C compiler), the install goes on and the
 pure-Python path is used, which gives the same results more slowly. ``loadgen.stream._sse_scan``
-classifies SSE events (else ``loadgen.stream.feed``'s regex path); ``loadgen.http._chunked``
-decodes chunked response bodies (else httptools decodes them, as it parses every head).
+frames and classifies SSE events (else the reference does: ``SSEDecoder`` and
+``StreamState.add`` per event); ``loadgen.http._chunked`` decodes chunked response bodies
+(else httptools decodes them, as it parses every head).
 """
 
 from setuptools import Extension, setup

@@ -30,7 +30,7 @@ from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
 from loadgen.http.stamping import STAMPED, Progress, StampedStream
 from loadgen.openai.chunks import Usage
 from loadgen.openai.timings import ServerTimings, timings_from_headers
-from loadgen.stream.feed import EventFeed
+from loadgen.stream.feed import NATIVE, EventFeed
 from loadgen.stream.state import StreamState
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
@@ -76,6 +76,7 @@ class StreamingClient:
         timeout_s: float = 600.0,
         transport: httpx.AsyncBaseTransport | None = None,
         defer_records: bool = False,
+        native_feed: bool = NATIVE,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
         then built by ``http`` (headers, timeouts) but sent by the transport directly (the
@@ -83,7 +84,12 @@ class StreamingClient:
 
         With ``defer_records``, a finished stream's record waits for the
         event loop's spare time (``loadgen.deferred``) instead of delaying the reads of other
-        streams; ``flush()`` then gives the sink whatever is still pending."""
+        streams; ``flush()`` then gives the sink whatever is still pending.
+
+        ``native_feed`` picks the implementation of ``loadgen.stream.feed.EventFeed`` that
+        classifies the response bodies: the C walk (the default where it is built) or the
+        reference, which installs without a compiler use (the tests run both)."""
+        self._native_feed = native_feed
         self._deferred = DeferredCalls() if defer_records else None
         self._http = http
         self._transport = transport
@@ -224,7 +230,7 @@ class StreamingClient:
                 header_timings = timings_from_headers(exchange.headers)
                 if exchange.status >= 400:
                     return header_timings, _error_text(exchange.status, await exchange.aread())
-                feed = EventFeed(state)
+                feed = EventFeed(state, native=self._native_feed)
                 await exchange.drain(feed.take)  # the transport notes the first byte
                 feed.finish(self._now_ns())
             finally:
@@ -255,7 +261,7 @@ class StreamingClient:
     ) -> None:
         """Read the body of an httpx response into ``state``, stamping each read (when the
         transport offers no stamped stream) and noting the first byte."""
-        feed = EventFeed(state)
+        feed = EventFeed(state, native=self._native_feed)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
 

@@ -3,6 +3,8 @@
  * scan_read(state, ts, text, add_block) adds the events of `text` (whole CR-free blocks
  * separated by "\n\n", as SSEDecoder.feed_raw returns them), which arrived at `ts`, to
  * `state` (a loadgen.stream.state.StreamState), exactly as StreamState.add would one by one.
+ * It is one of the feed's two implementations; the other, used where this module is not
+ * built, is that reference itself, and the tests run every case on both.
  *
  * Runs of one-line `data: ` events that loadgen.openai.chunks.plain_content_tokens calls plain
  * content are taken here, without Python:
@@ -181,18 +183,35 @@ walk_plain(const char *s, const char *end, Py_ssize_t *pos, PyObject *offset, Py
     return count;
 }
 
-typedef struct {
-    PyObject *add, *add_decoded, *buf, *content, *done, *feed, *first_token, *last_completion,
-        *sent_ns, *tokens, *tokens_known;
-    /* what classify_decoded reads and writes (StreamState._add_decoded's names) */
-    PyObject *add_object, *choices, *completion_tokens, *delta, *error, *finish,
-        *finish_reason, *first_reasoning, *metrics, *reasoning, *reasoning_content, *text,
-        *timings, *tool_calls, *usage, *usage_raw;
+/* The Python names the walk uses, interned once, in three groups so that the tests can
+ * check each against its side (tests/loadgen/test_sse_scan_names.py): a name is only ever
+ * used through its group, and the same word in two groups (`content`, `reasoning`) is
+ * interned in each. */
+
+/* Slots of the StreamState (loadgen/stream/state.py) the walk reads and writes, and the
+ * methods it calls (`add_object` is `_add_decoded`, which takes a decoded object). */
+static struct {
+    PyObject *add, *add_decoded, *add_object, *content, *done, *finish, *first_reasoning,
+        *first_token, *last_completion, *reasoning, *sent_ns, *tokens, *tokens_known,
+        *usage_raw;
+} state_attr;
+
+/* Of the SSEDecoder (loadgen/stream/sse.py): its pending bytes and its slow path. */
+static struct {
+    PyObject *buf, *feed;
+} decoder_attr;
+
+/* Keys of a decoded chunk, as loadgen.openai.chunks.chunk_kind and
+ * StreamState._add_decoded read them. */
+static struct {
+    PyObject *choices, *completion_tokens, *content, *delta, *error, *finish_reason, *metrics,
+        *reasoning, *reasoning_content, *text, *timings, *tool_calls, *usage;
+} key;
+
+static struct {
     PyObject *empty, *thousand; /* b"" and 1000 */
     PyObject *loads;            /* orjson.loads */
-} Names;
-
-static Names names;
+} consts;
 
 /* The state's bookkeeping that the walk reads, fetched again after any Python call. */
 typedef struct {
@@ -205,7 +224,7 @@ static int
 read_book(PyObject *state, Book *book)
 {
     Py_CLEAR(book->tokens);
-    PyObject *known = PyObject_GetAttr(state, names.tokens_known);
+    PyObject *known = PyObject_GetAttr(state, state_attr.tokens_known);
     if (known == NULL) {
         return -1;
     }
@@ -215,7 +234,7 @@ read_book(PyObject *state, Book *book)
         return -1;
     }
     if (is_known) {
-        book->tokens = PyObject_GetAttr(state, names.tokens);
+        book->tokens = PyObject_GetAttr(state, state_attr.tokens);
         if (book->tokens == NULL) {
             return -1;
         }
@@ -224,7 +243,7 @@ read_book(PyObject *state, Book *book)
             return -1;
         }
     }
-    PyObject *last = PyObject_GetAttr(state, names.last_completion);
+    PyObject *last = PyObject_GetAttr(state, state_attr.last_completion);
     if (last == NULL) {
         return -1;
     }
@@ -257,21 +276,21 @@ set_if_none(PyObject *state, PyObject *attr, PyObject *ts)
 static int
 write_book(PyObject *state, PyObject *ts, Book *book, int known)
 {
-    if (set_if_none(state, names.first_token, ts) < 0) {
+    if (set_if_none(state, state_attr.first_token, ts) < 0) {
         return -1;
     }
     PyObject *last = PyLong_FromLongLong(book->last);
     if (last == NULL) {
         return -1;
     }
-    int rc = PyObject_SetAttr(state, names.last_completion, last);
+    int rc = PyObject_SetAttr(state, state_attr.last_completion, last);
     Py_DECREF(last);
     if (rc < 0) {
         return -1;
     }
     if (!known) {
         Py_CLEAR(book->tokens);
-        return PyObject_SetAttr(state, names.tokens_known, Py_False);
+        return PyObject_SetAttr(state, state_attr.tokens_known, Py_False);
     }
     return 0;
 }
@@ -320,7 +339,7 @@ enum { OTHER_KIND, CONTENT_KIND, REASONING_KIND };
 static int
 classify_decoded(PyObject *state, PyObject *ts, PyObject *offset, PyObject *payload)
 {
-    PyObject *obj = PyObject_CallOneArg(names.loads, payload);
+    PyObject *obj = PyObject_CallOneArg(consts.loads, payload);
     if (obj == NULL || !PyDict_CheckExact(obj)) {
         if (obj == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
@@ -329,50 +348,51 @@ classify_decoded(PyObject *state, PyObject *ts, PyObject *offset, PyObject *payl
             PyErr_Clear();
         }
         Py_XDECREF(obj);
-        PyObject *res = PyObject_CallMethodObjArgs(state, names.add_decoded, ts, payload, NULL);
+        PyObject *res =
+            PyObject_CallMethodObjArgs(state, state_attr.add_decoded, ts, payload, NULL);
         Py_XDECREF(res);
         return res == NULL ? -1 : 0;
     }
     int failed = 0, rc = 0;
-    PyObject *error = item(obj, names.error, &failed);
-    int python = (error != NULL && error != Py_None) || item(obj, names.metrics, &failed)
-                 || item(obj, names.timings, &failed);
+    PyObject *error = item(obj, key.error, &failed);
+    int python = (error != NULL && error != Py_None) || item(obj, key.metrics, &failed)
+                 || item(obj, key.timings, &failed);
     if (failed) {
         Py_DECREF(obj);
         return -1;
     }
     if (python) {
-        PyObject *res = PyObject_CallMethodObjArgs(state, names.add_object, ts, obj, NULL);
+        PyObject *res = PyObject_CallMethodObjArgs(state, state_attr.add_object, ts, obj, NULL);
         Py_DECREF(obj);
         Py_XDECREF(res);
         return res == NULL ? -1 : 0;
     }
     int kind = OTHER_KIND;
     PyObject *finish = NULL;
-    PyObject *choices = item(obj, names.choices, &failed);
+    PyObject *choices = item(obj, key.choices, &failed);
     if (choices != NULL && PyList_Check(choices) && PyList_GET_SIZE(choices) > 0) {
         PyObject *choice = PyList_GET_ITEM(choices, 0);
         if (PyDict_Check(choice)) {
-            finish = item(choice, names.finish_reason, &failed);
-            PyObject *delta = item(choice, names.delta, &failed);
+            finish = item(choice, key.finish_reason, &failed);
+            PyObject *delta = item(choice, key.delta, &failed);
             if (delta != NULL && PyDict_Check(delta)) {
-                if (truthy(item(delta, names.content, &failed))
-                    || truthy(item(delta, names.tool_calls, &failed))) {
+                if (truthy(item(delta, key.content, &failed))
+                    || truthy(item(delta, key.tool_calls, &failed))) {
                     kind = CONTENT_KIND;
                 }
-                else if (truthy(item(delta, names.reasoning_content, &failed))
-                         || truthy(item(delta, names.reasoning, &failed))) {
+                else if (truthy(item(delta, key.reasoning_content, &failed))
+                         || truthy(item(delta, key.reasoning, &failed))) {
                     kind = REASONING_KIND;
                 }
             }
-            else if (truthy(item(choice, names.text, &failed))) {
+            else if (truthy(item(choice, key.text, &failed))) {
                 kind = CONTENT_KIND;
             }
         }
     }
-    PyObject *usage = item(obj, names.usage, &failed);
+    PyObject *usage = item(obj, key.usage, &failed);
     PyObject *completion = usage != NULL && PyDict_Check(usage)
-                               ? item(usage, names.completion_tokens, &failed)
+                               ? item(usage, key.completion_tokens, &failed)
                                : NULL;
     int counted = completion != NULL && PyLong_Check(completion);
     if (failed) {
@@ -380,35 +400,35 @@ classify_decoded(PyObject *state, PyObject *ts, PyObject *offset, PyObject *payl
         return -1;
     }
     if (usage != NULL && usage != Py_None) {
-        rc = PyObject_SetAttr(state, names.usage_raw, usage);
+        rc = PyObject_SetAttr(state, state_attr.usage_raw, usage);
     }
     if (rc == 0 && finish != NULL && finish != Py_None) {
-        rc = PyObject_SetAttr(state, names.finish, finish);
+        rc = PyObject_SetAttr(state, state_attr.finish, finish);
     }
     if (rc == 0 && kind == CONTENT_KIND) {
-        rc = set_if_none(state, names.first_token, ts);
+        rc = set_if_none(state, state_attr.first_token, ts);
         if (rc == 0) {
-            rc = append_to(state, names.content, offset);
+            rc = append_to(state, state_attr.content, offset);
         }
         if (rc == 0 && counted) {
-            PyObject *last = PyObject_GetAttr(state, names.last_completion);
+            PyObject *last = PyObject_GetAttr(state, state_attr.last_completion);
             PyObject *diff = last != NULL ? PyNumber_Subtract(completion, last) : NULL;
-            rc = diff != NULL ? append_to(state, names.tokens, diff) : -1;
+            rc = diff != NULL ? append_to(state, state_attr.tokens, diff) : -1;
             Py_XDECREF(diff);
             Py_XDECREF(last);
         }
         else if (rc == 0) {
-            rc = PyObject_SetAttr(state, names.tokens_known, Py_False);
+            rc = PyObject_SetAttr(state, state_attr.tokens_known, Py_False);
         }
     }
     else if (rc == 0 && kind == REASONING_KIND) {
-        rc = set_if_none(state, names.first_reasoning, ts);
+        rc = set_if_none(state, state_attr.first_reasoning, ts);
         if (rc == 0) {
-            rc = append_to(state, names.reasoning, offset);
+            rc = append_to(state, state_attr.reasoning, offset);
         }
     }
     if (rc == 0 && counted && kind != OTHER_KIND) {
-        rc = PyObject_SetAttr(state, names.last_completion, completion);
+        rc = PyObject_SetAttr(state, state_attr.last_completion, completion);
     }
     Py_DECREF(obj);
     return rc;
@@ -426,7 +446,7 @@ add_other(PyObject *state, PyObject *ts, PyObject *offset, const char *block, co
     const char *nl = memchr(block, '\n', (size_t)len);
     if (nl == NULL && len >= 6 && memcmp(block, "data: ", 6) == 0) {
         if (len == 12 && memcmp(block + 6, "[DONE]", 6) == 0) {
-            return PyObject_SetAttr(state, names.done, Py_True);
+            return PyObject_SetAttr(state, state_attr.done, Py_True);
         }
         PyObject *payload = PyBytes_FromStringAndSize(block + 6, len - 6);
         if (payload == NULL) {
@@ -437,7 +457,7 @@ add_other(PyObject *state, PyObject *ts, PyObject *offset, const char *block, co
             rc = classify_decoded(state, ts, offset, payload);
         }
         else {
-            PyObject *res = PyObject_CallMethodObjArgs(state, names.add, ts, payload, NULL);
+            PyObject *res = PyObject_CallMethodObjArgs(state, state_attr.add, ts, payload, NULL);
             rc = res == NULL ? -1 : 0;
             Py_XDECREF(res);
         }
@@ -462,7 +482,7 @@ walk_text(PyObject *state, PyObject *ts, const char *s, Py_ssize_t n, PyObject *
     const char *end = s + n;
     PyObject *offset = NULL, *content = NULL;
     Book book = {NULL, 0, 0};
-    PyObject *sent = PyObject_GetAttr(state, names.sent_ns);
+    PyObject *sent = PyObject_GetAttr(state, state_attr.sent_ns);
     if (sent == NULL) {
         return -1;
     }
@@ -470,13 +490,13 @@ walk_text(PyObject *state, PyObject *ts, const char *s, Py_ssize_t n, PyObject *
     PyObject *elapsed = PyNumber_Subtract(ts, sent);
     Py_DECREF(sent);
     if (elapsed != NULL) {
-        offset = PyNumber_FloorDivide(elapsed, names.thousand);
+        offset = PyNumber_FloorDivide(elapsed, consts.thousand);
         Py_DECREF(elapsed);
     }
     if (offset == NULL) {
         return -1;
     }
-    content = PyObject_GetAttr(state, names.content);
+    content = PyObject_GetAttr(state, state_attr.content);
     if (content == NULL) {
         goto fail;
     }
@@ -564,7 +584,7 @@ last_separator(const char *s, Py_ssize_t n)
 static int
 feed_slowly(PyObject *decoder, PyObject *state, PyObject *ts, PyObject *buf)
 {
-    PyObject *got = PyObject_CallMethodObjArgs(decoder, names.feed, buf, NULL);
+    PyObject *got = PyObject_CallMethodObjArgs(decoder, decoder_attr.feed, buf, NULL);
     if (got == NULL) {
         return -1;
     }
@@ -575,7 +595,7 @@ feed_slowly(PyObject *decoder, PyObject *state, PyObject *ts, PyObject *buf)
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(got); i++) {
         PyObject *res =
-            PyObject_CallMethodObjArgs(state, names.add, ts, PyList_GET_ITEM(got, i), NULL);
+            PyObject_CallMethodObjArgs(state, state_attr.add, ts, PyList_GET_ITEM(got, i), NULL);
         if (res == NULL) {
             Py_DECREF(got);
             return -1;
@@ -597,7 +617,7 @@ scan_feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *decoder = args[0], *state = args[1], *add_block = args[2], *ts = args[3];
-    PyObject *pending = PyObject_GetAttr(decoder, names.buf);
+    PyObject *pending = PyObject_GetAttr(decoder, decoder_attr.buf);
     if (pending == NULL) {
         return NULL;
     }
@@ -627,7 +647,7 @@ scan_feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (memchr(s, '\r', (size_t)n) == NULL) {
         Py_ssize_t end = last_separator(s, n);
         if (end < 0) { /* no event completed: keep it all */
-            rc = PyObject_SetAttr(decoder, names.buf, buf);
+            rc = PyObject_SetAttr(decoder, decoder_attr.buf, buf);
             Py_DECREF(buf);
             return rc < 0 ? NULL : Py_NewRef(Py_None);
         }
@@ -637,7 +657,7 @@ scan_feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(buf);
                 return NULL;
             }
-            rc = PyObject_SetAttr(decoder, names.buf, rest);
+            rc = PyObject_SetAttr(decoder, decoder_attr.buf, rest);
             Py_DECREF(rest);
             if (rc == 0) {
                 rc = walk_text(state, ts, s, end, add_block);
@@ -646,7 +666,7 @@ scan_feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return rc < 0 ? NULL : Py_NewRef(Py_None);
         }
     }
-    rc = PyObject_SetAttr(decoder, names.buf, names.empty);
+    rc = PyObject_SetAttr(decoder, decoder_attr.buf, consts.empty);
     if (rc == 0) {
         rc = feed_slowly(decoder, state, ts, buf);
     }
@@ -679,37 +699,44 @@ intern(PyObject **slot, const char *name)
 PyMODINIT_FUNC
 PyInit__sse_scan(void)
 {
-    names.empty = PyBytes_FromStringAndSize(NULL, 0);
-    names.thousand = PyLong_FromLong(1000);
-    if (names.empty == NULL || names.thousand == NULL) {
+    consts.empty = PyBytes_FromStringAndSize(NULL, 0);
+    consts.thousand = PyLong_FromLong(1000);
+    if (consts.empty == NULL || consts.thousand == NULL) {
         return NULL;
     }
     PyObject *orjson = PyImport_ImportModule("orjson");
     if (orjson == NULL) {
         return NULL;
     }
-    names.loads = PyObject_GetAttrString(orjson, "loads");
+    consts.loads = PyObject_GetAttrString(orjson, "loads");
     Py_DECREF(orjson);
-    if (names.loads == NULL || intern(&names.add_object, "_add_decoded") < 0
-        || intern(&names.choices, "choices") < 0
-        || intern(&names.completion_tokens, "completion_tokens") < 0
-        || intern(&names.delta, "delta") < 0 || intern(&names.error, "error") < 0
-        || intern(&names.finish, "finish") < 0 || intern(&names.finish_reason, "finish_reason") < 0
-        || intern(&names.first_reasoning, "first_reasoning") < 0
-        || intern(&names.metrics, "metrics") < 0 || intern(&names.reasoning, "reasoning") < 0
-        || intern(&names.reasoning_content, "reasoning_content") < 0
-        || intern(&names.text, "text") < 0 || intern(&names.timings, "timings") < 0
-        || intern(&names.tool_calls, "tool_calls") < 0 || intern(&names.usage, "usage") < 0
-        || intern(&names.usage_raw, "usage_raw") < 0) {
+    if (consts.loads == NULL) {
         return NULL;
     }
-    if (intern(&names.add, "add") < 0 || intern(&names.add_decoded, "add_decoded") < 0
-        || intern(&names.buf, "_buf") < 0 || intern(&names.feed, "feed") < 0
-        || intern(&names.content, "content") < 0
-        || intern(&names.done, "done") < 0 || intern(&names.first_token, "first_token") < 0
-        || intern(&names.last_completion, "last_completion") < 0
-        || intern(&names.sent_ns, "sent_ns") < 0 || intern(&names.tokens, "tokens") < 0
-        || intern(&names.tokens_known, "tokens_known") < 0) {
+    if (intern(&state_attr.add, "add") < 0 || intern(&state_attr.add_decoded, "add_decoded") < 0
+        || intern(&state_attr.add_object, "_add_decoded") < 0
+        || intern(&state_attr.content, "content") < 0 || intern(&state_attr.done, "done") < 0
+        || intern(&state_attr.finish, "finish") < 0
+        || intern(&state_attr.first_reasoning, "first_reasoning") < 0
+        || intern(&state_attr.first_token, "first_token") < 0
+        || intern(&state_attr.last_completion, "last_completion") < 0
+        || intern(&state_attr.reasoning, "reasoning") < 0
+        || intern(&state_attr.sent_ns, "sent_ns") < 0 || intern(&state_attr.tokens, "tokens") < 0
+        || intern(&state_attr.tokens_known, "tokens_known") < 0
+        || intern(&state_attr.usage_raw, "usage_raw") < 0) {
+        return NULL;
+    }
+    if (intern(&decoder_attr.buf, "_buf") < 0 || intern(&decoder_attr.feed, "feed") < 0) {
+        return NULL;
+    }
+    if (intern(&key.choices, "choices") < 0
+        || intern(&key.completion_tokens, "completion_tokens") < 0
+        || intern(&key.content, "content") < 0 || intern(&key.delta, "delta") < 0
+        || intern(&key.error, "error") < 0 || intern(&key.finish_reason, "finish_reason") < 0
+        || intern(&key.metrics, "metrics") < 0 || intern(&key.reasoning, "reasoning") < 0
+        || intern(&key.reasoning_content, "reasoning_content") < 0
+        || intern(&key.text, "text") < 0 || intern(&key.timings, "timings") < 0
+        || intern(&key.tool_calls, "tool_calls") < 0 || intern(&key.usage, "usage") < 0) {
         return NULL;
     }
     return PyModule_Create(&module_def);

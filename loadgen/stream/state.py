@@ -42,8 +42,10 @@ class StreamSummary:
 class StreamState:
     """A response's events classified so far, fed in arrival order (``add``, one event).
 
-    The reference per-event path of ``summarize_stream``; ``loadgen.stream.feed`` also appends
-    whole runs of plain content chunks to ``content``/``tokens`` the way ``add`` would.
+    The reference per-event path of ``summarize_stream``; the C walk
+    (``loadgen.stream._sse_scan``) also appends whole runs of plain content chunks to
+    ``content``/``tokens`` the way ``add`` would, and reads and writes these slots and
+    calls these methods by name (``tests/loadgen/test_sse_scan_names.py`` checks them).
     """
 
     __slots__ = (

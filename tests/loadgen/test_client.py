@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from feeds import IMPLS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scripted import Paced, chunked, response, scripted_server
@@ -23,6 +24,7 @@ from loadgen.clock import Clock
 from loadgen.http.pool import FastTransport, RequestTemplate, Timeouts, encode
 from loadgen.http.stamping import Progress
 from loadgen.run.session import make_transport
+from loadgen.stream.feed import NATIVE
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
 
@@ -74,8 +76,10 @@ async def records_of(
     *,
     timeout_s: float = 5.0,
     read_s: float | None = None,
+    native: bool = NATIVE,
 ) -> list[RequestRecord]:
-    """Send ``jobs`` one after the other, as the replay does (``ready`` first)."""
+    """Send ``jobs`` one after the other, as the replay does (``ready`` first); ``native``
+    picks the implementation that classifies the bodies (``loadgen.stream.feed``)."""
     clock = Clock()
     transport = make_transport(kind, clock.now_ns, max_connections=4)
     read = read_s if read_s is not None else timeout_s
@@ -89,6 +93,7 @@ async def records_of(
             run_id="t",
             timeout_s=timeout_s,
             transport=transport,
+            native_feed=native,
         )
         for j in jobs:
             await client.execute(client.ready(j), clock.now_ns(), records.append)
@@ -99,14 +104,15 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+@pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize("kind", TRANSPORTS)
-def test_a_stream_is_recorded_with_causal_stamps(kind: str) -> None:
+def test_a_stream_is_recorded_with_causal_stamps(kind: str, native: bool) -> None:
     body = stream(3)
 
     async def main() -> tuple[list[RequestRecord], list[bytes]]:
         replies = [response(body, sizes=[len(ROLE), len(token(1))])] * 2
         async with scripted_server(replies, splits=(60, 400)) as (url, log):
-            got = await records_of(kind, url, [job(0), job(1)])
+            got = await records_of(kind, url, [job(0), job(1)], native=native)
         return got, log.requests
 
     (first, second), requests = run(main())
@@ -138,23 +144,29 @@ def test_a_stream_is_recorded_with_causal_stamps(kind: str) -> None:
     assert requests[0].endswith(b'\r\n\r\n{"a":1}')
 
 
-def test_both_transports_record_the_same_row() -> None:
+def test_both_transports_and_both_feeds_record_the_same_row() -> None:
+    """Each transport with each implementation of the feed (the C walk where it is built,
+    and the reference)."""
     body = stream(5)
+    natives = [True, False] if NATIVE else [False]
 
     async def main() -> list[RequestRecord]:
         out: list[RequestRecord] = []
         for kind in TRANSPORTS:
-            async with scripted_server([response(body)]) as (url, _):
-                out += await records_of(kind, url, [job(0)])
+            for native in natives:
+                async with scripted_server([response(body)]) as (url, _):
+                    out += await records_of(kind, url, [job(0)], native=native)
         return out
 
-    fast, slow = run(main())
+    first, *others = run(main())
     timeless = {"sent_ns", "due_ns", "end_ns", "chunk_offsets_us"}
-    for name in RequestRecord.__slots__:
-        if name in timeless or name.endswith("_ns"):
-            continue
-        assert getattr(fast, name) == getattr(slow, name), name
-    assert len(fast.chunk_offsets_us) == len(slow.chunk_offsets_us) == 5
+    for other in others:
+        for name in RequestRecord.__slots__:
+            if name in timeless or name.endswith("_ns"):
+                continue
+            assert getattr(first, name) == getattr(other, name), name
+        assert len(other.chunk_offsets_us) == 5
+    assert len(first.chunk_offsets_us) == 5
 
 
 @pytest.mark.parametrize("kind", TRANSPORTS)
@@ -174,8 +186,9 @@ def test_an_http_error_is_a_row_with_the_servers_message(kind: str) -> None:
     assert fine.outcome == s.OUTCOME_OK  # the connection went back to the pool cleanly
 
 
+@pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize("kind", TRANSPORTS)
-def test_a_disconnect_mid_body_keeps_the_chunks_it_got(kind: str) -> None:
+def test_a_disconnect_mid_body_keeps_the_chunks_it_got(kind: str, native: bool) -> None:
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
     )
@@ -184,7 +197,7 @@ def test_a_disconnect_mid_body_keeps_the_chunks_it_got(kind: str) -> None:
 
     async def main() -> list[RequestRecord]:
         async with scripted_server([reply]) as (url, _):
-            return await records_of(kind, url, [job(0)])
+            return await records_of(kind, url, [job(0)], native=native)
 
     (rec,) = run(main())
     assert rec.outcome == s.OUTCOME_DISCONNECT
@@ -194,8 +207,9 @@ def test_a_disconnect_mid_body_keeps_the_chunks_it_got(kind: str) -> None:
     assert "RemoteProtocolError" in rec.error
 
 
+@pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize("kind", TRANSPORTS)
-def test_the_whole_request_times_out_even_while_bytes_keep_coming(kind: str) -> None:
+def test_the_whole_request_times_out_even_while_bytes_keep_coming(kind: str, native: bool) -> None:
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
     )
@@ -205,7 +219,7 @@ def test_the_whole_request_times_out_even_while_bytes_keep_coming(kind: str) -> 
 
     async def main() -> list[RequestRecord]:
         async with scripted_server([reply]) as (url, _):
-            return await records_of(kind, url, [job(0)], timeout_s=0.4)
+            return await records_of(kind, url, [job(0)], timeout_s=0.4, native=native)
 
     (rec,) = run(main())
     assert rec.outcome == s.OUTCOME_TIMEOUT

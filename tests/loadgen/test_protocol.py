@@ -1,12 +1,20 @@
-"""Request bodies and chunk classification on shapes servers really send."""
+"""Request bodies and chunk classification on shapes servers really send.
+
+Each classification case also goes through ``EventFeed`` on both implementations (the C
+walk and the reference, ``StreamState.add``), checked against ``summarize_stream``.
+"""
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
+from feeds import IMPLS, fed_events
 
 from loadgen.openai.bodies import build_body, endpoint_path
 from loadgen.openai.chunks import Kind, classify
+from loadgen.stream.state import summarize_stream
 from traces.prompts.maker import Prompt
 from traces.runinfo import Capabilities
 
@@ -62,6 +70,7 @@ def test_literal_messages_are_sent_as_given() -> None:
     assert body["messages"] == orjson.loads(msgs)
 
 
+@pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize(
     ("payload", "kind"),
     [
@@ -76,16 +85,24 @@ def test_literal_messages_are_sent_as_given() -> None:
         (b'{"error":{"message":"boom"}}', Kind.ERROR),
     ],
 )
-def test_classify_kinds(payload: bytes, kind: Kind) -> None:
+def test_classify_kinds(payload: bytes, kind: Kind, native: bool) -> None:
     assert classify(payload).kind is kind
+    summary = fed_events([payload], native=native)
+    assert len(summary.content_offsets_us) == (kind is Kind.CONTENT)
+    assert len(summary.reasoning_offsets_us) == (kind is Kind.REASONING)
+    assert summary.done == (kind is Kind.DONE)
+    assert (summary.error is not None) == (kind is Kind.ERROR)
+    assert (summary.usage is not None) == (kind is Kind.USAGE)
 
 
-def test_usage_with_cached_tokens_and_finish_reason() -> None:
-    chunk = classify(
+@pytest.mark.parametrize("native", IMPLS)
+def test_usage_with_cached_tokens_and_finish_reason(native: bool) -> None:
+    payload = (
         b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"length"}],'
         b'"usage":{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13,'
         b'"prompt_tokens_details":{"cached_tokens":8}}}'
     )
+    chunk = classify(payload)
     assert chunk.kind is Kind.CONTENT
     assert chunk.finish_reason == "length"
     assert chunk.usage is not None
@@ -94,21 +111,34 @@ def test_usage_with_cached_tokens_and_finish_reason() -> None:
         chunk.usage.completion_tokens,
         chunk.usage.cached_tokens,
     ) == (10, 3, 8)
+    summary = fed_events([payload], native=native)
+    assert (summary.usage, summary.finish_reason) == (chunk.usage, "length")
+    assert summary.chunk_tokens == [3]
 
 
-def test_llama_cpp_timings_are_read() -> None:
-    chunk = classify(
+@pytest.mark.parametrize("native", IMPLS)
+def test_llama_cpp_timings_are_read(native: bool) -> None:
+    payload = (
         b'{"choices":[{"index":0,"delta":{},"finish_reason":"length"}],'
         b'"timings":{"prompt_n":16,"prompt_ms":12.5,"predicted_n":4,"predicted_ms":40.0,"cache_n":0}}'
     )
+    chunk = classify(payload)
     assert chunk.timings is not None
     assert chunk.timings.prefill_ms == 12.5
     assert chunk.timings.decode_ms == 40.0
+    assert fed_events([payload], native=native).timings == chunk.timings
 
 
-def test_malformed_json_raises_value_error() -> None:
+@pytest.mark.parametrize("native", IMPLS)
+def test_malformed_json_raises_value_error(native: bool) -> None:
     with pytest.raises(ValueError, match="malformed"):
         classify(b'{"choices": [')
+    summary = fed_events(
+        [b'{"choices": [', b'{"choices":[{"delta":{"content":"x"}}]}'], native=native
+    )
+    assert summary.error is not None
+    assert summary.error.startswith("malformed chunk")
+    assert len(summary.content_offsets_us) == 1  # a bad chunk does not end the stream
 
 
 def _vllm_stream(api: str, n: int, *, usage_every_chunk: bool, reasoning: int = 0) -> list[bytes]:
@@ -165,14 +195,13 @@ def _vllm_stream(api: str, n: int, *, usage_every_chunk: bool, reasoning: int = 
     return [orjson.dumps(c) for c in out] + [b"[DONE]"]
 
 
+@pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize("api", ["chat", "completions"])
 @pytest.mark.parametrize("usage_every_chunk", [True, False])
 @pytest.mark.parametrize("reasoning", [0, 3])
-def test_fast_path_equals_full_decode(api: str, usage_every_chunk: bool, reasoning: int) -> None:
-    import json
-
-    from loadgen.stream.state import summarize_stream
-
+def test_fast_path_equals_full_decode(
+    api: str, usage_every_chunk: bool, reasoning: int, native: bool
+) -> None:
     compact = _vllm_stream(
         api, 6, usage_every_chunk=usage_every_chunk, reasoning=reasoning if api == "chat" else 0
     )
@@ -188,3 +217,5 @@ def test_fast_path_equals_full_decode(api: str, usage_every_chunk: bool, reasoni
     assert fast.done
     assert fast.timings is not None
     assert fast.timings.prefill_ms == 2.0
+    # The feed (fed_events checks it against summarize_stream) on both layouts.
+    assert fed_events(compact, native=native) == fed_events(spaced, native=native)

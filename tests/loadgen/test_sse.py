@@ -1,7 +1,15 @@
-"""The SSE decoder: spec cases, and the same bytes split anywhere give the same events."""
+"""The SSE decoder: spec cases, and the same bytes split anywhere give the same events.
+
+The C walk (``loadgen.stream._sse_scan``) frames reads itself, so the same cases also go
+through ``EventFeed`` on both implementations, with chunks as the events' data, and must
+give the summary of the decoder's events.
+"""
 
 from __future__ import annotations
 
+import orjson
+import pytest
+from feeds import IMPLS, fed, reference, split, stamps_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,7 +75,7 @@ def sse_streams(draw: st.DrawFn) -> bytes:
     return b"".join(parts)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(stream=sse_streams(), data=st.data())
 def test_split_points_do_not_change_events(stream: bytes, data: st.DataObject) -> None:
     whole = decode_all([stream])
@@ -80,8 +88,89 @@ def test_split_points_do_not_change_events(stream: bytes, data: st.DataObject) -
     assert decode_all(pieces) == whole
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(stream=st.binary(max_size=200), data=st.data())
 def test_arbitrary_bytes_split_anywhere_are_consistent(stream: bytes, data: st.DataObject) -> None:
     cut = data.draw(st.integers(0, len(stream)))
     assert decode_all([stream[:cut], stream[cut:]]) == decode_all([stream])
+
+
+def content(k: int) -> bytes:
+    """A compact content chunk with cumulative usage ``k``: each one's place shows in the
+    summary (its read's stamp, its token delta)."""
+    choice = {"index": 0, "delta": {"content": f" t{k}"}, "finish_reason": None}
+    return orjson.dumps({"choices": [choice], "usage": {"completion_tokens": k * k}})
+
+
+C1, C2 = content(1), content(2)
+SPEC_CASES = {
+    "events-and-done": ([b"data: " + C1 + b"\n\ndata: " + C2 + b"\n\ndata: [DONE]\n\n"], 2),
+    "line-endings-comments-fields": (
+        [
+            b": keep-alive\r\n\r\nevent: x\r\nid: 3\r\ndata: "
+            + C1[:20]
+            + b"\r\ndata:"
+            + C1[20:]
+            + b"\r\n\r\ndata: "
+            + C2
+            + b"\r\r"
+        ],
+        2,
+    ),
+    "no-data-no-event": ([b"event: ping\n\n: comment\n\n"], 0),
+    "waits-for-blank-line": ([b"data: " + C1[:9], C1[9:] + b"\n", b"\n"], 1),
+    "flush-dispatches-the-last": ([b"data: " + C1 + b"\n\ndata: " + C2], 2),
+    "crlf-split-across-reads": (
+        [b"data: " + C1 + b"\r", b"\n\r", b"\ndata: " + C2 + b"\r\n\r\n"],
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize("native", IMPLS)
+@pytest.mark.parametrize(("pieces", "events"), SPEC_CASES.values(), ids=SPEC_CASES.keys())
+def test_feed_frames_the_spec_cases_as_the_decoder_does(
+    pieces: list[bytes], events: int, native: bool
+) -> None:
+    stamps = stamps_for(pieces)
+    summary = fed(pieces, stamps, 10**9, native=native)
+    assert summary == reference(pieces, stamps, 10**9)
+    assert len(summary.content_offsets_us) == events
+
+
+chunk_payload = st.one_of(
+    st.integers(0, 40).map(content),
+    st.sampled_from([b"[DONE]", b'{"choices":[],"usage":{"completion_tokens":3}}', b"{}"]),
+    payload,
+)
+
+
+@st.composite
+def chunk_streams(draw: st.DrawFn) -> bytes:
+    """``sse_streams``' framing with chunks (and arbitrary bytes) as the events' data."""
+    parts: list[bytes] = []
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["data", "data", "comment", "field", "multi"]))
+        end = draw(line_end)
+        if kind == "comment":
+            parts.append(b":" + draw(payload) + end + end)
+        elif kind == "field":
+            parts.append(b"event: e" + end + b"data: " + draw(chunk_payload) + end + end)
+        elif kind == "multi":
+            one = draw(chunk_payload)
+            cut = draw(st.integers(0, len(one)))
+            parts.append(b"data: " + one[:cut] + end + b"data:" + one[cut:] + end + end)
+        else:
+            parts.append(b"data: " + draw(chunk_payload) + end + end)
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize("native", IMPLS)
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(stream=chunk_streams(), data=st.data())
+def test_split_points_do_not_change_the_summary(
+    native: bool, stream: bytes, data: st.DataObject
+) -> None:
+    pieces = split(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+    stamps = stamps_for(pieces)
+    assert fed(pieces, stamps, 10**9, native=native) == reference(pieces, stamps, 10**9)

@@ -1,35 +1,27 @@
-"""The bulk path (``feed_raw`` + ``summarize_reads``) against the per-event reference.
+"""Both implementations of ``loadgen.stream.feed`` (the C walk and the reference) against
+the per-event reference.
 
-The reference is what the client did before: ``SSEDecoder.feed`` per read, one
-``(ts, data)`` per event, ``summarize_stream``. For any bytes split into reads at any points,
-both must give the same ``StreamSummary``; the strategies mix every kind of chunk (and bytes
-that only look like them) so that runs of plain content are interrupted anywhere.
+The reference is what the client did before any fast path: ``SSEDecoder.feed`` per read,
+one ``(ts, data)`` per event, ``summarize_stream``. For any bytes split into reads at any
+points, every way of feeding them (``EventFeed``, ``add_read`` per read, ``summarize_reads``)
+must give the same ``StreamSummary`` on both implementations; the strategies mix every kind
+of chunk (and bytes that only look like them) so that runs of plain content are interrupted
+anywhere. The fuzz is derandomized: the same examples on every run.
 """
 
 from __future__ import annotations
 
-import itertools
-
 import orjson
 import pytest
+from feeds import IMPLS, SENT_NS, fed, reference, split, stamps_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen.stream import feed as sse_bulk
-from loadgen.stream.feed import EventFeed, Read, add_read, summarize_reads
+from loadgen.stream.feed import NATIVE, Read, add_read, summarize_reads
 from loadgen.stream.sse import SSEDecoder, decode_blocks
-from loadgen.stream.state import StreamState, StreamSummary, summarize_stream
+from loadgen.stream.state import StreamState, StreamSummary
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1795953908, "model": "m"}
-
-
-def reference(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
-    dec = SSEDecoder()
-    events: list[tuple[int, bytes]] = []
-    for ts, data in zip(stamps, pieces, strict=True):
-        events.extend((ts, payload) for payload in dec.feed(data))
-    events.extend((end_ns, payload) for payload in dec.flush())
-    return summarize_stream(events, 1_000)
 
 
 def raw_reads(pieces: list[bytes], stamps: list[int], end_ns: int) -> list[Read]:
@@ -45,42 +37,30 @@ def raw_reads(pieces: list[bytes], stamps: list[int], end_ns: int) -> list[Read]
     return reads
 
 
-def incremental(reads: list[Read]) -> StreamSummary:
-    """As the client does it: one read at a time, as they arrive."""
-    state = StreamState(1_000)
+def incremental(reads: list[Read], *, native: bool) -> StreamSummary:
+    """One ``feed_raw`` result at a time, as they arrive."""
+    state = StreamState(SENT_NS)
     for ts, got in reads:
-        add_read(state, ts, got)
+        add_read(state, ts, got, native=native)
     return state.summary()
 
 
-def fed(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
-    """As the client does it: each piece through an ``EventFeed`` as it arrives."""
-    state = StreamState(1_000)
-    feed = EventFeed(state)
-    for ts, data in zip(stamps, pieces, strict=True):
-        feed.take(ts, data)
-    feed.finish(end_ns)
-    return state.summary()
-
-
-def bulk(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
+def every_way(
+    pieces: list[bytes], stamps: list[int], end_ns: int, *, native: bool
+) -> StreamSummary:
+    """The summary of one implementation, the same whichever way the reads are fed."""
     reads = raw_reads(pieces, stamps, end_ns)
-    summary = summarize_reads(reads, 1_000)
-    assert incremental(reads) == summary
-    assert fed(pieces, stamps, end_ns) == summary
+    summary = summarize_reads(reads, SENT_NS, native=native)
+    assert incremental(reads, native=native) == summary
+    assert fed(pieces, stamps, end_ns, native=native) == summary
     return summary
 
 
-def assert_same_as_reference(stream: bytes, cuts: list[int]) -> None:
-    """Split into reads at ``cuts``: the bulk path's summary is the per-event one."""
+def assert_same_as_reference(stream: bytes, cuts: list[int], *, native: bool) -> None:
+    """Split into reads at ``cuts``: the implementation's summary is the per-event one."""
     pieces = split(stream, cuts)
-    stamps = [1_000_000 * (i + 1) for i in range(len(pieces))]
-    assert bulk(pieces, stamps, 10**9) == reference(pieces, stamps, 10**9)
-
-
-def split(stream: bytes, cuts: list[int]) -> list[bytes]:
-    bounds = [0, *sorted(cuts), len(stream)]
-    return [stream[a:b] for a, b in itertools.pairwise(bounds)]
+    stamps = stamps_for(pieces)
+    assert every_way(pieces, stamps, 10**9, native=native) == reference(pieces, stamps, 10**9)
 
 
 def usage(completion: object) -> dict[str, object]:
@@ -252,31 +232,27 @@ def sse_stream(draw: st.DrawFn) -> bytes:
     return b"".join(out)
 
 
-C_SCAN = sse_bulk._scan_read
-
-
-@pytest.fixture(autouse=True, params=["c", "regex"])
-def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs on both paths: the C scan and the pure-Python regex one."""
-    if request.param == "c":
-        if C_SCAN is None:
-            pytest.skip("loadgen.stream._sse_scan is not built")
-    else:
-        monkeypatch.setattr(sse_bulk, "_scan_read", None)
-        monkeypatch.setattr(sse_bulk, "_scan_feed", None)
-    return str(request.param)
-
-
-@pytest.fixture(params=[0, 512], ids=["bulk-always", "default"])
-def small_text(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sse_bulk, "_SMALL_TEXT", request.param)
-
-
-@pytest.mark.usefixtures("small_text")
-@settings(max_examples=400, deadline=None)
+@pytest.mark.parametrize("native", IMPLS)
+@settings(max_examples=400, deadline=None, derandomize=True)
 @given(stream=sse_stream(), data=st.data())
-def test_bulk_summary_equals_per_event_reference(stream: bytes, data: st.DataObject) -> None:
-    assert_same_as_reference(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=20)))
+def test_summary_equals_per_event_reference(
+    native: bool, stream: bytes, data: st.DataObject
+) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=20))
+    assert_same_as_reference(stream, cuts, native=native)
+
+
+@pytest.mark.skipif(not NATIVE, reason="loadgen.stream._sse_scan is not built")
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(stream=sse_stream(), data=st.data())
+def test_c_and_reference_agree_on_the_same_split_bytes(stream: bytes, data: st.DataObject) -> None:
+    """Both implementations on one example at a time, whatever Hypothesis draws for each
+    parametrized run above."""
+    pieces = split(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=20)))
+    stamps = stamps_for(pieces)
+    c = fed(pieces, stamps, 10**9, native=True)
+    assert c == fed(pieces, stamps, 10**9, native=False)
+    assert c == reference(pieces, stamps, 10**9)
 
 
 @st.composite
@@ -292,15 +268,22 @@ def raw_stream(draw: st.DrawFn) -> bytes:
     return b"".join(parts)
 
 
-@settings(max_examples=400, deadline=None)
+@pytest.mark.parametrize("native", IMPLS)
+@settings(max_examples=400, deadline=None, derandomize=True)
 @given(stream=st.one_of(raw_stream(), sse_stream(), st.binary(max_size=120)), data=st.data())
-def test_feed_raw_decodes_to_what_feed_returns(stream: bytes, data: st.DataObject) -> None:
+def test_feed_raw_decodes_to_what_feed_returns(
+    native: bool, stream: bytes, data: st.DataObject
+) -> None:
+    """``feed_raw`` (whose framing the C walk repeats) against ``feed``, and the feed of
+    the same reads against the reference."""
     pieces = split(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
     ref, raw = SSEDecoder(), SSEDecoder()
     for piece in pieces:
         got = raw.feed_raw(piece)
         assert (decode_blocks(got) if isinstance(got, bytes) else got) == ref.feed(piece)
     assert raw.flush() == ref.flush()
+    stamps = stamps_for(pieces)
+    assert fed(pieces, stamps, 10**9, native=native) == reference(pieces, stamps, 10**9)
 
 
 def vllm_stream(n: int, *, continuous: bool, api: str = "chat") -> bytes:
@@ -323,12 +306,15 @@ def vllm_stream(n: int, *, continuous: bool, api: str = "chat") -> bytes:
     return b"".join(events) + b"data: [DONE]\n\n"
 
 
+@pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize("paced", [False, True], ids=["bursts", "paced"])
 @pytest.mark.parametrize("continuous", [True, False])
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_plain_runs_skip_the_per_event_path(
-    continuous: bool, api: str, paced: bool, scanner: str, monkeypatch: pytest.MonkeyPatch
+    continuous: bool, api: str, paced: bool, native: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The C walk adds plain content runs without ``StreamState.add`` (the point of it);
+    the reference calls it once per event. Both give the reference's summary."""
     calls = 0
     add = StreamState.add
 
@@ -346,15 +332,15 @@ def test_plain_runs_skip_the_per_event_path(
         pieces = split(stream, [len(stream) // 3, len(stream) // 2])
     stamps = [1_000_000 * (i + 2) for i in range(len(pieces))]
     reads = raw_reads(pieces, stamps, 10**9)
-    summary = summarize_reads(reads, 1_000)
-    assert calls <= 4 + 2 * 3  # role, finish, usage, [DONE], read boundaries
-    if scanner == "c":  # the client's ways too (the regex path needs reads joined)
-        calls = 0
-        assert incremental(reads) == summary
-        assert calls <= 4 + 2 * 3
-        calls = 0
-        assert fed(pieces, stamps, 10**9) == summary
-        assert calls <= 3 + 2 * 3  # [DONE] is taken in C
+    summary = summarize_reads(reads, SENT_NS, native=native)
+    events = 200 + 4  # role, finish, usage, [DONE]
+    assert calls <= 4 + 2 * 3 if native else calls == events  # 2 * 3: read boundaries
+    calls = 0
+    assert incremental(reads, native=native) == summary
+    assert calls <= 4 + 2 * 3 if native else calls == events
+    calls = 0
+    assert fed(pieces, stamps, 10**9, native=native) == summary
+    assert calls <= 3 + 2 * 3 if native else calls == events  # C takes [DONE] itself
     assert len(summary.content_offsets_us) == 200
     assert summary.chunk_tokens == ([1] * 200 if continuous else None)
     assert summary == reference(pieces, stamps, 10**9)
@@ -366,7 +352,7 @@ KEYS = [b'"finish_reason":null', b'"completion_tokens":', b'"delta":{"content":"
 
 @st.composite
 def changed_line(draw: st.DrawFn, line: bytes) -> bytes:
-    """``line`` with one change where the count proof looks: inside, before or after one
+    """``line`` with one change where the byte checks look: inside, before or after one
     of its keys (a digit or a newline splitting it, a second copy, the key removed or its
     value changed), or a fragment inserted anywhere."""
     keys = [k for k in KEYS if line.find(k) >= 0]
@@ -397,18 +383,21 @@ def changed_line(draw: st.DrawFn, line: bytes) -> bytes:
 
 @st.composite
 def template_run(draw: st.DrawFn) -> bytes:
-    """Plain content lines of one layout, some changed where ``_template``\'s count proof
-    looks (``changed_line``), so that the changes of two lines may cancel in the counts."""
+    """Plain content lines of one layout, some changed where the byte checks look
+    (``changed_line``): near misses of plain content inside a run of it."""
     lines = [b"data: " + p for p in draw(plain_chunks())]
     out = [draw(changed_line(line)) if draw(st.integers(0, 3)) == 0 else line for line in lines]
     return b"\n\n".join(out) + draw(st.sampled_from([b"\n\n", b"\n\ndata: [DONE]\n\n", b""]))
 
 
-@pytest.mark.usefixtures("small_text")
-@settings(max_examples=1500, deadline=None)
+@pytest.mark.parametrize("native", IMPLS)
+@settings(max_examples=1500, deadline=None, derandomize=True)
 @given(stream=template_run(), data=st.data())
-def test_template_runs_equal_per_event_reference(stream: bytes, data: st.DataObject) -> None:
-    assert_same_as_reference(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=4)))
+def test_template_runs_equal_per_event_reference(
+    native: bool, stream: bytes, data: st.DataObject
+) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=4))
+    assert_same_as_reference(stream, cuts, native=native)
 
 
 def _changed(continuous: bool, changes: dict[int, tuple[bytes, bytes]]) -> bytes:
@@ -423,6 +412,7 @@ FIN = b'"finish_reason":null'
 TOK = b'"completion_tokens":'
 
 
+@pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize(
     ("continuous", "changes"),
     [
@@ -456,17 +446,24 @@ TOK = b'"completion_tokens":'
         "usage-second-line",
     ],
 )
-def test_template_proof_cases(continuous: bool, changes: dict[int, tuple[bytes, bytes]]) -> None:
-    """Hand-made lines that the count proof must not take for plain content."""
+def test_near_miss_lines(
+    continuous: bool, changes: dict[int, tuple[bytes, bytes]], native: bool
+) -> None:
+    """Hand-made lines that must not be taken for plain content, or that make the run's
+    token counts unknown or unreadable in C."""
     stream = _changed(continuous, changes)
     for cuts in ([], [len(stream) // 2], [len(stream) // 3, 2 * len(stream) // 3]):
-        assert_same_as_reference(stream, cuts)
+        assert_same_as_reference(stream, cuts, native=native)
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.parametrize("native", IMPLS)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(
     stream=st.one_of(st.binary(max_size=300), raw_stream(), odd_payload().map(b"data: ".__add__)),
     data=st.data(),
 )
-def test_arbitrary_bytes_equal_per_event_reference(stream: bytes, data: st.DataObject) -> None:
-    assert_same_as_reference(stream, data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+def test_arbitrary_bytes_equal_per_event_reference(
+    native: bool, stream: bytes, data: st.DataObject
+) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=6))
+    assert_same_as_reference(stream, cuts, native=native)
