@@ -70,18 +70,26 @@ def _char_name(char: str) -> str:
     return f"{char!r} (U+{ord(char):04X})"
 
 
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot go into an ``X-Request-Id`` header, or None when it can: its
+    first character outside ``ID_CHARS`` and where it is."""
+    for pos, char in enumerate(value):
+        if not "\x21" <= char <= "\x7e":
+            return f"has {_char_name(char)} at position {pos}"
+    return None
+
+
 def _bad_request_id(ids: pa.ChunkedArray | pa.Array) -> BadValue | None:
     bad = _first_true(pc.match_substring_regex(ids, _NOT_ID_CHAR))
     if bad is None:
         return None
     value = str(ids[bad].as_py())
-    pos, char = next((i, c) for i, c in enumerate(value) if not "\x21" <= c <= "\x7e")
     return BadValue(
         row=bad,
         column=s.REQUEST_ID,
         problem=(
-            f"request id {_show(value)} has {_char_name(char)} at position {pos}: the id is "
-            f"sent as the X-Request-Id header, which takes {ID_CHARS} only"
+            f"request id {_show(value)} {id_problem(value)}: the id is sent as the "
+            f"X-Request-Id header, which takes {ID_CHARS} only"
         ),
     )
 
