@@ -139,6 +139,7 @@ EXPECTED: Final[dict[str, list[str]]] = {
         "openai",
         "pacer",
         "prepare",
+        "redact",
         "replay",
         "run",
         "schedule",

@@ -11,7 +11,7 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.http.connection import header_problem
-from loadgen.run.runinfo import redact_headers
+from loadgen.redact import redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
@@ -64,13 +64,17 @@ class SessionOptions:
     scrape_interval_s: float = DEFAULT_INTERVAL_S
 
     def public_config(self) -> RunConfig:
-        """The options as recorded in run.json: no API key, credentials redacted."""
+        """The options as recorded in run.json: no API key, credentials redacted (header
+        values, and the user info of the URLs)."""
         cfg: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             cfg[f.name] = str(value) if isinstance(value, Path) else value
         del cfg["api_key"]
         cfg["headers"] = redact_headers(self.headers)
+        cfg["base_url"] = redact_url(self.base_url)
+        if self.scrape_url is not None:
+            cfg["scrape_url"] = redact_url(self.scrape_url)
         # An option added here and not to RunConfig fails every replay with a TypeError:
         # run.json is a contract, and tests/loadgen/test_runinfo.py pins the two together.
         return RunConfig(**cfg, api_key_set=self.api_key is not None)
