@@ -21,6 +21,7 @@ __all__ = [
     "openai",
     "pacer",
     "prepare",
+    "redact",
     "replay",
     "run",
     "schedule",

@@ -30,6 +30,7 @@ from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
 from loadgen.http.stamping import STAMPED, Progress, StampedStream
 from loadgen.openai.chunks import Usage
 from loadgen.openai.timings import ServerTimings, timings_from_headers
+from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
 from loadgen.stream.state import StreamState
 from traces import schema as s
@@ -103,6 +104,9 @@ class StreamingClient:
         self._headers.setdefault("content-type", "application/json")
         self._headers.setdefault("accept", "text/event-stream")
         self._headers.setdefault("accept-encoding", "identity")
+        # The server's strings are stored (error bodies, in-stream errors): never with the
+        # credentials sent to it, whatever it echoes.
+        self._scrubber = Scrubber.of(headers={**http.headers, **self._headers}, urls=[base_url])
         self._timeout_s = timeout_s
         self._timeout_ns = int(timeout_s * 1e9)
         limits = http.timeout
@@ -339,15 +343,15 @@ class StreamingClient:
             reasoning_tokens=usage.reasoning_tokens,
             outcome=outcome,
             http_status=progress.status,
-            error=error,
-            finish_reason=parsed.finish_reason,
+            error=self._scrubber.scrub_optional(error),
+            finish_reason=self._scrubber.scrub_optional(parsed.finish_reason),
             server_queue_ms=timings.queue_ms,
             server_prefill_ms=timings.prefill_ms,
             server_transfer_ms=timings.transfer_ms,
             server_first_token_ms=timings.first_token_ms,
             server_ttft_ms=timings.ttft_ms,
             server_decode_ms=timings.decode_ms,
-            server_instance=timings.instance,
+            server_instance=self._scrubber.scrub_optional(timings.instance),
         )
 
 

@@ -9,7 +9,10 @@ go on as one stamped piece: straight to the consumer's
 callback while it drains the body (``Exchange.drain``, inside ``data_received``: no
 future or task switch per read), else into a buffer that ``stamped()`` yields from. The
 ``Exchange`` also carries the status, the raw headers and how far it got
-(``loadgen.http.stamping.Progress``). ``request_head`` encodes a request line and headers.
+(``loadgen.http.stamping.Progress``). ``request_head`` encodes a request line and headers,
+and refuses (``check_header``) any header that would not reach the server as one header:
+a CR, LF or NUL in a value ends the line early and lets what follows be read as headers
+of its own.
 
 Raises httpx's exception types, as an httpx transport does; must not import the client or
 the pool (``loadgen.http.pool``), which build on it.
@@ -18,6 +21,7 @@ the pool (``loadgen.http.pool``), which build on it.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, cast
@@ -452,12 +456,50 @@ def _only_chunked(raw_headers: list[tuple[bytes, bytes]]) -> bool:
     return codings == 1
 
 
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""A header name (RFC 9110 ``token``)."""
+_NOT_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""What a header value may not hold (RFC 9110 ``field-value``: visible characters, space,
+tab, and bytes above 0x7F): every control byte but tab, CR, LF and NUL first among them."""
+_BYTE_NAMES = {0x0D: "CR", 0x0A: "LF", 0x00: "NUL"}
+
+
+def _byte_name(byte: int) -> str:
+    return _BYTE_NAMES.get(byte, f"byte 0x{byte:02X}")
+
+
+def header_problem(name: bytes, value: bytes) -> str | None:
+    """Why this header cannot go on the wire as one header, or None. Names the offending
+    byte and its position, never the value: it may be a credential."""
+    if not _TOKEN.fullmatch(name):
+        return "its name is not an HTTP token"
+    bad = _NOT_IN_VALUE.search(value)
+    if bad is not None:
+        return (
+            f"{_byte_name(value[bad.start()])} at position {bad.start()} of its value cannot "
+            "be sent (a value takes no control byte but tab; CR, LF or NUL would end it early "
+            "and inject what follows)"
+        )
+    return None
+
+
+def check_header(name: bytes, value: bytes) -> None:
+    """Raise ``httpx.LocalProtocolError`` (as httpx's own transport does, through h11) for
+    a header that ``header_problem`` refuses."""
+    problem = header_problem(name, value)
+    if problem is not None:
+        shown = name[:40].decode("latin-1")
+        raise httpx.LocalProtocolError(f"header {shown!r}: {problem}: nothing was sent")
+
+
 def request_head(request: httpx.Request, body: bytes) -> bytes:
-    """The request line and headers of ``request``, with Host and Content-Length."""
+    """The request line and headers of ``request``, with Host and Content-Length. Raises
+    ``httpx.LocalProtocolError`` for a header that ``check_header`` refuses."""
     target = request.url.raw_path
     lines = [request.method.encode() + b" " + target + b" HTTP/1.1"]
     have_length = False
     for name, value in request.headers.raw:
+        check_header(name, value)
         lower = name.lower()
         if lower == b"transfer-encoding":
             continue

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from loadgen.http.connection import Connection, Exchange, Origin, request_head
+from loadgen.http.connection import Connection, Exchange, Origin, check_header, request_head
 from loadgen.http.deadline import ReadDeadline
 from loadgen.http.stamping import STAMPED, Progress
 
@@ -38,11 +38,16 @@ Trace = Callable[[str, Mapping[str, Any]], Any]
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """A request encoded for the wire, ready to write on a connection to ``origin``."""
+    """A request encoded for the wire, ready to write on a connection to ``origin``; or,
+    with ``refused``, one that must not be sent."""
 
     origin: Origin
     data: bytes
     """Request line, headers and body."""
+    refused: str | None = None
+    """Why the request cannot be sent (a header that ``check_header`` refuses): ``open``
+    raises it as ``httpx.LocalProtocolError`` before anything is written, so that the
+    request fails where every request's failure is recorded, as a row."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,25 +94,53 @@ class RequestTemplate:
     origin: Origin
     head: bytes
     """Request line and headers but the id and the length, each line ending in CRLF."""
+    refused: str | None = None
+    """Why no request of this template may be sent (one of its headers is refused)."""
 
     @classmethod
     def of(cls, request: httpx.Request) -> RequestTemplate:
         lines = [request.method.encode() + b" " + request.url.raw_path + b" HTTP/1.1\r\n"]
         for name, value in request.headers.raw:
-            if name.lower() not in (_ID_HEADER, _LENGTH_HEADER, b"transfer-encoding"):
-                lines.append(name + b": " + value + b"\r\n")
+            if name.lower() in (_ID_HEADER, _LENGTH_HEADER, b"transfer-encoding"):
+                continue  # replaced by each request's own (``encode``)
+            try:
+                check_header(name, value)
+            except httpx.LocalProtocolError as exc:
+                return cls(origin_of(request.url), b"", refused=str(exc))
+            lines.append(name + b": " + value + b"\r\n")
         return cls(origin_of(request.url), b"".join(lines))
 
-    def encode(self, request_id: str, body: bytes) -> Outgoing | None:
-        """The request with this id and body; None when the id is not plain printable
-        ASCII (then let httpx build and check the request)."""
+    def encode(self, request_id: str, body: bytes) -> Outgoing:
+        """The request with this id and body; a refused ``Outgoing`` (``open`` raises before
+        writing) when the id cannot be a header value: a control byte but tab (CR, LF or
+        NUL would end the header and inject what follows), or a character beyond ASCII
+        (which httpx, too, refuses to encode)."""
+        if self.refused is not None:
+            return Outgoing(self.origin, b"", refused=self.refused)
         if not (request_id.isascii() and request_id.isprintable()):
-            return None
+            refused = _id_refusal(request_id)
+            if refused is not None:
+                return Outgoing(self.origin, b"", refused=refused)
         return Outgoing(
             self.origin,
             b"%sx-request-id: %s\r\ncontent-length: %d\r\n\r\n%s"
             % (self.head, request_id.encode(), len(body), body),
         )
+
+
+def _id_refusal(request_id: str) -> str | None:
+    """Why ``request_id`` cannot be sent as the ``x-request-id`` value, or None."""
+    if not request_id.isascii():
+        pos, char = next((i, c) for i, c in enumerate(request_id) if not c.isascii())
+        return (
+            f"header 'x-request-id': {char!r} at position {pos} of its value is not ASCII: "
+            "nothing was sent"
+        )
+    try:
+        check_header(_ID_HEADER, request_id.encode("ascii"))
+    except httpx.LocalProtocolError as exc:
+        return str(exc)
+    return None
 
 
 class FastTransport(httpx.AsyncBaseTransport):
@@ -249,7 +282,10 @@ class FastTransport(httpx.AsyncBaseTransport):
         ``deadline_ns`` (on the transport's clock) ends the whole request: waiting for a
         connection slot, connecting, the head and the body. Raises httpx's exceptions
         (``ConnectError``, ``ConnectTimeout``, ``ReadTimeout``, ``RemoteProtocolError``), or
-        ``TimeoutError`` once the deadline has passed, here or while the body is read."""
+        ``TimeoutError`` once the deadline has passed, here or while the body is read;
+        ``LocalProtocolError`` for a refused ``out``, before anything is written."""
+        if out.refused is not None:
+            raise httpx.LocalProtocolError(out.refused)
         await self._acquire(timeouts, deadline_ns)
         try:
             for attempt in (0, 1):

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import ConfigError
-from loadgen.run.runinfo import redact_headers
+from loadgen.http.connection import header_problem
+from loadgen.redact import redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
 from traces.runinfo import RunConfig
+from traces.validate import ID_CHARS, id_problem
 
 TRANSPORTS = ("fast", "httpx")
 
@@ -62,13 +64,17 @@ class SessionOptions:
     scrape_interval_s: float = DEFAULT_INTERVAL_S
 
     def public_config(self) -> RunConfig:
-        """The options as recorded in run.json: no API key, credentials redacted."""
+        """The options as recorded in run.json: no API key, credentials redacted (header
+        values, and the user info of the URLs)."""
         cfg: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             cfg[f.name] = str(value) if isinstance(value, Path) else value
         del cfg["api_key"]
         cfg["headers"] = redact_headers(self.headers)
+        cfg["base_url"] = redact_url(self.base_url)
+        if self.scrape_url is not None:
+            cfg["scrape_url"] = redact_url(self.scrape_url)
         # An option added here and not to RunConfig fails every replay with a TypeError:
         # run.json is a contract, and tests/loadgen/test_runinfo.py pins the two together.
         return RunConfig(**cfg, api_key_set=self.api_key is not None)
@@ -82,7 +88,42 @@ def load_requests(opts: SessionOptions) -> tuple[list[TraceRequest], dict[str, A
     return requests, read_metadata(opts.trace_path)
 
 
+def _header_problem(name: str, value: str) -> str | None:
+    """Why a header cannot be sent as given, or None; never quotes the value (it may be a
+    credential)."""
+    for what, text in (("name", name), ("value", value)):
+        if not text.isascii():
+            pos = next(i for i, c in enumerate(text) if not c.isascii())
+            return f"character {pos} of its {what} is not ASCII, which HTTP headers cannot carry"
+    return header_problem(name.encode("ascii"), value.encode("ascii"))
+
+
+def check_wire_values(opts: SessionOptions) -> None:
+    """Refuse what would reach every request's head and cannot be sent as given: the run id
+    (the prefix of each ``X-Request-Id``), ``--header`` names and values, the API key. A
+    CR, LF or NUL there would end a header early and inject what follows."""
+    if opts.run_id is not None:
+        problem = id_problem(opts.run_id)
+        if problem is not None:
+            raise ConfigError(
+                f"--run-id {opts.run_id[:60]!r} {problem}: it prefixes every X-Request-Id, "
+                f"which takes {ID_CHARS} only"
+            )
+    for name, value in opts.headers.items():
+        problem = _header_problem(name, value)
+        if problem is not None:
+            raise ConfigError(f"--header {name[:40]!r}: {problem}")
+    if opts.api_key is not None:
+        problem = _header_problem("authorization", f"Bearer {opts.api_key}")
+        if problem is not None:
+            raise ConfigError(
+                "the API key cannot be sent in an HTTP header (a control character or a "
+                "character beyond ASCII): check the environment variable that holds it"
+            )
+
+
 def check_options(opts: SessionOptions) -> None:
+    check_wire_values(opts)
     if opts.concurrency is not None and (opts.time_scale is not None or opts.rate is not None):
         raise ConfigError(
             "--concurrency (closed loop) cannot be combined with --time-scale or --rate"

@@ -1,6 +1,8 @@
 """Endpoint preflight: is it reachable, which model, and which optional fields it accepts.
 
-Run once before a replay; failures become one-line ``EndpointError``s (exit code 4).
+Run once before a replay; failures become one-line ``EndpointError``s (exit code 4),
+with the URL's user info and every credential sent (``loadgen.redact``) taken out of the
+message, whatever the server echoed.
 With ``--calibrate-prompts`` it also measures the server's tokens per word.
 Optional fields are found by trying the richest request first and dropping extras on a
 400, so a run never fails over a field the server does not support.
@@ -17,6 +19,7 @@ import orjson
 
 from loadgen.errors import EndpointError
 from loadgen.openai.bodies import build_body, endpoint_path
+from loadgen.redact import Scrubber, redact_url
 from traces.prompts.maker import CalibrationSample, Prompt, PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
@@ -47,6 +50,15 @@ def _error_message(response: httpx.Response) -> str:
     return str(obj)[:200]
 
 
+def _without_secrets(
+    exc: EndpointError, http: httpx.AsyncClient, base_url: str, headers: Mapping[str, str]
+) -> EndpointError:
+    """``exc`` as it may be printed: the base URL redacted, credentials scrubbed."""
+    base = base_url.rstrip("/")
+    scrubber = Scrubber.of(headers={**http.headers, **headers}, urls=[base_url])
+    return EndpointError(scrubber.scrub(str(exc).replace(base, redact_url(base))))
+
+
 async def preflight(
     http: httpx.AsyncClient,
     *,
@@ -57,6 +69,29 @@ async def preflight(
     x_request_id: str,
 ) -> EndpointInfo:
     """Check the endpoint and detect capabilities with a one-token streaming probe."""
+    try:
+        return await _preflight(
+            http,
+            base_url=base_url,
+            model=model,
+            api=api,
+            headers=headers,
+            x_request_id=x_request_id,
+        )
+    except EndpointError as exc:
+        # Not chained: the cause's text may hold what was just scrubbed.
+        raise _without_secrets(exc, http, base_url, headers) from None
+
+
+async def _preflight(
+    http: httpx.AsyncClient,
+    *,
+    base_url: str,
+    model: str | None,
+    api: str,
+    headers: Mapping[str, str],
+    x_request_id: str,
+) -> EndpointInfo:
     base = base_url.rstrip("/")
     served: tuple[str, ...] = ()
     try:
@@ -153,6 +188,28 @@ async def calibration_samples(
 ) -> list[CalibrationSample]:
     """Send prompts of known word counts (max_tokens 1, not streamed) and read back the
     server's ``usage.prompt_tokens`` for each: the data of the ``calibrated`` strategy."""
+    try:
+        return await _calibration_samples(
+            http,
+            base_url=base_url,
+            model=model,
+            api=api,
+            prompts=prompts,
+            x_request_id=x_request_id,
+        )
+    except EndpointError as exc:
+        raise _without_secrets(exc, http, base_url, {}) from None
+
+
+async def _calibration_samples(
+    http: httpx.AsyncClient,
+    *,
+    base_url: str,
+    model: str,
+    api: str,
+    prompts: PromptMaker,
+    x_request_id: str,
+) -> list[CalibrationSample]:
     base = base_url.rstrip("/")
     samples: list[CalibrationSample] = []
     for i, words in enumerate(CALIBRATION_WORDS):

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from loadgen.http.pool import FastTransport
+from loadgen.redact import Scrubber, redact_url
 from traces.runinfo import ScrapeReport
 from traces.schema import SERVER_METRICS_SCHEMA, SM_LABELS, SM_NAME, SM_TS_NS, SM_VALUE
 
@@ -218,6 +219,8 @@ class MetricsScraper:
         self.errors = 0
         self.last_error: str | None = None
         self._timeout_s = config.timeout_s or min(max(config.interval_s, 0.5), 5.0)
+        # Errors go into run.json: never with the credentials sent along.
+        self._scrubber = Scrubber.of(headers=config.headers, urls=[config.url])
 
     async def scrape_once(self) -> bool:
         """One scrape; False (and counted) when the server did not answer with 200."""
@@ -238,7 +241,7 @@ class MetricsScraper:
 
     def _failed(self, why: str) -> bool:
         self.errors += 1
-        self.last_error = why[:300]
+        self.last_error = self._scrubber.scrub(why)[:300]
         return False
 
     def stop(self) -> None:
@@ -268,13 +271,13 @@ class MetricsScraper:
         await asyncio.to_thread(writer.finish)
         errors = self.errors + writer.parse_errors
         return ScrapeReport(
-            url=self._config.url,
+            url=redact_url(self._config.url),
             interval_s=self._config.interval_s,
             enabled=True,
             scrapes=self.scrapes,
             samples=writer.samples,
             errors=errors,
-            last_error=writer.last_error or self.last_error,
+            last_error=self._scrubber.scrub_optional(writer.last_error or self.last_error),
             file=self._config.out_path.name,
         )
 
@@ -298,7 +301,7 @@ async def alongside(
         if not await scraper.scrape_once() and not config.required:
             await scraper.aclose()
             config.out_path.unlink(missing_ok=True)
-            return await work(), _off(config, f"{config.url}: {scraper.last_error}")
+            return await work(), _off(config, f"{redact_url(config.url)}: {scraper.last_error}")
         # A task owned by this block rather than a TaskGroup: a TaskGroup would wrap the
         # replay's own errors (EndpointError, ...) in an ExceptionGroup.
         task = asyncio.create_task(scraper.run(), name="metrics-scraper")
@@ -312,9 +315,11 @@ async def alongside(
                 report = await scraper.aclose()
     if report.samples == 0 and not config.required:
         config.out_path.unlink(missing_ok=True)
-        return result, _off(config, f"{config.url}: no samples ({report.last_error})")
+        return result, _off(config, f"{report.url}: no samples ({report.last_error})")
     return result, report
 
 
 def _off(config: ScrapeConfig, reason: str) -> ScrapeReport:
-    return ScrapeReport(url=config.url, interval_s=config.interval_s, enabled=False, reason=reason)
+    return ScrapeReport(
+        url=redact_url(config.url), interval_s=config.interval_s, enabled=False, reason=reason
+    )

@@ -19,6 +19,7 @@ from loadgen import __version__
 from loadgen.clock import Clock
 from loadgen.errors import ConfigError, RunDirError
 from loadgen.live import StatsView
+from loadgen.redact import redact_url
 from loadgen.replay import ReplayResult
 from loadgen.run.options import SessionOptions, check_options, load_requests
 from loadgen.run.probe import calibration_samples, preflight
@@ -177,7 +178,10 @@ async def run_session(
         generator=GeneratorInfo(name="llm-loadgen", version=__version__),
         config=opts.public_config(),
         endpoint=Endpoint(
-            base_url=opts.base_url, model=model, served_models=served, capabilities=caps
+            base_url=redact_url(opts.base_url),
+            model=model,
+            served_models=served,
+            capabilities=caps,
         ),
         load=RunLoad(mode=mode, time_factor=factor, requests=len(requests), workers=opts.workers),
         trace=TraceRef(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from loadgen.errors import ConfigError, RunDirError
+from loadgen.redact import redact_url
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.schedule import mean_rate
 from traces.io import read_trace
@@ -194,7 +195,7 @@ async def run_sweep(
             "requests": len(requests),
             "mean_rate_per_s": trace_rate,
         },
-        "base_url": base.base_url,
+        "base_url": redact_url(base.base_url),
         "mode": mode,
         "load_unit": "concurrency" if mode == "concurrency" else "req/s",
         "cooldown_s": options.cooldown_s,

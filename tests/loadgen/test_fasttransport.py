@@ -11,7 +11,9 @@ import asyncio
 import shutil
 import ssl
 import subprocess
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -19,11 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scripted import Paced, response, scripted_server
 
+from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.http import connection as http11
 from loadgen.http.deadline import ReadDeadline
 from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import STAMPED
+from loadgen.run.shard import make_transport
+from traces import schema as s
+from traces.records import RequestRecord, TraceRequest
 
 SSE = b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
 STALLED = Paced(
@@ -65,8 +71,11 @@ def body_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     return str(request.param)
 
 
-def run(coro: object) -> object:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
 
 
 def test_chunked_stream_is_decoded_and_stamped_in_order() -> None:
@@ -328,3 +337,86 @@ def test_bytes_after_a_body_close_the_connection() -> None:
         assert log.connections == 2
 
     run(main())
+
+
+# ---------------------------------------------------------------- nothing injected
+INJECTIONS = [
+    "b\r\nX-Evil: injected",
+    "b\nX-Evil: injected",
+    "b\rX-Evil: injected",
+    "b\x00X-Evil: injected",
+]
+"""Request ids that, written as they are, would put an ``X-Evil`` header on the wire (or
+a NUL, which servers split or truncate on)."""
+CHAT = (
+    b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+def test_a_header_that_would_inject_is_refused_before_a_byte_is_written(value: str) -> None:
+    """Through httpx's API: ``LocalProtocolError`` (as httpx's own transport raises), and
+    the server sees no connection at all."""
+
+    async def main() -> None:
+        async with (
+            scripted_server([response(CHAT)]) as (url, log),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            with pytest.raises(httpx.LocalProtocolError, match=r"'x-request-id'.*nothing was sent"):
+                await client.post(url + "/v1/x", headers={"x-request-id": value}, content=b"{}")
+            with pytest.raises(httpx.LocalProtocolError, match="not an HTTP token"):
+                await client.post(url + "/v1/x", headers={"x evil": "1"}, content=b"{}")
+        assert (log.connections, log.requests) == (0, [])
+
+    run(main())
+
+
+@pytest.mark.parametrize("kind", ["fast", "httpx"])
+@pytest.mark.parametrize("xid", [*INJECTIONS, "bé"])
+def test_an_injecting_request_id_is_a_failed_row_that_never_reaches_the_server(
+    kind: str, xid: str
+) -> None:
+    """Through the replay's client, past trace validation: the request becomes a
+    ``protocol_error`` row, nothing of it is written, and the requests around it go out
+    as usual. (httpx cannot even build a request with a non-ASCII header value, so such an
+    id is left to trace validation on its transport, and for the request a fast template
+    is built from.)"""
+    if kind == "httpx" and not xid.isascii():
+        pytest.skip("httpx.Request refuses non-ASCII header values before any transport")
+
+    async def main() -> tuple[list[RequestRecord], list[bytes]]:
+        clock = Clock()
+        transport = make_transport(kind, clock.now_ns, max_connections=2)
+        records: list[RequestRecord] = []
+        async with (
+            scripted_server([response(CHAT)] * 2) as (url, log),
+            httpx.AsyncClient(transport=transport) as http,
+        ):
+            client = StreamingClient(
+                http, base_url=url + "/v1", now_ns=clock.now_ns, run_id="t", transport=transport
+            )
+            for rid in ("t-first", xid, "t-ok"):
+                trace = TraceRequest(
+                    index=0, request_id=rid, arrival_s=0.0, input_tokens=1, output_tokens=1
+                )
+                job = PreparedRequest(
+                    trace=trace, x_request_id=rid, path="/chat/completions", body=b"{}"
+                )
+                await client.execute(client.ready(job), clock.now_ns(), records.append)
+            await log.idle.wait()
+        return records, log.requests
+
+    (before, refused, after), wire = run(main())
+    assert refused.outcome == s.OUTCOME_PROTOCOL_ERROR
+    assert refused.error is not None
+    assert "LocalProtocolError" in refused.error
+    assert refused.request_written_ns is None
+    assert (before.outcome, after.outcome) == (s.OUTCOME_OK, s.OUTCOME_OK)
+    assert len(wire) == 2
+    assert b"x-request-id: t-first\r\n" in wire[0].lower()
+    assert b"x-request-id: t-ok\r\n" in wire[1].lower()
+    for request in wire:
+        assert b"evil" not in request.lower()
+        assert b"\x00" not in request
