@@ -155,9 +155,9 @@ def test_tokens_ttft_and_itl_match_the_simulator(tmp_path: Path, sim: SimFactory
     # The rest is measured against this run's own jitter. The simulator's lateness is how
     # long this machine took to wake a process for a chunk (tens of microseconds idle,
     # milliseconds under load); the client's stamp lag is a loopback hop and one such
-    # wake-up. A stamp taken late on purpose (after parsing, a fixed offset, the next
-    # read's time) moves all the stamps it touches, the promptest included; load only
-    # delays some. So: the promptest stamp is no later than the simulator's median
+    # wake-up. A stamp taken late by construction (after parsing, with a fixed offset, at
+    # the next read's time) moves all the stamps it touches, the promptest included; load
+    # only delays some. So: the promptest stamp is no later than the simulator's median
     # lateness; the first token's promptest is no later than the later tokens' median
     # (were they alike, that fails with odds of 2^-24); half of either kind come within
     # the simulator's p90 lateness, nine in ten within its p99.
