@@ -28,24 +28,3 @@ def sim() -> Iterator[SimFactory]:
             return stack.enter_context(start_sim(args))
 
         yield start
-
-
-TimingCheck = Callable[[Callable[[int], None]], None]
-
-
-@pytest.fixture
-def timing_retry() -> TimingCheck:
-    """Run a millisecond-level timing check, and once more if it fails.
-
-    These machines are shared: a check of a few milliseconds can meet a neighbour's burst
-    once, and a second failure in a row is a real one. The check gets the attempt number
-    (0 or 1) to keep its files apart. Targets without tolerance live in ``bench/``.
-    """
-
-    def run(check: Callable[[int], None]) -> None:
-        try:
-            check(0)
-        except AssertionError:
-            check(1)
-
-    return run

@@ -8,9 +8,11 @@ simulator's truth columns (``server_*_ms``, model time):
 - server timings visible: queue, prefill, transfer and first token are the truth (< 1 ms);
 - hidden: the budget is the simulator's own (same catalog entry, efficiencies, chunk
   size; the first token sampled by the prefill step in a monolith, the KV crossing the link
-  disaggregated) and the time scale is applied; at every load the p99 of queue, prefill and
-  first token, and the p99 tail's composition, are within 10% (or 5 ms) of the truth, and
-  at low load the calibrated achieved FLOP/s is within 10% of the simulator's (60% of peak).
+  disaggregated) and the time scale is applied; every request's queue, prefill, transfer
+  and first token are the simulator's plan (to rounding), so at every load the p99 of
+  queue, prefill and first token, and the p99 tail's composition, are within 10% (or 5 ms)
+  of the truth, and at low load the calibrated achieved FLOP/s is within 10% of the
+  simulator's (60% of peak).
 
 Under load the simulator's prefill spans every step from the prompt's first chunk to its
 last, and those steps are shared with other sequences (chunked prefill: a prompt admitted
@@ -20,20 +22,30 @@ analyzer predicts this by replaying the run's arrivals through the batching poli
 (``analyzers.decompose.load``). At medium load the batch-1 predictions
 (``load_aware=False``) are asserted to miss the prefill (that is what the replay fixes).
 
+The hidden checks read the run as a client without jitter would have recorded it (see
+``planned_run``): the machine's jitter is the replay tests' subject, not the analyzer's.
+On the client's own stamps the analyzer sees each request reach the server a little late
+(tens of microseconds idle, tens of milliseconds on a busy 2-core box: model milliseconds
+at time scale 4) and the simulator write its first token late by as much; a late first
+token lands in the queue, and at medium load a request placed one engine step off by its
+arrival moves tens of ms between queue and prefill. Those are this machine's, not the
+model's, and the analyzer would be right to report them.
+
 Loads are offered as a fraction ``rho`` of the budget's prefill capacity: the gap after a
 request is its batch-1 service time (prefill and decode steps) / ``rho``, times an
-exponential draw at medium load (Poisson-like, so that queues form). Time scale 2 keeps the
-machine's scheduling jitter (a few ms of wall time on a busy 2-core box) within the 5 ms tolerance.
+exponential draw at medium load (Poisson-like, so that queues form).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import httpx
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -47,7 +59,7 @@ from loadgen.sim.config import EngineConfig
 from loadgen.sim.launch import SimProcess
 from loadgen.sim.physics import link_spec
 from traces import schema as s
-from traces.io import write_trace
+from traces.io import read_run_info, write_trace
 
 SimFactory = Callable[..., SimProcess]
 MODEL, GPU = "llama-3.1-8b", "h100"
@@ -151,101 +163,155 @@ def p99(column: pl.Series) -> float:
     return float(value)
 
 
+ONE_WAY_NS = 500_000
+"""The jitter-free client's network, each way (wall ns): half a loopback millisecond."""
+
+
+def planned_run(run_dir: Path, server: SimProcess, dest: Path) -> Path:
+    """``run_dir`` as a client without jitter would have recorded it, in ``dest``.
+
+    Per request, from the simulator's own record: due, sent and written ``ONE_WAY_NS``
+    before the simulator received it, its first byte back a round trip after it was
+    written (headers sent on receipt), its first token ``ONE_WAY_NS`` after the simulator
+    planned it (``chunk_due_ns``: not when it got round to writing it), its end likewise
+    after the last token's plan. Every other column (prompt, cache, truth, outcome) is the
+    run's own.
+    """
+    info = read_run_info(run_dir)
+    assert info is not None
+    to_epoch = info.clock.anchor_wall_ns - info.clock.anchor_mono_ns
+    run = pl.read_parquet(run_dir / s.REQUESTS_FILE)
+    sent, first_byte, first, end = [], [], [], []
+    with httpx.Client(base_url=server.root_url) as http:
+        for x_request_id in run.get_column(s.X_REQUEST_ID):
+            resp = http.get(f"/debug/requests/{x_request_id}")
+            resp.raise_for_status()
+            record = resp.json()
+            arrived = record["received_ns"] + to_epoch
+            sent.append(arrived - ONE_WAY_NS)
+            first_byte.append(arrived + ONE_WAY_NS)
+            first.append(record["chunk_due_ns"][0] + to_epoch + ONE_WAY_NS)
+            end.append(record["chunk_due_ns"][-1] + to_epoch + ONE_WAY_NS)
+    as_sent = pl.Series(sent, dtype=pl.Int64)
+    plan = run.with_columns(
+        as_sent.alias(s.DUE_NS),
+        as_sent.alias(s.SENT_NS),
+        pl.when(pl.col(s.CONNECTED_NS).is_not_null()).then(as_sent).alias(s.CONNECTED_NS),
+        as_sent.alias(s.REQUEST_WRITTEN_NS),
+        pl.Series(first_byte, dtype=pl.Int64).alias(s.FIRST_BYTE_NS),
+        pl.Series(first, dtype=pl.Int64).alias(s.FIRST_TOKEN_NS),
+        pl.Series(end, dtype=pl.Int64).alias(s.END_NS),
+    )
+    dest.mkdir()
+    shutil.copy(run_dir / s.RUN_JSON, dest / s.RUN_JSON)
+    plan.write_parquet(dest / s.REQUESTS_FILE)
+    return dest
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("load", [LOW, MEDIUM, SATURATING], ids=lambda load: load.name)
 @pytest.mark.parametrize("topology", ["monolith", "disagg"])
-def test_decomposition_accuracy(
-    tmp_path: Path,
-    sim: SimFactory,
-    topology: str,
-    load: Load,
-    timing_retry: Callable[[Callable[[int], None]], None],
-) -> None:
+def test_decomposition_accuracy(tmp_path: Path, sim: SimFactory, topology: str, load: Load) -> None:
     budget = sim_budget(topology)
+    server = sim(*sim_args(topology))
+    opts = SessionOptions(
+        trace_path=make_trace(tmp_path / "t.parquet", load, budget),
+        run_dir=tmp_path / "run",
+        base_url=server.base_url,
+        scrape_metrics=False,
+    )
+    run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
+    truth = pl.read_parquet(run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
+    assert truth.height == load.requests
+    assert truth.get_column(s.SERVER_QUEUE_MS).null_count() == 0
 
-    def check(attempt: int) -> None:
-        # A fresh simulator per attempt: a retry must not meet the first one's prefix cache.
-        server: SimProcess = sim(*sim_args(topology))
-        base = tmp_path / f"attempt{attempt}"
-        base.mkdir()
-        opts = SessionOptions(
-            trace_path=make_trace(base / "t.parquet", load, budget),
-            run_dir=base / "run",
-            base_url=server.base_url,
-            scrape_metrics=False,
+    # Visible: the server split is the truth, on the server's clock.
+    seen = request_terms(run_dir, budget, DecomposeOptions(time_scale=SCALE)).frame
+    seen = seen.sort(s.REQUEST_ID)
+    assert seen.get_column(s.REQUEST_ID).to_list() == truth.get_column(s.REQUEST_ID).to_list()
+    for term, col in TRUTH.items():
+        err = (seen.get_column(term_col(term)) - truth.get_column(col)).abs().max()
+        assert isinstance(err, float), term
+        assert err < 1.0, (term, err)
+
+    # Hidden, on the client's own stamps: the parts add up to its server-side time, on the
+    # server's clock, whatever this machine's jitter put into them.
+    server_sum = [term_col(t) for t in ("queue", "prefill", "transfer", "first_token")]
+    stamped = request_terms(
+        run_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=SCALE)
+    ).frame
+    residue = (
+        (
+            stamped.select(pl.sum_horizontal(server_sum)).to_series()
+            + stamped.get_column("network_ms")
+            + stamped.get_column("overshoot_ms")
+            - stamped.get_column(SERVER_SIDE_MS)
         )
-        run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
-        truth = pl.read_parquet(run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
-        assert truth.height == load.requests
-        assert truth.get_column(s.SERVER_QUEUE_MS).null_count() == 0
+        .abs()
+        .max()
+    )
+    assert isinstance(residue, float)
+    assert residue < 1e-6
 
-        # Visible: the server split is the truth, on the server's clock.
-        seen = request_terms(run_dir, budget, DecomposeOptions(time_scale=SCALE)).frame
-        seen = seen.sort(s.REQUEST_ID)
-        assert seen.get_column(s.REQUEST_ID).to_list() == truth.get_column(s.REQUEST_ID).to_list()
-        for term, col in TRUTH.items():
-            err = (seen.get_column(term_col(term)) - truth.get_column(col)).abs().max()
-            assert isinstance(err, float), term
-            assert err < 1.0, (term, err)
-
-        # Hidden: the budget's predictions, the queue as the remainder.
-        hidden = request_terms(
-            run_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=SCALE)
+    # Hidden, on the run as a jitter-free client would have seen it: the budget's
+    # predictions, the queue as the remainder, are the simulator's plan. Its first token is
+    # the planned one: the truth column also holds how late the simulator wrote it.
+    plan_dir = planned_run(run_dir, server, tmp_path / "plan")
+    plan = pl.read_parquet(plan_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
+    planned = {t: truth.get_column(c) for t, c in TRUTH.items()}
+    planned["first_token"] = (
+        (plan.get_column(s.FIRST_TOKEN_NS) - plan.get_column(s.REQUEST_WRITTEN_NS) - 2 * ONE_WAY_NS)
+        / 1e6
+        / SCALE
+        - planned["queue"]
+        - planned["prefill"]
+        - planned["transfer"]
+    )
+    hidden = request_terms(
+        plan_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=SCALE)
+    ).frame.sort(s.REQUEST_ID)
+    errors = {t: (hidden.get_column(term_col(t)) - planned[t]).abs().max() for t in TRUTH}
+    inferred = {t: p99(hidden.get_column(term_col(t))) for t in TRUTH}
+    actual = {t: p99(planned[t]) for t in TRUTH}
+    tail = hidden.with_columns(*(planned[t].alias(f"truth_{t}") for t in TRUTH)).filter(
+        pl.col(TOTAL_MS) >= pl.col(TOTAL_MS).quantile(0.99, interpolation="linear")
+    )
+    tail_mean = {t: float(tail.get_column(term_col(t)).mean()) for t in TRUTH}  # type: ignore[arg-type]
+    tail_truth = {t: float(tail.get_column(f"truth_{t}").mean()) for t in TRUTH}  # type: ignore[arg-type]
+    report = {t: (round(inferred[t], 2), round(actual[t], 2)) for t in TRUTH}
+    work = hidden.select(pl.sum_horizontal(server_sum)).to_series()
+    true_work = planned["queue"] + planned["prefill"] + planned["transfer"] + planned["first_token"]
+    print(
+        f"\n{topology}/{load.name}: p99 (inferred, truth) {report}; tail {tail_mean} "
+        f"{tail_truth}; largest error per request {errors}"
+    )
+    for t, err in errors.items():
+        assert isinstance(err, float), t
+        assert err < 1e-3, (t, err)  # model ms: rounding only
+    assert within(p99(work), p99(true_work)), (p99(work), p99(true_work))
+    for t in CHECKED:
+        assert within(inferred[t], actual[t]), (t, report)
+        assert within(tail_mean[t], tail_truth[t]), (t, tail_mean, tail_truth)
+    if load is MEDIUM:
+        # At batch 1 the prefill of a text prompt spread over steps shared with other
+        # (long) prompts is booked as queue.
+        batch1 = request_terms(
+            plan_dir,
+            budget,
+            DecomposeOptions(hide_server_timings=True, time_scale=SCALE, load_aware=False),
         ).frame.sort(s.REQUEST_ID)
-        inferred = {t: p99(hidden.get_column(term_col(t))) for t in TRUTH}
-        actual = {t: p99(truth.get_column(c)) for t, c in TRUTH.items()}
-        tail = hidden.with_columns(
-            *(truth.get_column(c).alias(f"truth_{t}") for t, c in TRUTH.items())
-        ).filter(pl.col(TOTAL_MS) >= pl.col(TOTAL_MS).quantile(0.99, interpolation="linear"))
-        tail_mean = {t: float(tail.get_column(term_col(t)).mean()) for t in TRUTH}  # type: ignore[arg-type]
-        tail_truth = {t: float(tail.get_column(f"truth_{t}").mean()) for t in TRUTH}  # type: ignore[arg-type]
-        report = {t: (round(inferred[t], 2), round(actual[t], 2)) for t in TRUTH}
-        server_sum = [f"{term_col(t)}" for t in ("queue", "prefill", "transfer", "first_token")]
-        work = hidden.select(pl.sum_horizontal(server_sum)).to_series()
-        true_work = truth.select(pl.sum_horizontal(list(TRUTH.values()))).to_series()
-        print(
-            f"\n{topology}/{load.name}: p99 (inferred, truth) {report}; "
-            f"tail {tail_mean} {tail_truth}"
+        text = truth.get_column(s.WORKLOAD) == "text"
+        batch1_text = p99(batch1.filter(text).get_column(term_col("prefill")))
+        true_text = p99(truth.filter(text).get_column(s.SERVER_PREFILL_MS))
+        assert batch1_text < 0.9 * true_text, (batch1_text, true_text)
+    if load is LOW:
+        cal = request_terms(
+            plan_dir,
+            budget,
+            DecomposeOptions(hide_server_timings=True, calibrate=True, time_scale=SCALE),
+        ).calibration
+        assert cal is not None
+        assert cal.peak_flops_per_s is not None
+        assert cal.achieved_flops_per_s == pytest.approx(
+            ENGINE.efficiency_prefill * cal.peak_flops_per_s, rel=0.10
         )
-        assert within(p99(work), p99(true_work)), (p99(work), p99(true_work))
-        # The parts still add up to the client's server-side time, on the server's clock.
-        residual = (
-            (
-                work
-                + hidden.get_column("network_ms")
-                + hidden.get_column("overshoot_ms")
-                - (hidden.get_column(SERVER_SIDE_MS))
-            )
-            .abs()
-            .max()
-        )
-        assert isinstance(residual, float)
-        assert residual < 1e-6
-        for t in CHECKED:
-            assert within(inferred[t], actual[t]), (t, report)
-            assert within(tail_mean[t], tail_truth[t]), (t, tail_mean, tail_truth)
-        if load is MEDIUM:
-            # At batch 1 the prefill of a text prompt spread over steps shared with other
-            # (long) prompts is booked as queue.
-            batch1 = request_terms(
-                run_dir,
-                budget,
-                DecomposeOptions(hide_server_timings=True, time_scale=SCALE, load_aware=False),
-            ).frame.sort(s.REQUEST_ID)
-            text = truth.get_column(s.WORKLOAD) == "text"
-            batch1_text = p99(batch1.filter(text).get_column(term_col("prefill")))
-            true_text = p99(truth.filter(text).get_column(s.SERVER_PREFILL_MS))
-            assert batch1_text < 0.9 * true_text, (batch1_text, true_text)
-        if load is LOW:
-            cal = request_terms(
-                run_dir,
-                budget,
-                DecomposeOptions(hide_server_timings=True, calibrate=True, time_scale=SCALE),
-            ).calibration
-            assert cal is not None
-            assert cal.peak_flops_per_s is not None
-            assert cal.achieved_flops_per_s == pytest.approx(
-                ENGINE.efficiency_prefill * cal.peak_flops_per_s, rel=0.10
-            )
-
-    timing_retry(check)

@@ -24,13 +24,18 @@ from click.testing import CliRunner
 
 from loadgen.cli.root import cli
 from loadgen.clock import Clock
-from loadgen.run.session import SessionOptions, SessionResult, run_session
+from loadgen.run.session import (
+    CLIENT_BOUND_CPU,
+    CLIENT_BOUND_LAG_MS,
+    SessionOptions,
+    SessionResult,
+    run_session,
+)
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import read_run_info, write_trace
 
 SimFactory = Callable[..., SimProcess]
-TimingCheck = Callable[[Callable[[int], None]], None]
 
 
 def make_trace(
@@ -66,94 +71,144 @@ def rows(run_dir: Path) -> list[dict[str, object]]:
     return pq.read_table(run_dir / s.REQUESTS_FILE).to_pylist()  # type: ignore[no-any-return]
 
 
-def server_record(sim: SimProcess, x_request_id: str) -> dict[str, object]:
-    resp = httpx.get(f"{sim.root_url}/debug/requests/{x_request_id}")
-    resp.raise_for_status()
-    return resp.json()  # type: ignore[no-any-return]
+def server_records(sim: SimProcess, x_request_ids: list[str]) -> dict[str, dict[str, object]]:
+    """The simulator's record of each request, by X-Request-Id (one connection for all)."""
+    records = {}
+    with httpx.Client() as http:
+        for x_request_id in x_request_ids:
+            resp = http.get(f"{sim.root_url}/debug/requests/{x_request_id}")
+            resp.raise_for_status()
+            records[x_request_id] = resp.json()
+    return records
+
+
+CLOCKS_AGREE_MS = 0.01
+"""How far two CPUs' readings of one CLOCK_MONOTONIC may disagree: processes on different
+(virtual) CPUs read it from their own TSC, which on a VM can be a microsecond apart."""
+
+
+def at(values: list[float], fraction: float) -> float:
+    """The value ``fraction`` of the way up the sorted ``values`` (the nearest rank below)."""
+    ordered = sorted(values)
+    return ordered[int(fraction * (len(ordered) - 1))]
 
 
 @pytest.mark.slow
-def test_tokens_ttft_and_itl_match_the_simulator(
-    tmp_path: Path, sim: SimFactory, timing_retry: TimingCheck
-) -> None:
+def test_tokens_ttft_and_itl_match_the_simulator(tmp_path: Path, sim: SimFactory) -> None:
+    n, tokens = 24, 12
     server = sim("--ttft-ms", "40", "--itl-ms", "15")
-
-    def check(attempt: int) -> None:
-        base = tmp_path / f"attempt{attempt}"
-        base.mkdir()
-        trace = make_trace(base / "t.parquet", 8, rate=4.0, output_tokens=12)
-        result = replay(
-            SessionOptions(trace_path=trace, run_dir=base / "run", base_url=server.base_url)
-        )
-        table = rows(result.run_dir)
-        assert len(table) == 8
-        info = read_run_info(result.run_dir)
-        assert info is not None
-        offset = info.clock.anchor_wall_ns - info.clock.anchor_mono_ns
-        ttfts: list[float] = []
-        itls: list[float] = []
-        lags: list[float] = []
-        for row in table:
-            assert row["outcome"] == s.OUTCOME_OK
-            offsets = row["chunk_offsets_us"]
-            assert isinstance(offsets, list)
-            assert (
-                len(offsets) == row["completion_tokens"] == 12
-            )  # one timestamp per streamed token
-            assert offsets == sorted(offsets)
-            sent = row["sent_ns"]
-            assert isinstance(sent, int)
-            ttfts.append((row["first_token_ns"] - sent) / 1e6)  # type: ignore[operator]
-            itls.extend((b - a) / 1e3 for a, b in itertools.pairwise(offsets))
-            rec = server_record(server, str(row["x_request_id"]))
-            writes = rec["chunk_write_ns"]
-            assert isinstance(writes, list)
-            assert len(writes) == len(offsets)
-            for off, write in zip(offsets, writes, strict=True):
-                lags.append((sent + off * 1000 - offset - write) / 1e6)
-        # Client-measured TTFT = configured 40 ms plus loopback; ITL = 15 ms.
-        assert abs(median(ttfts) - 40.0) < 2.0, ttfts
-        assert abs(median(itls) - 15.0) < 2.0
-        # Each chunk is stamped within 2 ms of the server writing it.
-        lags.sort()
-        assert lags[0] > -0.5, lags[:5]
-        assert lags[int(0.95 * (len(lags) - 1))] < 2.0, lags[-5:]
-        assert lags[-1] < 20.0, lags[-5:]
-
-    timing_retry(check)
+    trace = make_trace(tmp_path / "t.parquet", n, rate=12.0, output_tokens=tokens)
+    result = replay(
+        SessionOptions(trace_path=trace, run_dir=tmp_path / "run", base_url=server.base_url)
+    )
+    table = rows(result.run_dir)
+    assert len(table) == n
+    info = read_run_info(result.run_dir)
+    assert info is not None
+    offset = info.clock.anchor_wall_ns - info.clock.anchor_mono_ns  # epoch ns to perf_counter
+    late_ms: list[float] = []  # the simulator: each write after its due time
+    first_ms: list[float] = []  # the client: each first-token stamp after its write
+    later_ms: list[float] = []  # the client: each later token's stamp after its write
+    ttfts: list[float] = []
+    itls: list[float] = []
+    records = server_records(server, [str(row["x_request_id"]) for row in table])
+    for row in table:
+        assert row["outcome"] == s.OUTCOME_OK
+        offsets = row["chunk_offsets_us"]
+        sent, first = row["sent_ns"], row["first_token_ns"]
+        assert isinstance(offsets, list)
+        assert isinstance(sent, int)
+        assert isinstance(first, int)
+        assert len(offsets) == row["completion_tokens"] == tokens  # one stamp per token
+        assert offsets == sorted(offsets)
+        # TTFT's stamp is the first chunk's (the offsets are whole microseconds, rounded down).
+        assert 0 <= first - (sent + offsets[0] * 1000) < 1000
+        ttfts.append((first - sent) / 1e6)
+        itls.extend((b - a) / 1e3 for a, b in itertools.pairwise(offsets))
+        rec = records[str(row["x_request_id"])]
+        received, due, writes = rec["received_ns"], rec["chunk_due_ns"], rec["chunk_write_ns"]
+        assert isinstance(received, int)
+        assert isinstance(due, list)
+        assert isinstance(writes, list)
+        # The simulator's plan has no clock noise in it: the first token 40 ms after the
+        # request arrived, then one every 15 ms, to the nanosecond.
+        assert due == [received + 40_000_000 + k * 15_000_000 for k in range(tokens)]
+        assert len(writes) == tokens
+        assert (received - sent + offset) / 1e6 > -CLOCKS_AGREE_MS  # never before it is sent
+        stamps = [first - offset] + [sent - offset + us * 1000 for us in offsets[1:]]
+        for k, (d, w, t) in enumerate(zip(due, writes, stamps, strict=True)):
+            late_ms.append((w - d) / 1e6)
+            (first_ms if k == 0 else later_ms).append((t - w) / 1e6)
+    lag_ms = first_ms + later_ms
+    print(
+        f"\nsimulator lateness ms: median {median(late_ms):.3f}, p90 {at(late_ms, 0.9):.3f}, "
+        f"p99 {at(late_ms, 0.99):.3f}; client stamp lag ms: min {min(lag_ms):.3f}, first "
+        f"tokens median {median(first_ms):.3f}, later median {median(later_ms):.3f}, p90 "
+        f"{at(lag_ms, 0.9):.3f}; client TTFT median {median(ttfts):.3f} ms, ITL median "
+        f"{median(itls):.3f} ms"
+    )
+    # Exact, up to the clock (and a later chunk's stamp, rebuilt from whole microseconds, is
+    # up to one short): the simulator never writes early, the client never stamps a chunk
+    # before it was written.
+    assert min(late_ms) > -CLOCKS_AGREE_MS, min(late_ms)
+    assert min(lag_ms) > -CLOCKS_AGREE_MS, min(lag_ms)
+    # The rest is measured against this run's own jitter. The simulator's lateness is how
+    # long this machine took to wake a process for a chunk (tens of microseconds idle,
+    # milliseconds under load); the client's stamp lag is a loopback hop and one such
+    # wake-up. A stamp taken late by construction (after parsing, with a fixed offset, at
+    # the next read's time) moves all the stamps it touches, the promptest included; load
+    # only delays some. So: the promptest stamp is no later than the simulator's median
+    # lateness; the first token's promptest is no later than the later tokens' median
+    # (were they alike, that fails with odds of 2^-24); half of either kind come within
+    # the simulator's p90 lateness, nine in ten within its p99.
+    assert min(lag_ms) <= median(late_ms), (min(lag_ms), median(late_ms))
+    assert min(first_ms) <= median(later_ms), (sorted(first_ms), median(later_ms))
+    for lag in (first_ms, later_ms):
+        assert median(lag) <= at(late_ms, 0.9), (median(lag), at(late_ms, 0.9))
+    assert at(lag_ms, 0.9) <= at(late_ms, 0.99), (at(lag_ms, 0.9), at(late_ms, 0.99))
 
 
 @pytest.mark.slow
-def test_open_loop_schedule_is_honoured(
-    tmp_path: Path, sim: SimFactory, timing_retry: TimingCheck
-) -> None:
+def test_open_loop_schedule_is_honoured(tmp_path: Path, sim: SimFactory) -> None:
     server = sim("--ttft-ms", "5", "--itl-ms", "5")
-
-    def check(attempt: int) -> None:
-        base = tmp_path / f"attempt{attempt}"
-        base.mkdir()
-        trace = make_trace(base / "t.parquet", 60, rate=20.0, output_tokens=4)
-        result = replay(
-            SessionOptions(trace_path=trace, run_dir=base / "run", base_url=server.base_url)
-        )
-        table = rows(result.run_dir)
-        assert len(table) == 60
-        lateness = sorted(
-            (r["sent_ns"] - r["due_ns"]) / 1e6  # type: ignore[operator]
-            for r in table
-        )
-        assert lateness[0] >= 0
-        # The p99 <= 2 ms target is measured in bench/replay_schedule.py (thousands of
-        # requests): p99 of 60 samples is their second largest, one neighbour's burst away.
-        assert lateness[len(lateness) // 2] < 1.0, lateness
-        assert lateness[int(0.95 * (len(lateness) - 1))] < 2.0, lateness[-5:]
-        assert lateness[-1] < 20.0, lateness[-5:]
-        dues = sorted(r["due_ns"] for r in table)  # type: ignore[type-var]
-        gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(dues)]  # type: ignore[operator]
-        assert all(abs(g - 50.0) < 0.01 for g in gaps)  # due times are absolute, never drift
-        assert not result.client_bound
-
-    timing_retry(check)
+    trace = make_trace(tmp_path / "t.parquet", 60, rate=20.0, output_tokens=4)
+    result = replay(
+        SessionOptions(trace_path=trace, run_dir=tmp_path / "run", base_url=server.base_url)
+    )
+    table = rows(result.run_dir)
+    assert len(table) == 60
+    info = read_run_info(result.run_dir)
+    assert info is not None
+    assert info.result is not None
+    assert info.health is not None
+    dues = sorted(int(r["due_ns"]) for r in table)  # type: ignore[call-overload]
+    # Due times are absolute, counted from the run's start: they never drift.
+    assert dues[0] == info.result.start_ns
+    assert all(abs(b - a - 50_000_000) <= 1 for a, b in itertools.pairwise(dues)), dues
+    lateness = [
+        (int(r["sent_ns"]) - int(r["due_ns"])) / 1e6  # type: ignore[call-overload]
+        for r in table
+    ]
+    loop = info.health.loop_lag_ms
+    print(
+        f"\nsend lateness ms: min {min(lateness):.3f}, p25 {at(lateness, 0.25):.3f}, median "
+        f"{median(lateness):.3f}, max {max(lateness):.3f}; loop lag ms: median "
+        f"{loop.p50_ms:.3f}, p99 {loop.p99_ms:.3f}"
+    )
+    assert min(lateness) >= 0.0, min(lateness)  # never sent before its time
+    # How late a request leaves is how late the replay's event loop runs it, which the run
+    # samples itself (run.json's loop lag: a 10 ms sleep's overshoot, timer grain included).
+    # A sender that spins through its last stretch pays no timer grain but, on a busy
+    # machine, loses its core more often than a sleeper does; a sender late by design
+    # (a fixed delay, a chained relative sleep) is late every time. So: a quarter of the
+    # requests leave within the loop's median lag, half within its p99.
+    # (The p99 <= 2 ms target is measured in bench/replay_schedule.py, on thousands.)
+    assert at(lateness, 0.25) <= loop.p50_ms, (sorted(lateness), loop)
+    assert median(lateness) <= loop.p99_ms, (sorted(lateness), loop)
+    # The generator's own work at 20 requests/s is far from a core, so a client-bound flag
+    # can only come from the lateness measured above.
+    assert info.health.cpu_utilisation < CLIENT_BOUND_CPU, info.health
+    assert result.client_bound == (info.health.schedule_lag_ms.p99_ms > CLIENT_BOUND_LAG_MS)
 
 
 @pytest.mark.slow
