@@ -13,13 +13,20 @@ exactly one ``RequestRecord`` given to the sink; exceptions never escape except
 cancellation, which is re-raised after recording. The replay defers building the record of
 a finished stream to the loop's spare time (``defer_records``; a cancelled request is
 still recorded at once).
+
+Every value a record takes from the server is checked where the record is built, so the
+recorder never meets a row its columns cannot hold: the stream's summary checks JSON
+types (``finish_reason``, usage counts), ``_fit`` the ranges of the columns (per-chunk
+token counts, usage counts, arrival offsets, the status). A value that fails is left out,
+the chunks received are kept, and the request is a ``protocol_error`` naming the field.
 """
 
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_right
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import httpx
@@ -32,13 +39,26 @@ from loadgen.openai.chunks import Usage
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
-from loadgen.stream.state import StreamState
+from loadgen.stream.state import StreamState, StreamSummary
 from traces import schema as s
-from traces.records import RequestRecord, TraceRequest
+from traces.errors import shown
+from traces.records import RequestRecord, TraceRequest, int_bounds
 
 _ERROR_BODY_LIMIT = 2048
 _NO_USAGE = Usage()
 _NO_TIMINGS = ServerTimings()
+
+_TOKENS_TYPE = s.RUN_SCHEMA.field(s.CHUNK_TOKENS).type.value_type
+_TOKENS_MIN, _TOKENS_MAX = int_bounds(_TOKENS_TYPE)
+_OFFSET_TYPE = s.RUN_SCHEMA.field(s.CHUNK_OFFSETS_US).type.value_type
+_OFFSET_MAX = int_bounds(_OFFSET_TYPE)[1]
+_COUNTS = tuple(
+    (name, s.RUN_SCHEMA.field(name).type, *int_bounds(s.RUN_SCHEMA.field(name).type))
+    for name in (s.PROMPT_TOKENS, s.COMPLETION_TOKENS, s.CACHED_TOKENS, s.REASONING_TOKENS)
+)
+"""The usage counts: their column names are ``Usage``'s field names."""
+_STATUS_TYPE = s.RUN_SCHEMA.field(s.HTTP_STATUS).type
+_STATUS_MIN, _STATUS_MAX = int_bounds(_STATUS_TYPE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,6 +208,12 @@ class StreamingClient:
             outcome, error = s.OUTCOME_DISCONNECT, f"{type(exc).__name__}: {exc}"
         except httpx.HTTPError as exc:
             outcome, error = s.OUTCOME_PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}"
+        except Exception as exc:
+            # Whatever a response makes the reading raise, it is this request's row, not
+            # the end of the run (every such case found is fixed where it arose; the
+            # fuzz test checks that none is left).
+            outcome = s.OUTCOME_PROTOCOL_ERROR
+            error = f"unreadable response: {type(exc).__name__}: {shown(str(exc), 200)}"
         except asyncio.CancelledError:
             sink(
                 self._record(
@@ -297,16 +323,18 @@ class StreamingClient:
         header_timings: ServerTimings | None = None,
     ) -> RequestRecord:
         parsed = state.summary()
+        fit = _fit(parsed, progress.status)
         if outcome == s.OUTCOME_OK:
-            if parsed.error is not None:
-                outcome, error = s.OUTCOME_PROTOCOL_ERROR, parsed.error
+            problem = parsed.error or fit.problem
+            if problem is not None:
+                outcome, error = s.OUTCOME_PROTOCOL_ERROR, problem
             elif not parsed.done and parsed.finish_reason is None:
                 outcome, error = (
                     s.OUTCOME_PROTOCOL_ERROR,
                     "stream ended without [DONE] or a finish_reason",
                 )
         req = job.trace
-        usage = parsed.usage or _NO_USAGE
+        usage = fit.usage
         timings = parsed.timings or header_timings or _NO_TIMINGS
         return RequestRecord(
             run_id=self._run_id,
@@ -334,15 +362,15 @@ class StreamingClient:
             first_token_ns=parsed.first_token_ns,
             first_reasoning_ns=parsed.first_reasoning_ns,
             end_ns=end_ns,
-            chunk_offsets_us=parsed.content_offsets_us,
-            chunk_tokens=parsed.chunk_tokens,
-            reasoning_offsets_us=parsed.reasoning_offsets_us,
+            chunk_offsets_us=fit.content_offsets_us,
+            chunk_tokens=fit.chunk_tokens,
+            reasoning_offsets_us=fit.reasoning_offsets_us,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             cached_tokens=usage.cached_tokens,
             reasoning_tokens=usage.reasoning_tokens,
             outcome=outcome,
-            http_status=progress.status,
+            http_status=fit.status,
             error=self._scrubber.scrub_optional(error),
             finish_reason=self._scrubber.scrub_optional(parsed.finish_reason),
             server_queue_ms=timings.queue_ms,
@@ -353,6 +381,67 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=self._scrubber.scrub_optional(timings.instance),
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Fit:
+    """A summary's values cut to what their columns hold, and the first that did not fit."""
+
+    content_offsets_us: list[int]
+    chunk_tokens: list[int] | None
+    reasoning_offsets_us: list[int]
+    usage: Usage
+    status: int | None
+    problem: str | None
+
+
+def _fit(parsed: StreamSummary, status: int | None) -> _Fit:
+    """Check the summary's numbers against their columns' ranges: a per-chunk token count
+    or usage count that does not fit is left out (None), offsets beyond the column's range
+    (a stream longer than about 35 minutes) are cut off with their chunks, and the first
+    misfit is described. The common case costs a few comparisons and one pass of
+    ``min``/``max`` over the token counts."""
+    problems: list[str] = []
+    tokens = parsed.chunk_tokens
+    if tokens and (min(tokens) < _TOKENS_MIN or max(tokens) > _TOKENS_MAX):
+        i, bad = next((i, n) for i, n in enumerate(tokens) if not _TOKENS_MIN <= n <= _TOKENS_MAX)
+        problems.append(f"chunk_tokens = {shown(bad)} for chunk {i}: does not fit {_TOKENS_TYPE}")
+        tokens = None
+    usage = parsed.usage or _NO_USAGE
+    for name, type_, least, greatest in _COUNTS:
+        count = getattr(usage, name)
+        if count is not None and not least <= count <= greatest:
+            problems.append(f"usage.{name} = {shown(count)}: does not fit {type_}")
+            usage = replace(usage, **{name: None})
+    content = parsed.content_offsets_us
+    reasoning = parsed.reasoning_offsets_us
+    # Offsets never decrease (one monotonic clock, reads in order): the last is the largest.
+    if content and content[-1] > _OFFSET_MAX:
+        kept = bisect_right(content, _OFFSET_MAX)
+        problems.append(
+            f"chunk_offsets_us: chunk {kept} arrived {content[kept] / 1e6:.0f} s after the "
+            f"send, beyond the column's {_OFFSET_TYPE} µs"
+        )
+        content = content[:kept]
+        tokens = tokens[:kept] if tokens is not None else None
+    if reasoning and reasoning[-1] > _OFFSET_MAX:
+        kept = bisect_right(reasoning, _OFFSET_MAX)
+        problems.append(
+            f"reasoning_offsets_us: chunk {kept} arrived {reasoning[kept] / 1e6:.0f} s after "
+            f"the send, beyond the column's {_OFFSET_TYPE} µs"
+        )
+        reasoning = reasoning[:kept]
+    if status is not None and not _STATUS_MIN <= status <= _STATUS_MAX:
+        problems.append(f"http_status = {shown(status)}: does not fit {_STATUS_TYPE}")
+        status = None
+    return _Fit(
+        content_offsets_us=content,
+        chunk_tokens=tokens,
+        reasoning_offsets_us=reasoning,
+        usage=usage,
+        status=status,
+        problem=problems[0] if problems else None,
+    )
 
 
 def _error_text(status: int, body: bytes) -> str:

@@ -25,8 +25,8 @@ Tree::
     ├── TransformError              slice/scale/merge parameters do not fit the trace
     └── importers.errors.ImportOptionError      an import option is bad for the format
 
-Every message is one line a user can act on: what is wrong and where. This module
-imports nothing.
+Every message is one line a user can act on: what is wrong and where; ``shown`` puts a
+value from outside into one with a bounded length. This module imports nothing.
 """
 
 from __future__ import annotations
@@ -90,3 +90,10 @@ class MissingExtraError(TraceError, ImportError):
 
 class TransformError(TraceError):
     """A transformation's parameters do not fit the trace (e.g. an empty slice)."""
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for a one-line message about a
+    value that came from outside (a server may send a megabyte where a number belongs)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"

@@ -6,13 +6,14 @@ slotted, keyword-only dataclasses; no dict or tuple crosses a module boundary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
 
 from traces import schema as s
+from traces.errors import shown
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,10 +154,107 @@ RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 
 
 def records_to_batch(records: Iterable[RequestRecord]) -> pa.RecordBatch:
-    """Build one Arrow record batch in ``RUN_SCHEMA`` from run records."""
+    """Build one Arrow record batch in ``RUN_SCHEMA`` from run records. Raises what Arrow
+    raises for a value its column cannot hold, and ``ValueError`` for a null where the
+    column takes none (Arrow builds such a batch, and only the Parquet writer refuses it)."""
     rows = list(records)
     arrays = [
         pa.array([getattr(r, name) for r in rows], type=s.RUN_SCHEMA.field(name).type)
         for name in RECORD_FIELDS
     ]
+    for field, array in zip(s.RUN_SCHEMA, arrays, strict=True):
+        if array.null_count and not field.nullable:
+            raise ValueError(f"{field.name}: null where a value is required")
     return pa.RecordBatch.from_arrays(arrays, schema=s.RUN_SCHEMA)
+
+
+def int_bounds(type_: pa.DataType) -> tuple[int, int]:
+    """The least and greatest value of an Arrow integer type."""
+    bits = type_.bit_width
+    if pa.types.is_signed_integer(type_):
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def _int_check(type_: pa.DataType) -> Callable[[object], str | None]:
+    lo, hi = int_bounds(type_)
+
+    def check(value: object) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{shown(value)} is not an integer"
+        if not lo <= value <= hi:
+            return f"{shown(value)} does not fit {type_}"
+        return None
+
+    return check
+
+
+def _float_check(type_: pa.DataType) -> Callable[[object], str | None]:
+    # Arrow takes a Python int into a float column only where it is exactly representable.
+    exact = 1 << (24 if type_ == pa.float32() else 53)
+
+    def check(value: object) -> str | None:
+        if isinstance(value, float):
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and -exact <= value <= exact:
+            return None
+        return f"{shown(value)} is not a {type_} number"
+
+    return check
+
+
+def _type_check(type_: type, what: str) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        return None if isinstance(value, type_) else f"{shown(value)} is not {what}"
+
+    return check
+
+
+def _list_check(item: Callable[[object], str | None]) -> Callable[[object], str | None]:
+    def check(value: object) -> str | None:
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            return f"{shown(value)} is not a list"
+        for i, element in enumerate(value):
+            problem = item(element)
+            if problem is not None:
+                return f"item {i}: {problem}"
+        return None
+
+    return check
+
+
+def _value_check(type_: pa.DataType) -> Callable[[object], str | None]:
+    if pa.types.is_integer(type_):
+        return _int_check(type_)
+    if pa.types.is_floating(type_):
+        return _float_check(type_)
+    if pa.types.is_boolean(type_):
+        return _type_check(bool, "a boolean")
+    if pa.types.is_string(type_):
+        return _type_check(str, "a string")
+    if pa.types.is_list(type_):
+        return _list_check(_value_check(type_.value_type))
+    raise TypeError(f"no check for Arrow type {type_}")  # a column type added to RUN_SCHEMA
+
+
+_RECORD_CHECKS = tuple(
+    (name, s.RUN_SCHEMA.field(name).nullable, _value_check(s.RUN_SCHEMA.field(name).type))
+    for name in RECORD_FIELDS
+)
+
+
+def record_problem(record: RequestRecord) -> str | None:
+    """The first value of ``record`` its run-table column cannot hold, as ``field: what``
+    (a null in a column that takes none, a wrong type, an integer beyond the column's
+    range); None when ``records_to_batch`` takes every value. Checks each list item in
+    Python: for tests and for diagnosing a batch that failed, not for every row."""
+    for name, nullable, check in _RECORD_CHECKS:
+        value = getattr(record, name)
+        if value is None:
+            if not nullable:
+                return f"{name}: null where a value is required"
+            continue
+        problem = check(value)
+        if problem is not None:
+            return f"{name}: {problem}"
+    return None

@@ -3,7 +3,9 @@
 Content, reasoning, role-only, usage-only, done or error. Chunks are not tokens: only
 content chunks count toward TTFT and ITL. ``plain_content_tokens`` is the byte-level fast
 check for compact content chunks; ``chunk_kind`` is the one classification of a decoded
-chunk (``loadgen.stream._sse_scan`` mirrors it in C, tested against it).
+chunk (``loadgen.stream._sse_scan`` mirrors it in C, tested against it). ``read_usage`` and
+``read_finish`` take the values a run row stores from a chunk and say what is wrong with
+one that has the wrong JSON type (the caller turns that into the request's outcome).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import orjson
 
 from loadgen.openai.timings import ServerTimings, parse_timings
+from traces.errors import shown
 
 
 class Kind(enum.Enum):
@@ -54,29 +57,69 @@ class Chunk:
 _DONE = Chunk(kind=Kind.DONE)
 
 
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) else None
-
-
 def parse_usage(raw: Any) -> Usage | None:
-    """Read an OpenAI ``usage`` object (with ``prompt_tokens_details.cached_tokens``)."""
+    """Read an OpenAI ``usage`` object (with ``prompt_tokens_details.cached_tokens``); a
+    count of the wrong type reads as absent (``read_usage`` says which)."""
+    return read_usage(raw)[0]
+
+
+def read_usage(raw: Any) -> tuple[Usage | None, str | None]:
+    """An OpenAI ``usage`` object's counts (``prompt_tokens``, ``completion_tokens``,
+    ``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``)
+    and, when one is not an integer, ``"usage.<path> = <value>: not an integer"`` for the
+    first such (that count reads as None). Null or absent is None; a float with an integral
+    value is that integer; a bool, string, list or object is not a count. The counts are
+    not range-checked: the record builder knows the columns. None, None when ``raw`` is not
+    an object."""
     if not isinstance(raw, dict):
-        return None
+        return None, None
+    problems: list[str] = []
     details = raw.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
     out_details = raw.get("completion_tokens_details")
-    reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, dict) else None
-    return Usage(
-        prompt_tokens=_int(raw.get("prompt_tokens")),
-        completion_tokens=_int(raw.get("completion_tokens")),
-        cached_tokens=_int(cached),
-        reasoning_tokens=_int(reasoning),
+    usage = Usage(
+        prompt_tokens=_count(raw, "prompt_tokens", "", problems),
+        completion_tokens=_count(raw, "completion_tokens", "", problems),
+        cached_tokens=(
+            _count(details, "cached_tokens", "prompt_tokens_details.", problems)
+            if isinstance(details, dict)
+            else None
+        ),
+        reasoning_tokens=(
+            _count(out_details, "reasoning_tokens", "completion_tokens_details.", problems)
+            if isinstance(out_details, dict)
+            else None
+        ),
     )
+    return usage, problems[0] if problems else None
+
+
+def _count(obj: dict[str, Any], key: str, path: str, problems: list[str]) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    problems.append(f"usage.{path}{key} = {shown(value)}: not an integer")
+    return None
+
+
+def read_finish(value: Any) -> tuple[str | None, str | None]:
+    """A chunk's ``finish_reason`` as recorded (a string, or None for null), and
+    ``"finish_reason = <value>: not a string"`` when it is some other JSON value (which
+    then reads as None)."""
+    if value is None or isinstance(value, str):
+        return value, None
+    return None, f"finish_reason = {shown(value)}: not a string"
 
 
 _PLAIN_CONTENT = re.compile(rb'"(?:delta":\{"content|text)":"(?!")')
 """A compact (vLLM-style) content chunk: ``"delta":{"content":"<non-empty>`` or ``"text":"..``."""
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":(\d+)')
+_HUGE_COUNT = 10**19
+"""What a count of more digits than ``int`` reads (4,300 by default) stands for: beyond
+every count column, which the record builder refuses."""
 
 
 def plain_content_tokens(payload: bytes) -> int | None:
@@ -92,7 +135,12 @@ def plain_content_tokens(payload: bytes) -> int | None:
     if payload.find(b'"finish_reason":null') < 0 or _PLAIN_CONTENT.search(payload) is None:
         return None
     match = _COMPLETION_TOKENS.search(payload)
-    return int(match.group(1)) if match is not None else -1
+    if match is None:
+        return -1
+    try:
+        return int(match.group(1))
+    except ValueError:  # more digits than the interpreter converts
+        return _HUGE_COUNT
 
 
 def decode_object(payload: bytes) -> dict[str, Any]:
@@ -105,8 +153,9 @@ def decode_object(payload: bytes) -> dict[str, Any]:
     return obj
 
 
-def chunk_kind(obj: dict[str, Any]) -> tuple[Kind, str | None]:
-    """The kind of a decoded chunk and its ``finish_reason`` (no allocation on the common path)."""
+def chunk_kind(obj: dict[str, Any]) -> tuple[Kind, Any]:
+    """The kind of a decoded chunk and its ``finish_reason`` as sent: any JSON value, which
+    ``read_finish`` checks (no allocation on the common path)."""
     if obj.get("error") is not None:
         return Kind.ERROR, None
     choices = obj.get("choices")
@@ -146,6 +195,6 @@ def classify(payload: bytes) -> Chunk:
     return Chunk(
         kind=kind,
         usage=parse_usage(obj.get("usage")),
-        finish_reason=finish,
+        finish_reason=read_finish(finish)[0],
         timings=parse_timings(obj),
     )

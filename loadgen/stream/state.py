@@ -17,8 +17,9 @@ from loadgen.openai.chunks import (
     chunk_kind,
     decode_object,
     error_message,
-    parse_usage,
     plain_content_tokens,
+    read_finish,
+    read_usage,
 )
 from loadgen.openai.timings import ServerTimings, parse_timings
 
@@ -37,6 +38,9 @@ class StreamSummary:
     finish_reason: str | None
     done: bool
     error: str | None
+    """What made the stream unusable as sent: a malformed chunk, an error event, or a value
+    a row stores (``finish_reason``, a usage count) of the wrong JSON type, which then
+    reads as None. The first of these, in that order of precedence."""
 
 
 class StreamState:
@@ -75,7 +79,8 @@ class StreamState:
         self.first_reasoning: int | None = None
         self.usage_raw: Any = None
         self.timings: ServerTimings | None = None
-        self.finish: str | None = None
+        self.finish: object = None
+        """The last ``finish_reason`` that was not null, as sent (``summary`` checks it)."""
         self.done = False
         self.error: str | None = None
 
@@ -137,19 +142,23 @@ class StreamState:
             self.error = self.error or f"server error in stream: {error_message(obj)}"
 
     def summary(self) -> StreamSummary:
-        """What the events added so far said."""
+        """What the events added so far said. The values a row stores are checked for their
+        JSON type here, once, whichever implementation filled the state: a wrong one is
+        left out and named in ``error``; the chunks received are kept."""
         content = self.content
+        usage, usage_problem = read_usage(self.usage_raw)
+        finish, finish_problem = read_finish(self.finish)
         return StreamSummary(
             content_offsets_us=content,
             chunk_tokens=self.tokens if self.tokens_known and content else None,
             reasoning_offsets_us=self.reasoning,
             first_token_ns=self.first_token,
             first_reasoning_ns=self.first_reasoning,
-            usage=parse_usage(self.usage_raw),
+            usage=usage,
             timings=self.timings,
-            finish_reason=self.finish,
+            finish_reason=finish,
             done=self.done,
-            error=self.error,
+            error=self.error or finish_problem or usage_problem,
         )
 
 

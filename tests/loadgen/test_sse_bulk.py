@@ -67,9 +67,15 @@ def usage(completion: object) -> dict[str, object]:
     return {"prompt_tokens": 7, "total_tokens": 9, "completion_tokens": completion}
 
 
-tokens_value = st.one_of(
-    st.integers(0, 300), st.integers(0, 2**64 - 1), st.sampled_from(["5", None, 1.5])
+tokens_value: st.SearchStrategy[object] = st.one_of(
+    st.integers(0, 300),
+    st.integers(0, 2**64 - 1),
+    st.integers(-(2**63), -1),
+    st.sampled_from(["5", None, 1.5, 7.0, True, False, [], {}]),
 )
+"""Usage counts, of every JSON type and beyond every column's range."""
+odd_finish = st.sampled_from([7, 0, {}, [], True, False, 1.5, ["stop"], {"a": 1}])
+"""``finish_reason`` values that are no string: ``summary`` leaves them out and says so."""
 
 
 @st.composite
@@ -84,7 +90,7 @@ def json_chunk(draw: st.DrawFn) -> bytes:
         )
     )
     text = draw(st.text(max_size=6))
-    finish = draw(st.sampled_from([None, None, None, "length", "stop"]))
+    finish = draw(st.one_of(st.sampled_from([None, None, None, "length", "stop"]), odd_finish))
     obj: dict[str, object] = dict(HEAD)
     if kind == "chat":
         obj["choices"] = [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]
@@ -134,6 +140,7 @@ FRAGMENTS = [
     b'"completion_tokens":7',
     b'"completion_tokens":007',
     b'"completion_tokens":12345678901234567890123',
+    b'"completion_tokens":' + b"9" * 5000,  # more digits than int() reads
     b'"finish_reason":"stop"',
     b'{"content":"',
     b'"next":"a',

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +12,7 @@ import pytest
 from traces import schema as s
 from traces.errors import SchemaError, TraceFileError, ValidationError
 from traces.io import read_metadata, read_trace, read_trace_table, write_trace
-from traces.records import RequestRecord, records_to_batch
+from traces.records import RequestRecord, record_problem, records_to_batch
 
 
 def trace_table(**overrides: list[object]) -> pa.Table:
@@ -100,3 +100,52 @@ def test_records_to_batch_types() -> None:
     batch = records_to_batch([rec])
     assert batch.schema == s.RUN_SCHEMA
     assert batch.column(s.CHUNK_OFFSETS_US).to_pylist() == [[5, 9]]
+
+
+def _record(**values: object) -> RequestRecord:
+    base = RequestRecord(
+        run_id="r",
+        trace_index=0,
+        request_id="a",
+        x_request_id="r-a",
+        workload="text",
+        api="chat",
+        input_tokens=1,
+        output_tokens=2,
+        due_ns=1,
+        chunk_offsets_us=[5, 9],
+        chunk_tokens=[1, 1],
+        outcome="ok",
+    )
+    return replace(base, **values)  # type: ignore[arg-type]  # wrong types on purpose
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({}, None),
+        ({"finish_reason": 7}, "finish_reason: 7 is not a string"),
+        ({"finish_reason": {}}, "finish_reason: {} is not a string"),
+        ({"completion_tokens": 2**31}, "completion_tokens: 2147483648 does not fit int32"),
+        ({"completion_tokens": True}, "completion_tokens: True is not an integer"),
+        ({"chunk_tokens": [1, -(2**15) - 1]}, "chunk_tokens: item 1: -32769 does not fit int16"),
+        ({"chunk_offsets_us": [2**31]}, "chunk_offsets_us: item 0: 2147483648 does not fit int32"),
+        ({"http_status": 2**15}, "http_status: 32768 does not fit int16"),
+        ({"server_ttft_ms": 2**54}, "server_ttft_ms: 18014398509481984 is not a double number"),
+        ({"slo_ttft_ms": 2**25}, "slo_ttft_ms: 33554432 is not a float number"),
+        ({"warmup": 1}, "warmup: 1 is not a boolean"),
+        ({"outcome": None}, "outcome: null where a value is required"),
+        ({"error": "x" * 500}, None),
+    ],
+)
+def test_record_problem_names_what_records_to_batch_refuses(
+    values: dict[str, object], problem: str | None
+) -> None:
+    """The diagnosis of a row the run table cannot hold agrees with the conversion."""
+    rec = _record(**values)
+    assert record_problem(rec) == problem
+    if problem is None:
+        records_to_batch([rec])
+    else:
+        with pytest.raises((pa.ArrowException, TypeError, ValueError, OverflowError)):
+            records_to_batch([rec])

@@ -1,0 +1,115 @@
+"""Server bytes to run rows as a replay makes them: a scripted loopback server
+(``scripted``), the streaming client on a chosen transport and feed, and the run recorder
+writing ``requests.parquet`` (on the test path via pytest's ``pythonpath``; not a test
+module).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+from scripted import Paced, scripted_server
+
+from loadgen.client import PreparedRequest, StreamingClient
+from loadgen.clock import Clock
+from loadgen.run.recorder import RunRecorder
+from loadgen.run.session import make_transport
+from traces.records import RequestRecord, TraceRequest
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
+def job(i: int) -> PreparedRequest:
+    trace = TraceRequest(
+        index=i, request_id=f"q{i}", arrival_s=0.0, input_tokens=5, output_tokens=3
+    )
+    return PreparedRequest(
+        trace=trace, x_request_id=f"t-q{i}", path="/chat/completions", body=b'{"a":1}'
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rows:
+    """What one batch of requests left: the records the client made, in order, and the
+    table the recorder wrote (None if ``close`` raised: ``failure`` says why)."""
+
+    records: list[RequestRecord]
+    table: pa.Table | None
+    failure: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Http:
+    clock: Clock
+    transport: httpx.AsyncBaseTransport
+    client: httpx.AsyncClient
+
+
+def _http(kind: str, timeout_s: float) -> _Http:
+    clock = Clock()
+    transport = make_transport(kind, clock.now_ns, max_connections=2)
+    limits = httpx.Timeout(connect=timeout_s, read=timeout_s, write=timeout_s, pool=None)
+    return _Http(clock, transport, httpx.AsyncClient(transport=transport, timeout=limits))
+
+
+async def _rows(
+    http: _Http,
+    replies: Sequence[bytes | Paced],
+    run_dir: Path,
+    *,
+    native: bool,
+    timeout_s: float,
+) -> Rows:
+    records: list[RequestRecord] = []
+    recorder = RunRecorder(run_dir, flush_interval_s=60)
+
+    def sink(record: RequestRecord) -> None:
+        records.append(record)
+        recorder.add(record)
+
+    failure: str | None = None
+    try:
+        async with scripted_server(list(replies)) as (url, log):
+            client = StreamingClient(
+                http.client,
+                base_url=url + "/v1",
+                now_ns=http.clock.now_ns,
+                run_id="t",
+                timeout_s=timeout_s,
+                transport=http.transport,
+                native_feed=native,
+            )
+            for i in range(len(replies)):
+                await client.execute(client.ready(job(i)), http.clock.now_ns(), sink)
+            # The server's handlers end with their replies; let them, before it closes.
+            await asyncio.wait_for(log.idle.wait(), timeout_s)
+    finally:
+        try:
+            path = await asyncio.to_thread(recorder.close)
+        except Exception as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+    table = pq.read_table(path) if failure is None else None
+    return Rows(records=records, table=table, failure=failure)
+
+
+async def rows_for(
+    replies: Sequence[bytes | Paced],
+    run_dir: Path,
+    *,
+    kind: str = "fast",
+    native: bool = True,
+    timeout_s: float = 5.0,
+) -> Rows:
+    """One request per reply, sent one after the other (as a closed loop of one), each
+    record given to a ``RunRecorder`` in ``run_dir``, which is closed at the end."""
+    http = _http(kind, timeout_s)
+    async with http.client:
+        return await _rows(http, replies, run_dir, native=native, timeout_s=timeout_s)
