@@ -247,13 +247,17 @@ class Connection(asyncio.Protocol):
             else:
                 parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
-            return
+            fault: Exception | None = httpx.RemoteProtocolError(f"malformed HTTP response: {exc}")
+        else:
+            fault = None
         if pieces and ex is not None:
-            # One stamped piece per socket read, however many HTTP chunks it carried.
+            # One stamped piece per socket read, however many HTTP chunks it carried; before
+            # a fault too: the chunks ahead of a bad one in this read were sent.
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             self._deliver(ex, stamp, body)
+        if fault is not None:
+            self._fail(fault)
 
     def _feed_head(
         self, parser: httptools.HttpResponseParser, ex: Exchange, data: bytes
@@ -283,7 +287,7 @@ class Connection(asyncio.Protocol):
         ex = self._exchange
         try:
             body = dechunker.feed(data)
-        except ValueError as exc:
+        except ValueError as exc:  # fed again after a fault (below): nothing more to read
             self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
             return
         if ex is None:
@@ -292,7 +296,10 @@ class Connection(asyncio.Protocol):
             # Bytes after the body (none are expected: no pipelining) close the connection.
             self._complete(ex, self._keep_alive and not dechunker.leftover)
         if body:
+            # Before a fault too: the chunks ahead of a bad one in this read were sent.
             self._deliver(ex, stamp, body)
+        if dechunker.error is not None:
+            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {dechunker.error}"))
 
     def _deliver(self, ex: Exchange, stamp: int, body: bytes) -> None:
         """One read's body bytes: to the consumer's sink while it drains, else buffered."""

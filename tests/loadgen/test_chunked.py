@@ -32,17 +32,15 @@ def by_httptools(reads: list[bytes]) -> tuple[bytes, bool, bool]:
     """(body, done, failed) as llhttp decodes the reads after a chunked head. Bytes after
     the end of the body are not this decoder's business (llhttp parses them as the next
     response; the transport closes the connection): failing on them does not count. The
-    body of a read that fails is dropped, as the transport drops it."""
+    body bytes of a read that fails, up to the fault, are kept, as the transport keeps
+    them."""
     body = _Body()
     parser = httptools.HttpResponseParser(body)
     parser.feed_data(HEAD)
     for data in reads:
-        before = len(body.pieces)
         try:
             parser.feed_data(data)
         except httptools.HttpParserError:
-            if not body.done:
-                del body.pieces[before:]
             return b"".join(body.pieces), body.done, not body.done
         if body.done:
             break
@@ -52,13 +50,12 @@ def by_httptools(reads: list[bytes]) -> tuple[bytes, bool, bool]:
 def by_dechunker(reads: list[bytes]) -> tuple[bytes, bool, bool]:
     dec = chunked.Dechunker()
     out: list[bytes] = []
-    try:
-        for data in reads:
-            out.append(dec.feed(data))
-            if dec.done:
-                break
-    except ValueError:
-        return b"".join(out), dec.done, True
+    for data in reads:
+        out.append(dec.feed(data))
+        if dec.error is not None:
+            return b"".join(out), dec.done, True
+        if dec.done:
+            break
     return b"".join(out), dec.done, False
 
 
@@ -189,6 +186,20 @@ def test_edge_cases_agree_with_httptools(body: bytes) -> None:
     for cuts in ([], [1], [len(body) // 2], list(range(len(body)))):
         reads = split(body, cuts)
         assert by_dechunker(reads) == by_httptools(reads), cuts
+
+
+def test_a_fault_keeps_the_body_before_it_and_then_refuses_more() -> None:
+    dec = chunked.Dechunker()
+    assert dec.error is None
+    assert dec.feed(b"3\r\nabc\r\n2\r\nde") == b"abcde"
+    assert dec.feed(b"X\r\n0\r\n\r\n") == b""  # the CR after the data is missing
+    assert dec.error == "missing CR after chunk data"
+    assert not dec.done
+    with pytest.raises(ValueError, match="missing CR after chunk data"):
+        dec.feed(b"0\r\n\r\n")
+    one_read = chunked.Dechunker()
+    assert one_read.feed(b"3\r\nabc\r\nZZ\r\n") == b"abc"
+    assert one_read.error == "invalid character in chunk size"
 
 
 def test_bytes_after_the_body_are_counted_not_decoded() -> None:

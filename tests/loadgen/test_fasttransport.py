@@ -420,3 +420,29 @@ def test_an_injecting_request_id_is_a_failed_row_that_never_reaches_the_server(
     for request in wire:
         assert b"evil" not in request.lower()
         assert b"\x00" not in request
+
+
+def test_the_body_before_a_malformed_chunk_in_the_same_read_is_delivered() -> None:
+    """A good chunk and bytes that are no chunk size, written at once: the body bytes
+    before the fault reach the consumer, then the exchange fails (was: the whole read was
+    dropped)."""
+    good = b"data: one\n\n"
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    wire = head + b"%x\r\n" % len(good) + good + b"\r\nZZ\r\n"
+
+    async def main() -> list[bytes]:
+        pieces: list[bytes] = []
+        async with (
+            scripted_server([wire]) as (url, _),
+            httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client,
+        ):
+            with pytest.raises(httpx.RemoteProtocolError, match="malformed HTTP response"):
+                await fetch_drained_into(client, url, pieces)
+        return pieces
+
+    assert b"".join(run(main())) == good
+
+
+async def fetch_drained_into(client: httpx.AsyncClient, url: str, pieces: list[bytes]) -> None:
+    async with client.stream("POST", url + "/v1/x", content=b"{}") as resp:
+        await resp.extensions[STAMPED].drain(lambda ts, data: pieces.append(data))

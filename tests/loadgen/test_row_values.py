@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from feeds import IMPLS
-from rows import rows_for
-from scripted import response
+from rows import SSE_HEAD, rows_for
+from scripted import chunked, response
 
 from traces import schema as s
 from traces.records import record_problem
@@ -141,3 +141,20 @@ def test_the_repr_of_a_huge_value_is_bounded(tmp_path: Path) -> None:
     assert row["error"].startswith("finish_reason = ['zzzz")
     assert row["error"].endswith("(10004 chars): not a string")
     assert len(row["error"]) < 120
+
+
+@pytest.mark.parametrize("native", IMPLS)
+@pytest.mark.parametrize("kind", TRANSPORTS)
+def test_a_good_chunk_in_the_same_read_as_bad_framing_is_kept(
+    kind: str, native: bool, tmp_path: Path
+) -> None:
+    """One write, so one read: a well-framed chunk holding two content events, then bytes
+    that are no chunk size. The events before the fault were sent: they count."""
+    framed = chunked(ROLE + content(1) + content(2))[: -len(b"0\r\n\r\n")]
+    reply = SSE_HEAD + framed + b"\xff\xff\r\n"
+    got = asyncio.run(rows_for([reply], tmp_path, kind=kind, native=native))
+    assert got.table is not None
+    (row,) = got.table.to_pylist()
+    assert row["outcome"] == s.OUTCOME_DISCONNECT
+    assert "RemoteProtocolError" in row["error"]
+    assert len(row["chunk_offsets_us"]) == 2
