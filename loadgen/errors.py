@@ -6,6 +6,8 @@ Tree::
     └── LoadgenError              root; ``exit_code`` is what the CLI returns
         ├── ConfigError           bad option or configuration value, the simulator's too (2)
         ├── EndpointError         the endpoint is unreachable, rejects the key or the model (4)
+        ├── RecorderError         the run's rows could not be written or merged; what was
+        │                         written stays readable (4)
         ├── RunDirError           the run directory cannot be created or is not empty (2)
         └── SimError              inside the simulator's server: answered over HTTP, they
             │                     reach no command line
@@ -35,6 +37,14 @@ class ConfigError(LoadgenError):
 
 class EndpointError(LoadgenError):
     """The endpoint cannot serve the run (unreachable, bad key, unknown model)."""
+
+    exit_code = 4
+
+
+class RecorderError(LoadgenError):
+    """The run's rows could not be written (a full disk, say, or a row the record builder
+    let through) or their journal not merged into ``requests.parquet``. The rows written
+    before stay readable, the journal in place."""
 
     exit_code = 4
 

@@ -26,6 +26,7 @@ from loadgen.errors import (
     EndpointError,
     LoadgenError,
     PromptShapeError,
+    RecorderError,
     RequestError,
     RunDirError,
 )
@@ -64,6 +65,7 @@ PACKAGES = ("loadgen", "traces", "analyzers", "reports")
         (LoadgenError("x"), 2),
         (ConfigError("x"), 2),
         (EndpointError("x"), 4),
+        (RecorderError("x"), 4),
         (RunDirError("x"), 2),
         (AnalyzerError("x"), 2),
         (BudgetError("x"), 2),

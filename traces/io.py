@@ -132,14 +132,23 @@ def is_journal(path: Path) -> bool:
 
 
 def read_journal(path: Path) -> pa.Table:
-    """The complete row batches of a journal; a torn last batch (a killed run) is dropped."""
+    """The complete row batches of a journal; a torn last batch (a killed run) is dropped.
+
+    Only a stream that ends short is taken for the end of the journal. A file that cannot
+    be opened or read (missing, out of file descriptors, an I/O error) raises ``OSError``:
+    read as empty, it would let a merge replace the rows with nothing."""
     batches: list[pa.RecordBatch] = []
-    try:
-        with pa.OSFile(str(path), "rb") as source:
+    with pa.OSFile(str(path), "rb") as source:
+        try:
             for batch in pa.ipc.open_stream(source):
                 batches.append(batch)
-    except (pa.ArrowInvalid, OSError):
-        pass  # the stream ends where the writer stopped
+        except pa.ArrowInvalid:
+            pass  # the stream ends inside a message's length or metadata: a torn tail
+        except OSError as exc:
+            # A body shorter than its header announced is a torn tail too, and Arrow says
+            # so without an errno; a failing read of the file has one.
+            if exc.errno is not None:
+                raise
     return pa.Table.from_batches(batches, schema=s.RUN_SCHEMA)
 
 

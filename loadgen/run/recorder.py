@@ -5,7 +5,8 @@ them into Arrow batches and appends each to the run's journal, an Arrow IPC stre
 (``requests.parts/journal.arrows``), every ``flush_rows`` rows or ``flush_interval_s``
 seconds. A crash therefore loses at most the last unflushed batch, and the journal is
 readable up to its last complete batch (``traces.io.read_journal``). ``close()`` turns
-the journal into ``requests.parquet`` and removes it.
+the journal into ``requests.parquet`` and removes it, and never replaces it with fewer
+rows than were written (``merge_parts``): a merge that cannot read them all leaves it.
 
 Why a journal and not a Parquet file per flush: opening and closing a Parquet writer holds
 the GIL for milliseconds inside pyarrow, which would delay the event loop's next due
@@ -15,6 +16,7 @@ Parquet flushes, 0.4 ms with IPC appends).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -26,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from loadgen.errors import RecorderError
 from traces import schema as s
 from traces.io import file_metadata, read_run_file
 from traces.records import RequestRecord, records_to_batch
@@ -98,33 +101,59 @@ class RunRecorder:
         self._rows += len(records)
 
     def close(self) -> Path:
-        """Flush what is queued, turn the journal into ``requests.parquet``, return its path."""
+        """Flush what is queued, turn the journal into ``requests.parquet``, return its path.
+        Raises ``RecorderError`` when writing or merging failed (the journal is then left
+        as it is: every reader in this project reads it)."""
         self._queue.put(_STOP)
         self._thread.join()
         self._journal.close()
         self._sink.close()
         if self._error is not None:
-            raise RuntimeError(f"run recorder failed: {self._error}") from self._error
-        return merge_parts(self._dir, self._metadata)
+            raise RecorderError(f"run recorder failed: {self._error}") from self._error
+        return merge_parts(self._dir, self._metadata, expected_rows=self._rows)
 
 
-def merge_parts(run_dir: Path, metadata: Mapping[bytes, bytes] | None = None) -> Path:
+def merge_parts(
+    run_dir: Path,
+    metadata: Mapping[bytes, bytes] | None = None,
+    *,
+    expected_rows: int | None = None,
+) -> Path:
     """Write a run's flushed rows (journal, and Parquet parts of older versions) as
-    ``requests.parquet`` and remove them; also repairs a run whose process was killed."""
+    ``requests.parquet`` and remove them; also repairs a run whose process was killed.
+
+    The sources are removed only once ``requests.parquet`` holds every row read from them,
+    and at least ``expected_rows`` (what the recorder wrote; None when unknown, as after a
+    crash). Anything else, including a source that cannot be opened, raises
+    ``RecorderError`` and leaves the sources as they were."""
     run_dir = Path(run_dir)
     parts_dir = run_dir / s.PARTS_DIR
-    sources = sorted(parts_dir.glob("part-*.parquet"))
-    journal = parts_dir / s.JOURNAL_FILE
-    if journal.exists():
-        sources.append(journal)
     out = run_dir / s.REQUESTS_FILE
     schema = s.RUN_SCHEMA.with_metadata(dict(metadata) if metadata else file_metadata("run"))
     tmp = out.with_name(out.name + ".tmp")
-    with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-        for source in sources:
-            table = read_run_file(source).replace_schema_metadata(schema.metadata)
-            writer.write_table(table, row_group_size=_ROW_GROUP_ROWS)
-    os.replace(tmp, out)
+    try:
+        sources = sorted(parts_dir.glob("part-*.parquet"))  # listing opens a descriptor too
+        journal = parts_dir / s.JOURNAL_FILE
+        if journal.exists():
+            sources.append(journal)
+        rows = 0
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for source in sources:
+                table = read_run_file(source).replace_schema_metadata(schema.metadata)
+                writer.write_table(table, row_group_size=_ROW_GROUP_ROWS)
+                rows += table.num_rows
+        if expected_rows is not None and rows < expected_rows:
+            raise RecorderError(f"{rows} rows read back where {expected_rows} were written")
+        if pq.read_metadata(tmp).num_rows != rows:
+            raise RecorderError(f"{tmp} does not hold the {rows} rows written to it")
+        os.replace(tmp, out)
+    except (OSError, pa.ArrowException, RecorderError) as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise RecorderError(
+            f"cannot merge the rows of {run_dir} into {s.REQUESTS_FILE} ({exc}); they stay "
+            f"in {parts_dir}, which every reader accepts"
+        ) from exc
     for source in sources:
         source.unlink()
     for leftover in parts_dir.glob("*.tmp"):

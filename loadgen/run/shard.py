@@ -1,6 +1,9 @@
 """One shard of a replay, run in the calling process: the pieces a worker sets up exactly
 once (clock anchor, one ``httpx.AsyncClient`` sized to its share of the load, recorder
 thread, signal handlers) and the replay of its slice of the trace from a common start.
+
+The recorder is closed only after the shard's connections, so that the merge into
+``requests.parquet`` never competes with them for file descriptors.
 """
 
 from __future__ import annotations
@@ -161,55 +164,58 @@ async def replay_shard(
         capabilities=plan.capabilities,
         warmup_requests=opts.warmup_requests,
     )
+    loop = asyncio.get_running_loop()
     recorder = RunRecorder(plan.out_dir, provenance={"run_id": plan.run_id, "shard": plan.shard})
     stats = LiveStats(clock.now_ns)
     transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
-    async with http_client(opts, clock, max_conn, transport) as http:
-        client = StreamingClient(
-            http,
-            base_url=opts.base_url,
-            now_ns=clock.now_ns,
-            run_id=plan.run_id,
-            worker=plan.shard,
-            timeout_s=opts.request_timeout_s,
-            transport=transport,
-            defer_records=True,
-        )
-        replayer = Replayer(
-            requests=mine,
-            shape=shape,
-            client=client,
-            preparer=preparer,
-            sink=recorder.add,
-            stats=stats,
-            clock=clock,
-            # Warm-up and due times count from the whole trace, shared by all shards.
-            ordinals=[r.index for r in mine],
-            origin_s=requests[0].arrival_s if requests else None,
-        )
-        if on_start is not None:
-            on_start(stats, len(mine))
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        if install_signal_handlers:
-            for sig in stop_signals:
-                try:
-                    loop.add_signal_handler(sig, replayer.stop, "interrupted")
-                    installed.append(sig)
-                except (NotImplementedError, RuntimeError):
-                    continue
-        # The recorder and scraper threads run Python code; with the default 5 ms switch
-        # interval the event loop could wait that long for the GIL when a request is due.
-        switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(_SWITCH_INTERVAL_S)
-        try:
-            with steady_collector():  # set-up frozen; no collector passes over requests
-                result = await replayer.run(start_ns=plan.start_ns)
-        finally:
-            sys.setswitchinterval(switch_interval)
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-            await asyncio.to_thread(recorder.close)
+    try:
+        async with http_client(opts, clock, max_conn, transport) as http:
+            client = StreamingClient(
+                http,
+                base_url=opts.base_url,
+                now_ns=clock.now_ns,
+                run_id=plan.run_id,
+                worker=plan.shard,
+                timeout_s=opts.request_timeout_s,
+                transport=transport,
+                defer_records=True,
+            )
+            replayer = Replayer(
+                requests=mine,
+                shape=shape,
+                client=client,
+                preparer=preparer,
+                sink=recorder.add,
+                stats=stats,
+                clock=clock,
+                # Warm-up and due times count from the whole trace, shared by all shards.
+                ordinals=[r.index for r in mine],
+                origin_s=requests[0].arrival_s if requests else None,
+            )
+            if on_start is not None:
+                on_start(stats, len(mine))
+            installed: list[signal.Signals] = []
+            if install_signal_handlers:
+                for sig in stop_signals:
+                    try:
+                        loop.add_signal_handler(sig, replayer.stop, "interrupted")
+                        installed.append(sig)
+                    except (NotImplementedError, RuntimeError):
+                        continue
+            # The recorder and scraper threads run Python code; with the default 5 ms switch
+            # interval the event loop could wait that long for the GIL when a request is due.
+            switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(_SWITCH_INTERVAL_S)
+            try:
+                with steady_collector():  # set-up frozen; no collector passes over requests
+                    result = await replayer.run(start_ns=plan.start_ns)
+            finally:
+                sys.setswitchinterval(switch_interval)
+                for sig in installed:
+                    loop.remove_signal_handler(sig)
+    finally:
+        # After the client has closed its connections: the merge needs descriptors too.
+        await asyncio.to_thread(recorder.close)
     return ShardOutcome(
         shard=plan.shard,
         replay=result,

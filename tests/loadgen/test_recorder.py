@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
+from loadgen.errors import RecorderError
 from loadgen.run.recorder import RunRecorder, merge_parts
 from traces import schema as s
 from traces.io import read_journal, read_run_table
@@ -76,3 +80,71 @@ def test_a_torn_journal_keeps_its_complete_batches_and_merges(tmp_path: Path) ->
     merge_parts(torn)
     assert pq.read_table(torn / s.REQUESTS_FILE).num_rows == 4
     rec.close()
+
+
+def test_a_journal_that_cannot_be_opened_is_no_empty_journal(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        read_journal(tmp_path / s.JOURNAL_FILE)
+
+
+def _journal_of(run_dir: Path, rows: int) -> Path:
+    rec = RunRecorder(run_dir, flush_rows=rows, flush_interval_s=60)
+    for i in range(rows):
+        rec.add(record(i))
+    wait_for(rec, rows)
+    # Leave the journal as a killed run leaves it: no close, no merge.
+    journal = run_dir / s.PARTS_DIR / s.JOURNAL_FILE
+    return journal
+
+
+def test_a_merge_never_writes_fewer_rows_than_were_written(tmp_path: Path) -> None:
+    journal = _journal_of(tmp_path, 6)
+    before = journal.read_bytes()
+    with pytest.raises(RecorderError, match="6 rows read back where 7 were written"):
+        merge_parts(tmp_path, expected_rows=7)
+    assert journal.read_bytes() == before
+    assert not (tmp_path / s.REQUESTS_FILE).exists()
+    assert merge_parts(tmp_path, expected_rows=6) == tmp_path / s.REQUESTS_FILE
+    assert pq.read_table(tmp_path / s.REQUESTS_FILE).num_rows == 6
+
+
+_NO_DESCRIPTORS = """
+import os, resource, sys
+from pathlib import Path
+from loadgen.errors import RecorderError
+from loadgen.run.recorder import merge_parts
+
+run_dir = Path(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+held = []
+try:
+    while True:  # every descriptor taken, as by a run's thousand open connections
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    merge_parts(run_dir, expected_rows=None)
+    print("merged")
+except RecorderError as exc:
+    print("raised:", exc)
+"""
+
+
+def test_a_merge_without_descriptors_leaves_the_journal(tmp_path: Path) -> None:
+    """Was: the journal reader took "cannot open" for "ended early", the merge wrote an
+    empty requests.parquet over the rows and deleted the journal."""
+    journal = _journal_of(tmp_path, 5)
+    before = journal.read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_DESCRIPTORS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.startswith("raised: cannot merge the rows of ")
+    assert "Too many open files" in done.stdout
+    assert journal.read_bytes() == before
+    assert not (tmp_path / s.REQUESTS_FILE).exists()
+    assert read_run_table(tmp_path).num_rows == 5
