@@ -43,8 +43,8 @@ class EndpointError(LoadgenError):
 
 class RecorderError(LoadgenError):
     """The run's rows could not be written (a full disk, say, or a row the record builder
-    let through) or their journal not merged into ``requests.parquet``. The rows written
-    before stay readable, the journal in place."""
+    let through) or their journal not merged into ``requests.parquet``. The run stops
+    dispatching; the rows written before stay readable, the journal in place."""
 
     exit_code = 4
 

@@ -5,13 +5,20 @@ them into Arrow batches and appends each to the run's journal, an Arrow IPC stre
 (``requests.parts/journal.arrows``), every ``flush_rows`` rows or ``flush_interval_s``
 seconds. A crash therefore loses at most the last unflushed batch, and the journal is
 readable up to its last complete batch (``traces.io.read_journal``). ``close()`` turns
-the journal into ``requests.parquet`` and removes it, and never replaces it with fewer
-rows than were written (``merge_parts``): a merge that cannot read them all leaves it.
+the journal into ``requests.parquet`` and removes it.
 
 Why a journal and not a Parquet file per flush: opening and closing a Parquet writer holds
 the GIL for milliseconds inside pyarrow, which would delay the event loop's next due
 request; appending an IPC batch does not (measured: p99 loop wake-up delay 3.1 ms with
 Parquet flushes, 0.4 ms with IPC appends).
+
+The record builder (``loadgen.client``) sees to it that every value fits its column, so a
+write fails only for something outside the run: a full disk, an I/O error, or a row that
+slipped past the builder (a bug). Then the recorder does not die quietly: the rows of that
+batch that do convert are still written, ``on_failure`` is told at once (the replay stops
+dispatching), later records are dropped and counted, and ``close()`` raises
+``RecorderError``. The journal keeps what was written, and a merge never replaces it with
+fewer rows than it holds (``merge_parts``).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +38,17 @@ import pyarrow.parquet as pq
 from loadgen.errors import RecorderError
 from traces import schema as s
 from traces.io import file_metadata, read_run_file
-from traces.records import RequestRecord, records_to_batch
+from traces.records import RequestRecord, record_problem, records_to_batch
 
 _STOP = object()
 _ROW_GROUP_ROWS = 65_536
 
 
 class RunRecorder:
-    """Writes run rows to ``run_dir`` from a background thread."""
+    """Writes run rows to ``run_dir`` from a background thread.
+
+    ``on_failure(message)`` is called once, from that thread, when a batch cannot be
+    written (the session stops the replay with it); ``message`` is one line."""
 
     def __init__(
         self,
@@ -47,18 +57,22 @@ class RunRecorder:
         flush_rows: int = 2000,
         flush_interval_s: float = 1.0,
         provenance: Mapping[str, Any] | None = None,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self._dir = Path(run_dir)
         parts = self._dir / s.PARTS_DIR
         parts.mkdir(parents=True, exist_ok=True)
+        self._journal_path = parts / s.JOURNAL_FILE
         self._flush_rows = flush_rows
         self._flush_interval_s = flush_interval_s
         self._metadata = file_metadata("run", provenance)
-        self._sink = pa.OSFile(str(parts / s.JOURNAL_FILE), "wb")
+        self._sink = pa.OSFile(str(self._journal_path), "wb")
         self._journal = pa.ipc.new_stream(self._sink, s.RUN_SCHEMA.with_metadata(self._metadata))
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._on_failure = on_failure
+        self._added = 0
         self._rows = 0
-        self._error: BaseException | None = None
+        self._failure: str | None = None
         self._thread = threading.Thread(target=self._run, name="run-recorder", daemon=True)
         self._thread.start()
 
@@ -67,9 +81,17 @@ class RunRecorder:
         """Rows flushed to disk so far."""
         return self._rows
 
+    @property
+    def failure(self) -> str | None:
+        """Why writing stopped (one line), or None while it works."""
+        return self._failure
+
     def add(self, record: RequestRecord) -> None:
-        """Queue one record. Never blocks, safe to call from the event loop."""
-        self._queue.put(record)
+        """Queue one record. Never blocks, safe to call from the event loop. After a
+        failure the record is dropped (``close`` reports how many were)."""
+        self._added += 1
+        if self._failure is None:
+            self._queue.put(record)
 
     def _run(self) -> None:
         pending: list[RequestRecord] = []
@@ -90,27 +112,79 @@ class RunRecorder:
                     self._write(pending)
                     pending = []
                     deadline = time.monotonic() + self._flush_interval_s
-        except BaseException as exc:  # surfaced by close(); the thread must not die silently
-            self._error = exc
+        except RecorderError as exc:  # a row that does not convert (_write_convertible)
+            self._fail(str(exc))
+        except BaseException as exc:  # reported at once and by close(): never a silent death
+            self._fail(f"cannot write to {self._journal_path}: {type(exc).__name__}: {exc}")
 
     def _write(self, records: list[RequestRecord]) -> None:
         if not records:
             return
-        self._journal.write_batch(records_to_batch(records))
+        try:
+            batch = records_to_batch(records)
+        except Exception:
+            self._write_convertible(records)
+            return
+        self._append(batch)
+
+    def _write_convertible(self, records: list[RequestRecord]) -> None:
+        """A batch that did not convert: write the rows that do, then fail naming the first
+        that does not (slow, and only ever on this path)."""
+        good: list[RequestRecord] = []
+        bad: tuple[RequestRecord, str] | None = None
+        for record in records:
+            try:
+                records_to_batch([record])
+            except Exception as exc:
+                if bad is None:
+                    bad = (record, record_problem(record) or f"{type(exc).__name__}: {exc}")
+            else:
+                good.append(record)
+        if good:
+            self._append(records_to_batch(good))
+        if bad is not None:
+            record, problem = bad
+            raise RecorderError(
+                f"the row of request {record.request_id!r} cannot be stored: {problem}"
+            )
+
+    def _append(self, batch: pa.RecordBatch) -> None:
+        self._journal.write_batch(batch)
         self._sink.flush()
-        self._rows += len(records)
+        self._rows += batch.num_rows
+
+    def _fail(self, message: str) -> None:
+        self._failure = message
+        if self._on_failure is not None:
+            # A callback that fails (a loop already closed) changes nothing: close() still
+            # reports the failure.
+            with contextlib.suppress(Exception):
+                self._on_failure(message)
 
     def close(self) -> Path:
         """Flush what is queued, turn the journal into ``requests.parquet``, return its path.
-        Raises ``RecorderError`` when writing or merging failed (the journal is then left
-        as it is: every reader in this project reads it)."""
+
+        Raises ``RecorderError`` when writing failed during the run (after merging what was
+        written, when that works) or when the merge fails (the journal is then left as it
+        is: every reader in this project reads it)."""
         self._queue.put(_STOP)
         self._thread.join()
-        self._journal.close()
-        self._sink.close()
-        if self._error is not None:
-            raise RecorderError(f"run recorder failed: {self._error}") from self._error
-        return merge_parts(self._dir, self._metadata, expected_rows=self._rows)
+        try:
+            self._journal.close()
+            self._sink.close()
+        except Exception as exc:  # the end-of-stream marker: the batches before it are whole
+            if self._failure is None:
+                self._failure = f"cannot close {self._journal_path}: {exc}"
+        failure = self._failure
+        if failure is None:
+            return merge_parts(self._dir, self._metadata, expected_rows=self._rows)
+        with contextlib.suppress(RecorderError):  # the journal stays, readable, if this fails
+            merge_parts(self._dir, self._metadata, expected_rows=self._rows)
+        lost = self._added - self._rows
+        raise RecorderError(
+            f"run recorder: {failure}; the run stopped with {self._rows} rows written"
+            + (f" and {lost} not" if lost else "")
+        )
 
 
 def merge_parts(

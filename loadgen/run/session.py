@@ -3,6 +3,10 @@ endpoint (and calibrate prompts), replay in this process or in N shards
 (``loadgen.run.shard``, ``loadgen.run.workers``, ``loadgen.run.ray``) beside the metrics scraper,
 and write ``run.json`` with the generator's health. The CLI and the demos call
 ``run_session``.
+
+A shard whose rows could not all be written (``RecorderError``) stops early; the session
+still writes ``run.json``, with status ``failed`` and the rows that were written, and then
+raises the error (exit 4).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 
 from loadgen import __version__
 from loadgen.clock import Clock
-from loadgen.errors import ConfigError, RunDirError
+from loadgen.errors import ConfigError, RecorderError, RunDirError
 from loadgen.live import StatsView
 from loadgen.redact import redact_url
 from loadgen.replay import ReplayResult
@@ -345,7 +349,12 @@ def _finish(
             ),
         ),
     )
+    failures = [o.error for o in outcomes if o.error is not None]
+    if failures:
+        final = replace(final, status="failed")
     write_run_info(opts.run_dir, final)
+    if failures:
+        raise RecorderError(failures[0])
     return SessionResult(
         run_dir=opts.run_dir,
         run_id=final.run_id,

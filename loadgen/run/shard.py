@@ -2,8 +2,10 @@
 once (clock anchor, one ``httpx.AsyncClient`` sized to its share of the load, recorder
 thread, signal handlers) and the replay of its slice of the trace from a common start.
 
-The recorder is closed only after the shard's connections, so that the merge into
-``requests.parquet`` never competes with them for file descriptors.
+The shard stops dispatching when its recorder fails, and closes the recorder only after
+its connections, so that the merge into ``requests.parquet`` never competes with them for
+descriptors. A recorder failure is the shard's ``error``, not an exception: the session
+still writes ``run.json``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import httpx
 from loadgen.client import StreamingClient
 from loadgen.clock import Clock
 from loadgen.collector import steady_collector
-from loadgen.errors import ConfigError
+from loadgen.errors import ConfigError, RecorderError
 from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import default_transport
 from loadgen.live import LiveStats, StatsView
@@ -84,6 +86,8 @@ class ShardOutcome:
     replay: ReplayResult
     rows: int
     by_outcome: tuple[tuple[str, int], ...]
+    error: str | None = None
+    """Why its rows could not all be written (``RecorderError``); None when they were."""
 
 
 def make_transport(
@@ -165,9 +169,18 @@ async def replay_shard(
         warmup_requests=opts.warmup_requests,
     )
     loop = asyncio.get_running_loop()
-    recorder = RunRecorder(plan.out_dir, provenance={"run_id": plan.run_id, "shard": plan.shard})
+
+    def recorder_failed(message: str) -> None:  # called from the recorder's thread
+        loop.call_soon_threadsafe(replayer.stop, "failed")
+
+    recorder = RunRecorder(
+        plan.out_dir,
+        provenance={"run_id": plan.run_id, "shard": plan.shard},
+        on_failure=recorder_failed,
+    )
     stats = LiveStats(clock.now_ns)
     transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
+    error: str | None = None
     try:
         async with http_client(opts, clock, max_conn, transport) as http:
             client = StreamingClient(
@@ -215,10 +228,14 @@ async def replay_shard(
                     loop.remove_signal_handler(sig)
     finally:
         # After the client has closed its connections: the merge needs descriptors too.
-        await asyncio.to_thread(recorder.close)
+        try:
+            await asyncio.to_thread(recorder.close)
+        except RecorderError as exc:
+            error = str(exc)
     return ShardOutcome(
         shard=plan.shard,
         replay=result,
         rows=recorder.rows_written,
         by_outcome=tuple(sorted(stats.by_outcome.items())),
+        error=error,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -80,6 +81,81 @@ def test_a_torn_journal_keeps_its_complete_batches_and_merges(tmp_path: Path) ->
     merge_parts(torn)
     assert pq.read_table(torn / s.REQUESTS_FILE).num_rows == 4
     rec.close()
+
+
+def test_a_row_no_column_holds_stops_the_recorder_loudly_and_keeps_the_rest(
+    tmp_path: Path,
+) -> None:
+    """The second line behind the record builder: the batch's other rows are written, the
+    failure is reported at once and names the row, later rows are dropped and counted, and
+    ``close`` raises; what was written is merged."""
+    told: list[str] = []
+    rec = RunRecorder(tmp_path, flush_rows=5, flush_interval_s=60, on_failure=told.append)
+    for i in range(5):
+        rec.add(replace(record(i), completion_tokens=2**40) if i == 3 else record(i))
+    deadline = time.monotonic() + 10
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert told == [
+        "the row of request '3' cannot be stored: "
+        "completion_tokens: 1099511627776 does not fit int32"
+    ]
+    assert rec.failure == told[0]
+    assert rec.rows_written == 4
+    rec.add(record(5))
+    with pytest.raises(RecorderError, match=r"with 4 rows written and 2 not$"):
+        rec.close()
+    table = pq.read_table(tmp_path / s.REQUESTS_FILE)
+    assert table.column(s.TRACE_INDEX).to_pylist() == [0, 1, 2, 4]
+
+
+_FULL_DISK = """
+import resource, sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_recorder import record
+from loadgen.errors import RecorderError
+from loadgen.run.recorder import RunRecorder
+from traces.io import read_run_table
+
+run_dir = Path(sys.argv[1])
+told = []
+rec = RunRecorder(run_dir, flush_rows=50, flush_interval_s=60, on_failure=told.append)
+for i in range(50):
+    rec.add(record(i))
+while rec.rows_written < 50:
+    time.sleep(0.01)
+# From here on, no file may grow past its size now (RLIMIT_FSIZE): as good as a full disk.
+size = (run_dir / "requests.parts" / "journal.arrows").stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, resource.RLIM_INFINITY))
+for i in range(50, 100):
+    rec.add(record(i))
+try:
+    rec.close()
+except RecorderError as exc:
+    print("raised:", exc)
+print("told:", told)
+print("rows:", read_run_table(run_dir).num_rows)
+"""
+
+
+def test_a_write_that_fails_stops_the_recorder_and_keeps_what_was_written(
+    tmp_path: Path,
+) -> None:
+    script = _FULL_DISK.format(tests=str(Path(__file__).parent))
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    raised, told, rows = done.stdout.splitlines()
+    assert raised.startswith("raised: run recorder: cannot write to ")
+    assert "File too large" in raised
+    assert raised.endswith("the run stopped with 50 rows written and 50 not")
+    assert "File too large" in told
+    assert rows == "rows: 50"
 
 
 def test_a_journal_that_cannot_be_opened_is_no_empty_journal(tmp_path: Path) -> None:
