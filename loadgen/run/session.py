@@ -1,8 +1,8 @@
-"""One replay session, start to finish: check the options, read the trace, preflight the
-endpoint (and calibrate prompts), replay in this process or in N shards
-(``loadgen.run.shard``, ``loadgen.run.workers``, ``loadgen.run.ray``) beside the metrics scraper,
-and write ``run.json`` with the generator's health. The CLI and the demos call
-``run_session``.
+"""One replay session, start to finish: check the options, read the trace, make room for
+the connections' file descriptors, preflight the endpoint (and calibrate prompts), replay
+in this process or in N shards (``loadgen.run.shard``, ``loadgen.run.workers``,
+``loadgen.run.ray``) beside the metrics scraper, and write ``run.json`` with the
+generator's health. The CLI and the demos call ``run_session``.
 
 A shard whose rows could not all be written (``RecorderError``) stops early; the session
 still writes ``run.json``, with status ``failed`` and the rows that were written, and then
@@ -25,6 +25,7 @@ from loadgen.errors import ConfigError, RecorderError, RunDirError
 from loadgen.live import StatsView
 from loadgen.redact import redact_url
 from loadgen.replay import ReplayResult
+from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import SessionOptions, check_options, load_requests
 from loadgen.run.probe import calibration_samples, preflight
 from loadgen.run.runinfo import versions
@@ -37,11 +38,15 @@ from loadgen.run.shard import (
     make_transport,
     prompt_maker,
     replay_shard,
+    shard_connections,
+    shard_shape,
 )
+from loadgen.run.sharding import select_shard
 from loadgen.schedule import time_factor
 from traces import schema as s
 from traces.io import write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
+from traces.records import TraceRequest
 from traces.runinfo import (
     Capabilities,
     ClockAnchor,
@@ -132,6 +137,8 @@ async def run_session(
     factor = time_factor(
         [r.arrival_s for r in requests], time_scale=opts.time_scale, rate=opts.rate
     )
+    if opts.ray is None:  # Ray shards run on other hosts, under their limits: each checks
+        _ensure_descriptors(opts, factor, requests)
     _prepare_run_dir(opts.run_dir, opts.overwrite)
     run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
     api = requests[0].api if requests else s.API_CHAT
@@ -255,6 +262,21 @@ async def run_session(
     # The scraper runs in this process, on the run's clock, beside the shard(s).
     outcomes, scraped = await alongside(replay, _scrape_config(opts), clock.now_ns)
     return _finish(opts, replace(base_info, server_metrics=scraped), outcomes)
+
+
+def _ensure_descriptors(opts: SessionOptions, factor: float, requests: list[TraceRequest]) -> None:
+    """Raise this process's open-file limit for the busiest shard's connections, or refuse
+    the run (``ConfigError``) before anything is written; spawned workers inherit it."""
+    busiest, option = 0, None
+    for k in range(opts.workers):
+        shape = shard_shape(opts, factor, k, opts.workers)
+        mine = select_shard(requests, k, opts.workers)
+        connections, option = shard_connections(shape, len(mine))
+        busiest = max(busiest, connections)
+    per_worker = " per worker" if opts.workers > 1 else ""
+    ensure_descriptors(
+        busiest, planned_by=f"{option} {busiest}{per_worker}" if option is not None else None
+    )
 
 
 def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:

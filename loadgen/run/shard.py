@@ -2,8 +2,9 @@
 once (clock anchor, one ``httpx.AsyncClient`` sized to its share of the load, recorder
 thread, signal handlers) and the replay of its slice of the trace from a common start.
 
-The shard stops dispatching when its recorder fails, and closes the recorder only after
-its connections, so that the merge into ``requests.parquet`` never competes with them for
+The shard makes room for its connections' descriptors first (``loadgen.run.descriptors``),
+stops dispatching when its recorder fails, and closes the recorder only after its
+connections, so that the merge into ``requests.parquet`` never competes with them for
 descriptors. A recorder failure is the shard's ``error``, not an exception: the session
 still writes ``run.json``.
 """
@@ -28,6 +29,7 @@ from loadgen.http.stamping import default_transport
 from loadgen.live import LiveStats, StatsView
 from loadgen.prepare import Preparer
 from loadgen.replay import LoadShape, Replayer, ReplayResult
+from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests
 from loadgen.run.recorder import RunRecorder
 from loadgen.run.sharding import select_shard, split_evenly
@@ -121,6 +123,17 @@ def http_client(
     return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
 
 
+def shard_connections(shape: LoadShape, requests: int) -> tuple[int, str | None]:
+    """The most connections a shard with ``requests`` requests opens, and the option that
+    fixes that number (None for an open loop without ``--max-inflight``: one connection
+    per request at most, the pool's own cap)."""
+    if shape.concurrency is not None:
+        return shape.concurrency, "--concurrency"
+    if shape.max_inflight is not None:
+        return shape.max_inflight, "--max-inflight"
+    return max(64, requests), None
+
+
 def shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) -> LoadShape:
     """This shard's share of the load: closed-loop slots, rate ceiling and in-flight cap."""
     concurrency = (
@@ -160,7 +173,9 @@ async def replay_shard(
     mine = select_shard(requests, plan.shard, plan.shards)
     clock = Clock()
     shape = shard_shape(opts, plan.time_factor, plan.shard, plan.shards)
-    max_conn = shape.concurrency or shape.max_inflight or max(64, len(mine))
+    max_conn, option = shard_connections(shape, len(mine))
+    # The session checked already in this process; a Ray task checks on its own host.
+    ensure_descriptors(max_conn, planned_by=f"{option} {max_conn}" if option else None)
     preparer = Preparer(
         prompts=prompt_maker(opts, plan.block_size, plan.prompts),
         model=plan.model,
