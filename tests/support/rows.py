@@ -2,14 +2,20 @@
 (``scripted``), the streaming client on a chosen transport and feed, and the run recorder
 writing ``requests.parquet`` (on the test path via pytest's ``pythonpath``; not a test
 module).
+
+``rows_for`` does it once, in its own event loop; ``RowsHarness`` does it for many
+examples in one loop that outlives them, with one HTTP client per transport (building
+httpx's costs more than a whole example).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pyarrow as pa
@@ -113,3 +119,43 @@ async def rows_for(
     http = _http(kind, timeout_s)
     async with http.client:
         return await _rows(http, replies, run_dir, native=native, timeout_s=timeout_s)
+
+
+class RowsHarness:
+    """``rows_for`` for many examples: one event loop in a thread and one HTTP client per
+    transport, kept until ``close``."""
+
+    def __init__(self, *, timeout_s: float = 5.0) -> None:
+        self._timeout_s = timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._http: dict[str, _Http] = {}
+
+    def rows_for(
+        self, replies: Sequence[bytes | Paced], run_dir: Path, *, kind: str, native: bool
+    ) -> Rows:
+        got: Rows = self._call(self._rows_for(replies, run_dir, kind, native))
+        return got
+
+    async def _rows_for(
+        self, replies: Sequence[bytes | Paced], run_dir: Path, kind: str, native: bool
+    ) -> Rows:
+        http = self._http.get(kind)
+        if http is None:
+            http = self._http[kind] = _http(kind, self._timeout_s)
+        return await _rows(http, replies, run_dir, native=native, timeout_s=self._timeout_s)
+
+    def _call(self, coro: Any) -> Any:
+        # Generous: a slow machine may take seconds for a reply that times out.
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10 * self._timeout_s)
+
+    def close(self) -> None:
+        async def close_all() -> None:
+            for http in self._http.values():
+                await http.client.aclose()
+
+        self._call(close_all())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
