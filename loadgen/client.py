@@ -33,7 +33,7 @@ import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
-from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts, encode
+from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
 from loadgen.http.stamping import STAMPED, Progress, StampedStream
 from loadgen.openai.chunks import Usage
 from loadgen.openai.timings import ServerTimings, timings_from_headers
@@ -147,9 +147,11 @@ class StreamingClient:
         """Records waiting to be built (always 0 without ``defer_records``)."""
         return len(self._deferred) if self._deferred is not None else 0
 
-    def _build(self, job: PreparedRequest, progress: Progress) -> httpx.Request:
+    def _build(
+        self, job: PreparedRequest, progress: Progress, request_id: str | None = None
+    ) -> httpx.Request:
         headers = dict(self._headers)
-        headers["x-request-id"] = job.x_request_id
+        headers["x-request-id"] = job.x_request_id if request_id is None else request_id
         return self._http.build_request(
             "POST",
             self._base_url + job.path,
@@ -166,11 +168,11 @@ class StreamingClient:
         if self._fast is not None:
             template = self._templates.get(job.path)
             if template is None:
-                template = RequestTemplate.of(self._build(job, progress))
+                # Built with a placeholder id: the template is the path's, not this
+                # request's, and ``encode`` checks each request's own id.
+                template = RequestTemplate.of(self._build(job, progress, request_id="template"))
                 self._templates[job.path] = template
             out = template.encode(job.x_request_id, job.body)
-            if out is None:
-                out = encode(self._build(job, progress), job.body)
             return ReadyRequest(job=job, send=out, progress=progress)
         return ReadyRequest(job=job, send=self._build(job, progress), progress=progress)
 

@@ -373,16 +373,17 @@ def test_a_header_that_would_inject_is_refused_before_a_byte_is_written(value: s
     run(main())
 
 
+@pytest.mark.parametrize("first", [False, True], ids=["between", "first"])
 @pytest.mark.parametrize("kind", ["fast", "httpx"])
 @pytest.mark.parametrize("xid", [*INJECTIONS, "bé"])
 def test_an_injecting_request_id_is_a_failed_row_that_never_reaches_the_server(
-    kind: str, xid: str
+    kind: str, xid: str, first: bool
 ) -> None:
     """Through the replay's client, past trace validation: the request becomes a
     ``protocol_error`` row, nothing of it is written, and the requests around it go out
-    as usual. (httpx cannot even build a request with a non-ASCII header value, so such an
-    id is left to trace validation on its transport, and for the request a fast template
-    is built from.)"""
+    as usual, also when it is the first on its path (the fast transport's template of the
+    path is built then). (httpx cannot even build a request with a non-ASCII header value,
+    so such an id is left to trace validation on its transport.)"""
     if kind == "httpx" and not xid.isascii():
         pytest.skip("httpx.Request refuses non-ASCII header values before any transport")
 
@@ -397,7 +398,7 @@ def test_an_injecting_request_id_is_a_failed_row_that_never_reaches_the_server(
             client = StreamingClient(
                 http, base_url=url + "/v1", now_ns=clock.now_ns, run_id="t", transport=transport
             )
-            for rid in ("t-first", xid, "t-ok"):
+            for rid in (xid, "t-first", "t-ok") if first else ("t-first", xid, "t-ok"):
                 trace = TraceRequest(
                     index=0, request_id=rid, arrival_s=0.0, input_tokens=1, output_tokens=1
                 )
@@ -408,7 +409,9 @@ def test_an_injecting_request_id_is_a_failed_row_that_never_reaches_the_server(
             await log.idle.wait()
         return records, log.requests
 
-    (before, refused, after), wire = run(main())
+    records, wire = run(main())
+    by_id = {record.request_id: record for record in records}
+    before, refused, after = by_id["t-first"], by_id[xid], by_id["t-ok"]
     assert refused.outcome == s.OUTCOME_PROTOCOL_ERROR
     assert refused.error is not None
     assert "LocalProtocolError" in refused.error
