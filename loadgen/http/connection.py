@@ -93,7 +93,7 @@ class Exchange(httpx.AsyncByteStream):
         self.keep_alive = False
         self.error: Exception | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.sink: Callable[[int, bytes], None] | None = None
+        self.sink: Callable[[int, bytes], bool | None] | None = None
         """While set (``drain``), each read goes straight to it instead of ``chunks``."""
         self.deadline = deadline
         """The read timeout and overall deadline (None: no limit)."""
@@ -140,7 +140,7 @@ class Exchange(httpx.AsyncByteStream):
         finally:
             self.close()
 
-    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+    async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
         """Give ``sink`` each read's ``(arrival_ns, bytes)``, as ``stamped()`` yields them,
         until the body ends; raises what ``stamped()`` raises.
 

@@ -64,7 +64,7 @@ class StampedStream(Protocol):
 
     def stamped(self) -> AsyncIterator[tuple[int, bytes]]: ...
 
-    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+    async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
         """Call ``sink`` with every pair ``stamped()`` yields, until the body ends."""
 
 
@@ -82,7 +82,7 @@ class _StampingStream(httpx.AsyncByteStream):
         async for data in self._inner:
             yield now_ns(), data
 
-    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+    async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
         now_ns = self._now_ns
         async for data in self._inner:
             sink(now_ns(), data)
