@@ -26,6 +26,7 @@ import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
+from loadgen.http.connection import MalformedResponse
 from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts, encode
 from loadgen.http.stamping import STAMPED, Progress, StampedStream
 from loadgen.openai.chunks import Usage
@@ -184,6 +185,8 @@ class StreamingClient:
             error = f"{type(exc).__name__}: {exc}"
         except httpx.ConnectError as exc:
             outcome, error = s.OUTCOME_CONNECT_ERROR, f"{type(exc).__name__}: {exc}"
+        except MalformedResponse as exc:  # the server broke HTTP: it did not go away
+            outcome, error = s.OUTCOME_PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}"
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             outcome, error = s.OUTCOME_DISCONNECT, f"{type(exc).__name__}: {exc}"
         except httpx.HTTPError as exc:

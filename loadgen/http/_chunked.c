@@ -3,7 +3,9 @@
  * Dechunker().feed(data) -> bytes takes the bytes of one socket read that follow the
  * response head and returns the body bytes they carried, one object per read; `done` is
  * true once the last chunk and the trailer section have been read, and `leftover` counts
- * the bytes of that read that came after them. A malformed body raises ValueError.
+ * the bytes of that read that came after them. A malformed body sets `error` (why): the
+ * read that holds the fault still returns the body bytes before it (a good chunk is not
+ * lost for sharing a read with a bad one), and nothing is decoded after it.
  *
  * httptools (llhttp) parses the head of every response and, where this module is missing,
  * the body too; this exists because httptools hands each chunk of a body to Python as its
@@ -47,6 +49,7 @@ typedef struct {
     uint64_t size;
     uint64_t remaining;
     Py_ssize_t leftover;
+    const char *error; /* why the body is malformed (a static string), or NULL */
 } Dechunker;
 
 static int
@@ -94,8 +97,14 @@ after_size_line(Dechunker *self)
     }
 }
 
-/* Decode [p, end) into `out` (room for end - p bytes); the bytes written go to *written.
- * NULL, or the reason the body is malformed. */
+/* Decode [p, end) into `out` (room for end - p bytes); the bytes written go to *written
+ * (on a fault too: the body bytes before it). NULL, or the reason the body is malformed. */
+#define FAIL(reason)                                                                       \
+    do {                                                                                 \
+        *written = w - out;                                                              \
+        return (reason);                                                                 \
+    } while (0)
+
 static const char *
 decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *out,
        Py_ssize_t *written)
@@ -123,7 +132,7 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
             int v = hex_value(c);
             if (v >= 0) {
                 if (self->size > (UINT64_MAX >> 4)) {
-                    return "chunk size overflow";
+                    FAIL("chunk size overflow");
                 }
                 self->size = (self->size << 4) | (uint64_t)v;
                 self->state = SIZE;
@@ -135,7 +144,7 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = SIZE_LF;
             }
             else {
-                return "invalid character in chunk size";
+                FAIL("invalid character in chunk size");
             }
             break;
         }
@@ -154,7 +163,7 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = SIZE_LF;
             }
             else {
-                return "invalid character in chunk extension name";
+                FAIL("invalid character in chunk extension name");
             }
             break;
         case EXT_VALUE_FIRST: /* values may be empty too */
@@ -171,7 +180,7 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = SIZE_LF;
             }
             else {
-                return "invalid character in chunk extension value";
+                FAIL("invalid character in chunk extension value");
             }
             break;
         case EXT_VALUE:
@@ -185,7 +194,7 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = SIZE_LF;
             }
             else if (!is_token(c)) {
-                return "invalid character in chunk extension value";
+                FAIL("invalid character in chunk extension value");
             }
             break;
         case EXT_QUOTED:
@@ -196,12 +205,12 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = EXT_ESCAPE;
             }
             else if (is_ctl(c)) {
-                return "invalid character in chunk extension quoted value";
+                FAIL("invalid character in chunk extension quoted value");
             }
             break;
         case EXT_ESCAPE:
             if (is_ctl(c)) {
-                return "invalid character in chunk extension quoted value";
+                FAIL("invalid character in chunk extension quoted value");
             }
             self->state = EXT_QUOTED;
             break;
@@ -213,24 +222,24 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = SIZE_LF;
             }
             else {
-                return "invalid character after a chunk extension value";
+                FAIL("invalid character after a chunk extension value");
             }
             break;
         case SIZE_LF:
             if (c != '\n') {
-                return "missing LF after chunk size";
+                FAIL("missing LF after chunk size");
             }
             after_size_line(self);
             break;
         case DATA_CR:
             if (c != '\r') {
-                return "missing CR after chunk data";
+                FAIL("missing CR after chunk data");
             }
             self->state = DATA_LF;
             break;
         case DATA_LF:
             if (c != '\n') {
-                return "missing LF after chunk data";
+                FAIL("missing LF after chunk data");
             }
             self->size = 0;
             self->state = SIZE_FIRST;
@@ -243,7 +252,7 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = TRAILER_NAME;
             }
             else {
-                return "invalid character in trailer field name";
+                FAIL("invalid character in trailer field name");
             }
             break;
         case TRAILER_NAME:
@@ -251,7 +260,7 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = TRAILER_VALUE;
             }
             else if (!is_token(c)) {
-                return "invalid character in trailer field name";
+                FAIL("invalid character in trailer field name");
             }
             break;
         case TRAILER_VALUE:
@@ -259,18 +268,18 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
                 self->state = TRAILER_LF;
             }
             else if (is_ctl(c)) {
-                return "invalid character in trailer field value";
+                FAIL("invalid character in trailer field value");
             }
             break;
         case TRAILER_LF:
             if (c != '\n') {
-                return "missing LF after trailer field";
+                FAIL("missing LF after trailer field");
             }
             self->state = TRAILER_FIRST;
             break;
         case END_LF:
             if (c != '\n') {
-                return "missing LF at the end of the body";
+                FAIL("missing LF at the end of the body");
             }
             self->state = DONE;
             break;
@@ -285,6 +294,8 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
     return NULL;
 }
 
+#undef FAIL
+
 static PyObject *
 Dechunker_feed(Dechunker *self, PyObject *data)
 {
@@ -294,8 +305,10 @@ Dechunker_feed(Dechunker *self, PyObject *data)
     }
     const Py_ssize_t n = PyBytes_GET_SIZE(data);
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    if (self->state == DONE) {
-        self->leftover += n;
+    if (self->state == DONE || self->error != NULL) {
+        if (self->state == DONE) {
+            self->leftover += n;
+        }
         return PyBytes_FromStringAndSize(NULL, 0);
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
@@ -303,12 +316,8 @@ Dechunker_feed(Dechunker *self, PyObject *data)
         return NULL;
     }
     Py_ssize_t written = 0;
-    const char *error = decode(self, p, p + n, PyBytes_AS_STRING(out), &written);
-    if (error != NULL) {
-        Py_DECREF(out);
-        PyErr_SetString(PyExc_ValueError, error);
-        return NULL;
-    }
+    /* On a fault, decode() has written the body bytes before it: they are returned. */
+    self->error = decode(self, p, p + n, PyBytes_AS_STRING(out), &written);
     if (written != n && _PyBytes_Resize(&out, written) < 0) {
         return NULL;
     }
@@ -337,6 +346,16 @@ Dechunker_done(Dechunker *self, void *closure)
 }
 
 static PyObject *
+Dechunker_error(Dechunker *self, void *closure)
+{
+    (void)closure;
+    if (self->error == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(self->error);
+}
+
+static PyObject *
 Dechunker_leftover(Dechunker *self, void *closure)
 {
     (void)closure;
@@ -345,12 +364,15 @@ Dechunker_leftover(Dechunker *self, void *closure)
 
 static PyMethodDef Dechunker_methods[] = {
     {"feed", (PyCFunction)Dechunker_feed, METH_O,
-     "feed(data) -> bytes: the body bytes of one read; ValueError if malformed."},
+     "feed(data) -> bytes: the body bytes of one read (up to a fault: see error)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef Dechunker_getset[] = {
     {"done", (getter)Dechunker_done, NULL, "The last chunk and the trailers have been read.",
+     NULL},
+    {"error", (getter)Dechunker_error, NULL,
+     "Why the body is malformed (None while it is not): nothing after the fault is decoded.",
      NULL},
     {"leftover", (getter)Dechunker_leftover, NULL,
      "Bytes fed after the end of the body (another response's, or garbage).", NULL},

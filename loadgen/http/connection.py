@@ -14,6 +14,12 @@ and refuses (``check_header``) any header that would not reach the server as one
 a CR, LF or NUL in a value ends the line early and lets what follows be read as headers
 of its own.
 
+What a server may do, and what the exchange makes of it:
+
+* bytes that are not an HTTP/1.1 response (a malformed head or chunk) fail with
+  ``MalformedResponse``, a protocol error rather than a disconnect; the body bytes that
+  came before the fault, in the same read too, are delivered first.
+
 Raises httpx's exception types, as an httpx transport does; must not import the client or
 the pool (``loadgen.http.pool``), which build on it.
 """
@@ -43,6 +49,13 @@ except ImportError:  # built without a C compiler: httptools decodes the bodies 
 
 _HIGH_WATER = 4 * 1024 * 1024
 """Buffered body bytes above which the socket stops being read (back-pressure)."""
+
+
+class MalformedResponse(httpx.RemoteProtocolError):
+    """The server's bytes are not an HTTP/1.1 response (a malformed head or chunk): the
+    server broke the protocol, which is not the same as going away (a plain
+    ``RemoteProtocolError``)."""
+
 
 Origin = tuple[str, str, int]
 """Scheme, host and port: what one keep-alive pool serves."""
@@ -232,9 +245,8 @@ class Connection(asyncio.Protocol):
             return
         parser = self._parser
         if parser is None:
-            self._fail(httpx.RemoteProtocolError("unexpected bytes with no request in flight"))
+            self._fail(MalformedResponse("unexpected bytes with no request in flight"))
             return
-        pieces = self._pieces
         ex = self._exchange
         try:
             if ex is not None and ex.status == 0 and _Dechunker is not None:
@@ -247,10 +259,16 @@ class Connection(asyncio.Protocol):
             else:
                 parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
+            self._flush_pieces(ex, stamp)  # the body before the fault still counts
+            self._fail(MalformedResponse(f"malformed HTTP response: {exc}"))
             return
+        self._flush_pieces(ex, stamp)
+
+    def _flush_pieces(self, ex: Exchange | None, stamp: int) -> None:
+        """The body bytes httptools gave during one read, as one stamped piece however
+        many HTTP chunks carried them."""
+        pieces = self._pieces
         if pieces and ex is not None:
-            # One stamped piece per socket read, however many HTTP chunks it carried.
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             self._deliver(ex, stamp, body)
@@ -281,18 +299,16 @@ class Connection(asyncio.Protocol):
 
     def _dechunk(self, stamp: int, dechunker: Dechunker, data: bytes) -> None:
         ex = self._exchange
-        try:
-            body = dechunker.feed(data)
-        except ValueError as exc:
-            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
-            return
-        if ex is None:
-            return
-        if dechunker.done:
-            # Bytes after the body (none are expected: no pipelining) close the connection.
-            self._complete(ex, self._keep_alive and not dechunker.leftover)
-        if body:
-            self._deliver(ex, stamp, body)
+        body = dechunker.feed(data)
+        if ex is not None:
+            if dechunker.done:
+                # Bytes after the body (none are expected: no pipelining) close the
+                # connection.
+                self._complete(ex, self._keep_alive and not dechunker.leftover)
+            if body:
+                self._deliver(ex, stamp, body)  # the chunks before a fault count too
+        if dechunker.error is not None:
+            self._fail(MalformedResponse(f"malformed HTTP response: {dechunker.error}"))
 
     def _deliver(self, ex: Exchange, stamp: int, body: bytes) -> None:
         """One read's body bytes: to the consumer's sink while it drains, else buffered."""

@@ -32,17 +32,15 @@ def by_httptools(reads: list[bytes]) -> tuple[bytes, bool, bool]:
     """(body, done, failed) as llhttp decodes the reads after a chunked head. Bytes after
     the end of the body are not this decoder's business (llhttp parses them as the next
     response; the transport closes the connection): failing on them does not count. The
-    body of a read that fails is dropped, as the transport drops it."""
+    body llhttp gave before a fault is kept, as the transport keeps it (the read that holds
+    the fault too)."""
     body = _Body()
     parser = httptools.HttpResponseParser(body)
     parser.feed_data(HEAD)
     for data in reads:
-        before = len(body.pieces)
         try:
             parser.feed_data(data)
         except httptools.HttpParserError:
-            if not body.done:
-                del body.pieces[before:]
             return b"".join(body.pieces), body.done, not body.done
         if body.done:
             break
@@ -52,14 +50,11 @@ def by_httptools(reads: list[bytes]) -> tuple[bytes, bool, bool]:
 def by_dechunker(reads: list[bytes]) -> tuple[bytes, bool, bool]:
     dec = chunked.Dechunker()
     out: list[bytes] = []
-    try:
-        for data in reads:
-            out.append(dec.feed(data))
-            if dec.done:
-                break
-    except ValueError:
-        return b"".join(out), dec.done, True
-    return b"".join(out), dec.done, False
+    for data in reads:
+        out.append(dec.feed(data))
+        if dec.done or dec.error is not None:
+            break
+    return b"".join(out), dec.done, dec.error is not None
 
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -210,3 +205,14 @@ def test_bytes_after_the_body_are_counted_not_decoded() -> None:
 def test_arbitrary_bytes_agree_with_httptools(data: bytes, cuts: list[int]) -> None:
     reads = split(data, cuts)
     assert by_dechunker(reads) == by_httptools(reads)
+
+
+def test_a_fault_keeps_the_body_before_it_in_the_same_read() -> None:
+    """Issue 19: two good chunks and a bad size line in one read gave nothing at all."""
+    dec = chunked.Dechunker()
+    assert dec.error is None
+    assert dec.feed(b"3\r\nabc\r\n2\r\nde\r\nzz\r\n") == b"abcde"
+    assert dec.error == "invalid character in chunk size"
+    assert not dec.done
+    assert dec.feed(b"1\r\nf\r\n0\r\n\r\n") == b""  # nothing is decoded after a fault
+    assert dec.error == "invalid character in chunk size"
