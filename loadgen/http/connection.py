@@ -16,9 +16,14 @@ of its own.
 
 What a server may do, and what the exchange makes of it:
 
-* bytes that are not an HTTP/1.1 response (a malformed head or chunk) fail with
-  ``MalformedResponse``, a protocol error rather than a disconnect; the body bytes that
-  came before the fault, in the same read too, are delivered first.
+* interim responses (``100 Continue``, ``103 Early Hints``: 1xx but 101) are skipped; the
+  status is the final response's;
+* a body without Content-Length or chunking ends when the server closes the connection
+  (HTTP/1.0, or HTTP/1.1 close-delimited): a clean close ends it normally;
+* bytes that are not an HTTP/1.1 response (a malformed head or chunk, a ``101`` nobody
+  asked for) fail with ``MalformedResponse``, a protocol error rather than a disconnect;
+  the body bytes that came before the fault, in the same read too, are delivered first;
+* a head is read up to ``MAX_HEAD_BYTES``; beyond, ``MalformedResponse``.
 
 Raises httpx's exception types, as an httpx transport does; must not import the client or
 the pool (``loadgen.http.pool``), which build on it.
@@ -50,11 +55,18 @@ except ImportError:  # built without a C compiler: httptools decodes the bodies 
 _HIGH_WATER = 4 * 1024 * 1024
 """Buffered body bytes above which the socket stops being read (back-pressure)."""
 
+MAX_HEAD_BYTES = 64 * 1024
+"""The longest response head read (status line and headers, interim responses' too):
+servers send a few hundred bytes (nginx refuses requests whose header lines pass 8 KiB),
+and httptools keeps every header and rebuilds a header value read in pieces, so a head
+that never ends would cost memory, and time, without bound. Checked once per read: a head
+may end up to one read beyond it."""
+
 
 class MalformedResponse(httpx.RemoteProtocolError):
-    """The server's bytes are not an HTTP/1.1 response (a malformed head or chunk): the
-    server broke the protocol, which is not the same as going away (a plain
-    ``RemoteProtocolError``)."""
+    """The server's bytes are not an HTTP/1.1 response (a malformed head or chunk, a head
+    beyond ``MAX_HEAD_BYTES``, an unasked-for protocol switch): the server broke the
+    protocol, which is not the same as going away (a plain ``RemoteProtocolError``)."""
 
 
 Origin = tuple[str, str, int]
@@ -225,6 +237,14 @@ class Connection(asyncio.Protocol):
         self._head_tail = b""
         """The last bytes of a head not yet complete (its end may straddle two reads)."""
         self._chunked_head = False
+        self._until_close = False
+        """The body is delimited by the connection's close (no length, no chunking)."""
+        self._interim = False
+        """The head being parsed is an interim response's (1xx)."""
+        self._head_bytes = 0
+        """Bytes read while no final head had ended."""
+        self._aborted = False
+        """This side closed the connection (a clean close then ends nothing)."""
         self._keep_alive = False
         # httptools' ``on_body`` callback, once per HTTP chunk: the list's own append, so no
         # Python frame per chunk (the parser looks the callback up when it is created).
@@ -258,10 +278,23 @@ class Connection(asyncio.Protocol):
                     return
             else:
                 parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._flush_pieces(ex, stamp)  # the body before the fault still counts
-            self._fail(MalformedResponse(f"malformed HTTP response: {exc}"))
+            if isinstance(exc, httptools.HttpParserUpgrade):
+                error = "the server switched protocols (101), which was not asked for"
+            else:
+                error = f"malformed HTTP response: {exc}"
+            self._fail(MalformedResponse(error))
             return
+        if ex is not None and ex.status == 0:  # still no (final) head: how long is it?
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(
+                    MalformedResponse(
+                        f"response head longer than {MAX_HEAD_BYTES // 1024} KiB: not read further"
+                    )
+                )
+                return
         self._flush_pieces(ex, stamp)
 
     def _flush_pieces(self, ex: Exchange | None, stamp: int) -> None:
@@ -278,18 +311,26 @@ class Connection(asyncio.Protocol):
     ) -> bytes | None:
         """Feed httptools the head, exactly up to its end: the body bytes after it when the
         C decoder takes the body on (a chunked response whose head ended there), else None
-        (httptools was fed the whole read)."""
-        tail = self._head_tail
-        buf = tail + data if tail else data
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            self._head_tail = buf[-3:]
-            parser.feed_data(data)
-            return None
-        self._head_tail = b""
-        split = end + 4 - len(tail)
+        (httptools was fed the whole read). Interim responses' heads (1xx) before it are
+        fed one by one, the same way."""
         view = memoryview(data)
-        parser.feed_data(view[:split])
+        start = 0  # where the head being looked for starts in ``data``
+        while True:
+            tail = self._head_tail
+            rest = data[start:] if start else data
+            buf = tail + rest if tail else rest
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                self._head_tail = buf[-3:]
+                parser.feed_data(view[start:])
+                return None
+            self._head_tail = b""
+            split = start + end + 4 - len(tail)
+            parser.feed_data(view[start:split])
+            if ex.status == 0 and not ex.complete and ex.error is None and split < len(data):
+                start = split  # an interim response: the final head is still to come
+                continue
+            break
         if self._chunked_head and ex.status >= 200 and not ex.complete and not self._pieces:
             assert _Dechunker is not None
             self._dechunker = _Dechunker()
@@ -339,6 +380,9 @@ class Connection(asyncio.Protocol):
         self.closed = True
         ex = self._exchange
         if ex is not None and not ex.complete:
+            if exc is None and self._until_close and not self._aborted and ex.status >= 200:
+                self._complete(ex, False)  # the server's clean close ends the body
+                return
             if ex.status == 0 and not ex.headers_done.done():
                 error: Exception = httpx.RemoteProtocolError(
                     "server disconnected without sending a response"
@@ -369,11 +413,17 @@ class Connection(asyncio.Protocol):
         ex = self._exchange
         if ex is None or self._parser is None:
             return
-        ex.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        if status < 200:  # 1xx: an interim response (or a switch, which fails the parse)
+            self._interim = True
+            ex.raw_headers.clear()
+            return
+        ex.status = status
         # Inside the data_received of the read that completed the head: its arrival.
         ex.progress.headers_ns = self._read_ns
         self._keep_alive = self._parser.should_keep_alive()
         self._chunked_head = _Dechunker is not None and _only_chunked(ex.raw_headers)
+        self._until_close = _close_delimited(ex.raw_headers)
         if not ex.headers_done.done():
             ex.headers_done.set_result(None)
 
@@ -381,6 +431,9 @@ class Connection(asyncio.Protocol):
         # Runs inside feed_data: data_received hands this read's body on right after.
         ex = self._exchange
         if ex is None or self._parser is None:
+            return
+        if self._interim:  # the parser goes on to the final response
+            self._interim = False
             return
         self._complete(ex, self._parser.should_keep_alive())
 
@@ -398,6 +451,9 @@ class Connection(asyncio.Protocol):
         self._dechunker = None
         self._head_tail = b""
         self._chunked_head = False
+        self._until_close = False
+        self._interim = False
+        self._head_bytes = 0
 
     def consumed(self, nbytes: int) -> None:
         ex = self._exchange
@@ -423,6 +479,7 @@ class Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closed = True
+        self._aborted = True
         if self.transport is not None:
             self.transport.abort()
 
@@ -455,6 +512,17 @@ class RawHeaders(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._raw)
+
+
+def _close_delimited(raw_headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the body ends where the connection does: neither a Content-Length nor a
+    Transfer-Encoding (RFC 9112 6.3, the last rule). (A status without a body, 204 or
+    304, has ended with its head before the close could matter.)"""
+    for name, _ in raw_headers:
+        lower = name.lower()
+        if lower in (b"content-length", b"transfer-encoding"):
+            return False
+    return True
 
 
 def _only_chunked(raw_headers: list[tuple[bytes, bytes]]) -> bool:

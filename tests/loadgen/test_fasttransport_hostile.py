@@ -11,11 +11,12 @@ import asyncio
 
 import httpx
 import pytest
-from hostile import SCENARIOS, chunk, hostile_server
+from hostile import SCENARIOS, chat_stream, chunk, hostile_server
+from scripted import Paced, response, scripted_server
 
 from loadgen.clock import Clock
 from loadgen.http import connection as http11
-from loadgen.http.connection import MalformedResponse
+from loadgen.http.connection import MAX_HEAD_BYTES, MalformedResponse
 from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import STAMPED
 
@@ -33,6 +34,65 @@ async def body_of(client: httpx.AsyncClient, url: str) -> tuple[int, bytes]:
 
 def fast() -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=FastTransport(Clock().now_ns))
+
+
+# ---------------------------------------------------------------- interim responses
+@pytest.mark.parametrize("split", [False, True], ids=["one-read", "two-reads"])
+@pytest.mark.parametrize("interim", [b"100 Continue\r\n", b"103 Early Hints\r\nlink: </a>\r\n"])
+def test_interim_responses_are_skipped(interim: bytes, split: bool) -> None:
+    """Issue 19: ``100 Continue`` then 200 was recorded as status 100."""
+    final = response(SSE, sizes=(5, 7))
+    first = b"HTTP/1.1 " + interim + b"\r\n"
+    reply = Paced(steps=((0.0, first), (0.01, final))) if split else first + final
+
+    async def main() -> None:
+        async with scripted_server([reply, response(SSE)]) as (url, log), fast() as client:
+            async with client.stream("POST", url + "/v1/x", content=b"{}") as resp:
+                assert resp.status_code == 200
+                assert "link" not in resp.headers  # the interim response's headers
+                assert b"".join([p async for _, p in resp.extensions[STAMPED].stamped()]) == SSE
+            assert await body_of(client, url) == (200, SSE)
+            assert log.connections == 1  # the response ended cleanly: kept alive
+
+    asyncio.run(main())
+
+
+def test_an_unasked_protocol_switch_is_malformed() -> None:
+    reply = b"HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\nconnection: upgrade\r\n\r\nxyz"
+
+    async def main() -> None:
+        async with scripted_server([reply]) as (url, _), fast() as client:
+            with pytest.raises(MalformedResponse, match="switched protocols"):
+                await body_of(client, url)
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------- close-delimited bodies
+@pytest.mark.parametrize("name", ["close_delimited", "http10"])
+def test_a_body_ended_by_a_clean_close_is_whole(name: str) -> None:
+    """Issue 19: recorded as ``disconnect`` (6 of 6). The connection is not reused."""
+
+    async def main() -> None:
+        async with hostile_server(SCENARIOS[name]) as (url, log), fast() as client:
+            for _ in range(2):
+                assert await body_of(client, url) == (200, chat_stream(3))
+        assert log.requests == 2
+
+    asyncio.run(main())
+
+
+def test_a_length_delimited_body_cut_by_a_close_is_still_a_disconnect() -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n"
+    reply = Paced(steps=((0.0, head + b"data: one\n\n"),), close=True)
+
+    async def main() -> None:
+        async with scripted_server([reply]) as (url, _), fast() as client:
+            with pytest.raises(httpx.RemoteProtocolError, match="complete message body") as info:
+                await body_of(client, url)
+            assert not isinstance(info.value, MalformedResponse)
+
+    asyncio.run(main())
 
 
 # ---------------------------------------------------------------- malformed responses
@@ -60,6 +120,20 @@ def test_the_chunks_before_a_bad_one_in_the_same_read_are_delivered() -> None:
             with pytest.raises(MalformedResponse, match=r"(?i)invalid character in chunk size"):
                 await resp.extensions[STAMPED].drain(lambda ts, data: got.append(data))
         assert b"".join(got).count(b"data: ") == 2
+
+    asyncio.run(main())
+
+
+def test_a_head_that_never_ends_is_refused_at_the_cap() -> None:
+    """A head is read up to MAX_HEAD_BYTES (and one read); the server is hung up on."""
+
+    async def main() -> None:
+        size = 1024 * MAX_HEAD_BYTES
+        async with hostile_server(SCENARIOS["endless_head"], size) as (url, log), fast() as client:
+            with pytest.raises(MalformedResponse, match="response head longer than 64 KiB"):
+                await body_of(client, url)
+        assert log.hung_up == 1
+        assert log.written < size // 8
 
     asyncio.run(main())
 
