@@ -28,11 +28,19 @@ import orjson
 from loadgen.deferred import DeferredCalls
 from loadgen.http.connection import MalformedResponse
 from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts, encode
-from loadgen.http.stamping import STAMPED, Progress, StampedStream
+from loadgen.http.stamping import (
+    STAMPED,
+    Progress,
+    StampedStream,
+    error_note,
+    read_head,
+    stamped_body,
+)
 from loadgen.openai.chunks import Usage
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
+from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from loadgen.stream.state import StreamState
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
@@ -79,6 +87,7 @@ class StreamingClient:
         transport: httpx.AsyncBaseTransport | None = None,
         defer_records: bool = False,
         native_feed: bool = NATIVE,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
         then built by ``http`` (headers, timeouts) but sent by the transport directly (the
@@ -92,6 +101,7 @@ class StreamingClient:
         classifies the response bodies: the C walk (the default where it is built) or the
         reference, which installs without a compiler use (the tests run both)."""
         self._native_feed = native_feed
+        self._max_event_bytes = max_event_bytes  # beyond it, a stream is a protocol_error
         self._deferred = DeferredCalls() if defer_records else None
         self._http = http
         self._transport = transport
@@ -235,9 +245,13 @@ class StreamingClient:
             )
             try:
                 header_timings = timings_from_headers(exchange.headers)
-                if exchange.status >= 400:
-                    return header_timings, _error_text(exchange.status, await exchange.aread())
-                feed = EventFeed(state, native=self._native_feed)
+                if exchange.status >= 300:  # redirects too: not followed
+                    head = await read_head(exchange)
+                    note = error_note(exchange.status, exchange.headers, head)
+                    return header_timings, _error_text(exchange.status, head.data).rstrip() + note
+                feed = EventFeed(
+                    state, native=self._native_feed, max_event_bytes=self._max_event_bytes
+                )
                 await exchange.drain(feed.take)  # the transport notes the first byte
                 feed.finish(self._now_ns())
             finally:
@@ -256,8 +270,10 @@ class StreamingClient:
                 if progress.headers_ns is None:
                     progress.headers_ns = self._now_ns()
                 header_timings = timings_from_headers(response.headers)
-                if status >= 400:
-                    return header_timings, _error_text(status, await response.aread())
+                if status >= 300:
+                    head = await read_head(stamped_body(response, self._now_ns))
+                    note = error_note(status, response.headers, head)
+                    return header_timings, _error_text(status, head.data).rstrip() + note
                 await self._read_events(response, state, progress)
             finally:
                 await response.aclose()
@@ -268,14 +284,14 @@ class StreamingClient:
     ) -> None:
         """Read the body of an httpx response into ``state``, stamping each read (when the
         transport offers no stamped stream) and noting the first byte."""
-        feed = EventFeed(state, native=self._native_feed)
+        feed = EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
 
-            def take(ts: int, data: bytes) -> None:
+            def take(ts: int, data: bytes) -> bool:
                 if progress.first_byte_ns is None:
                     progress.first_byte_ns = ts
-                feed.take(ts, data)
+                return feed.take(ts, data)
 
             await stamped.drain(take)
         else:

@@ -23,7 +23,9 @@ What a server may do, and what the exchange makes of it:
 * bytes that are not an HTTP/1.1 response (a malformed head or chunk, a ``101`` nobody
   asked for) fail with ``MalformedResponse``, a protocol error rather than a disconnect;
   the body bytes that came before the fault, in the same read too, are delivered first;
-* a head is read up to ``MAX_HEAD_BYTES``; beyond, ``MalformedResponse``.
+* a head is read up to ``MAX_HEAD_BYTES``; beyond, ``MalformedResponse``;
+* a consumer that has seen enough (a sink that answers True) ends the body there: the
+  connection is closed, nothing more is read.
 
 Raises httpx's exception types, as an httpx transport does; must not import the client or
 the pool (``loadgen.http.pool``), which build on it.
@@ -167,7 +169,9 @@ class Exchange(httpx.AsyncByteStream):
 
     async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
         """Give ``sink`` each read's ``(arrival_ns, bytes)``, as ``stamped()`` yields them,
-        until the body ends; raises what ``stamped()`` raises.
+        until the body ends; raises what ``stamped()`` raises. A sink that answers True
+        has seen enough: the body ends there (the connection is closed, nothing more is
+        read) and ``drain`` returns.
 
         ``sink`` runs inside the protocol's ``data_received``: no task switch and no future
         per read, only one wait for the whole body (each read restarts the read timeout).
@@ -179,7 +183,9 @@ class Exchange(httpx.AsyncByteStream):
             while chunks:
                 stamp, data = chunks.popleft()
                 conn.consumed(len(data))
-                sink(stamp, data)
+                if sink(stamp, data):
+                    conn.stop_reading(self)
+                    return
             self.sink = sink
             self.draining = self.deadline
             while not self.complete:
@@ -359,11 +365,14 @@ class Connection(asyncio.Protocol):
         sink = ex.sink
         if sink is not None:
             try:
-                sink(stamp, body)
+                enough = sink(stamp, body)
             except Exception as exc:  # the consumer failed: so does the exchange
                 ex.error = exc  # even when this read completed the message
                 ex.wake()
                 self.abort()
+                return
+            if enough:
+                self.stop_reading(ex)
                 return
             draining = ex.draining
             if draining is not None:
@@ -475,6 +484,13 @@ class Connection(asyncio.Protocol):
                 ex.headers_done.set_exception(error)
                 ex.headers_done.exception()  # retrieved: nobody else may be waiting
             ex.wake()
+        self.abort()
+
+    def stop_reading(self, ex: Exchange) -> None:
+        """The consumer has seen enough of ``ex``'s body: it ends here, unread bytes and
+        all, and the connection is closed (it cannot be reused mid-body)."""
+        if not ex.complete and ex.error is None:
+            self._complete(ex, False)
         self.abort()
 
     def abort(self) -> None:

@@ -2,12 +2,13 @@
 each (issue 19, items 4 and 5), through httpx's API and ``FastTransport.open``, with
 chunked bodies decoded by ``loadgen.http._chunked`` and by httptools
 (``conftest.body_decoder``). The servers are real loopback ones (``scripted``,
-``hostile``).
+``hostile``); the client's outcomes for the same scenarios are in ``test_hostile.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ from loadgen.clock import Clock
 from loadgen.http import connection as http11
 from loadgen.http.connection import MAX_HEAD_BYTES, MalformedResponse
 from loadgen.http.pool import FastTransport
-from loadgen.http.stamping import STAMPED
+from loadgen.http.stamping import STAMPED, read_head
 
 pytestmark = pytest.mark.usefixtures("body_decoder")
 
@@ -134,6 +135,54 @@ def test_a_head_that_never_ends_is_refused_at_the_cap() -> None:
                 await body_of(client, url)
         assert log.hung_up == 1
         assert log.written < size // 8
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------- a consumer that stops
+async def reads_until_enough(client: httpx.AsyncClient, url: str) -> int:
+    """Drain a body with a sink that has seen enough after its first read."""
+    reads: list[int] = []
+
+    def enough(ts: int, data: bytes) -> bool:
+        reads.append(len(data))
+        return True
+
+    async with client.stream("POST", url + "/v1/x", content=b"{}") as resp:
+        await resp.extensions[STAMPED].drain(enough)
+    return len(reads)
+
+
+def test_a_sink_that_has_seen_enough_ends_the_body_and_the_connection() -> None:
+    async def main() -> None:
+        scenario = SCENARIOS["endless_error"]
+        size = 64 * 1024 * 1024
+        async with hostile_server(scenario, size) as (url, log), fast() as client:
+            for _ in range(2):
+                assert await reads_until_enough(client, url) == 1
+        assert (log.requests, log.hung_up) == (2, 2)  # a connection each, both cut
+        assert log.written < size
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("size", "cut"), [(10_000, False), (3 * 1024 * 1024, True)])
+def test_read_head_keeps_the_head_and_counts_up_to_the_cap(size: int, cut: bool) -> None:
+    async def main() -> None:
+        async with (
+            hostile_server(SCENARIOS["huge_error"], size) as (url, _),
+            fast() as client,
+            client.stream("POST", url + "/v1/x", content=b"{}") as resp,
+        ):
+            head = await read_head(resp.extensions[STAMPED], keep=4096, cap=1024 * 1024)
+        assert head.data == b"x" * 4096
+        assert head.cut is cut
+        if cut:
+            assert 1024 * 1024 <= head.received < size
+            assert re.search(r"cut after 1\.\d MiB read: connection closed", head.note())
+        else:
+            assert head.received == size
+            assert head.note() == " [body of 10000 bytes, first 4096 bytes kept]"
 
     asyncio.run(main())
 
