@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import httpx
 import pytest
@@ -18,8 +19,8 @@ from scripted import Paced, response, scripted_server
 from loadgen.clock import Clock
 from loadgen.http import connection as http11
 from loadgen.http.connection import MAX_HEAD_BYTES, MalformedResponse
-from loadgen.http.pool import FastTransport
-from loadgen.http.stamping import STAMPED, read_head
+from loadgen.http.pool import FastTransport, Outgoing, Timeouts, origin_of
+from loadgen.http.stamping import STAMPED, Progress, read_head
 
 pytestmark = pytest.mark.usefixtures("body_decoder")
 
@@ -183,6 +184,45 @@ def test_read_head_keeps_the_head_and_counts_up_to_the_cap(size: int, cut: bool)
         else:
             assert head.received == size
             assert head.note() == " [body of 10000 bytes, first 4096 bytes kept]"
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------- the overall deadline
+def _busy(seconds: float) -> None:
+    """The CPU time a consumer spends on what it read (the loop is held meanwhile)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def consume(exchange: http11.Exchange) -> None:
+    """Read the body through ``stamped()`` at about 1 GB/s."""
+    async for _, data in exchange.stamped():
+        _busy(len(data) / 1e9)
+
+
+def test_a_body_that_never_pauses_still_ends_at_the_deadline() -> None:
+    """Read through ``stamped()``: the deadline's timer could fire while the consumer was
+    busy with bytes already in, and a wait that started after the deadline was let
+    through (an endless error body read whole: 53 s past a 25 s deadline)."""
+
+    async def main() -> None:
+        clock = Clock()
+        transport = FastTransport(clock.now_ns)
+        async with hostile_server(SCENARIOS["endless_error"], 1 << 40) as (url, _):
+            origin = origin_of(httpx.URL(url))
+            start = clock.now_ns()
+            exchange = await transport.open(
+                Outgoing(origin, POST),
+                Progress(clock.now_ns),
+                Timeouts(read_s=5.0, total_s=0.3),
+                deadline_ns=start + 300_000_000,
+            )
+            with pytest.raises(TimeoutError, match=r"within 0\.3 s"):
+                await consume(exchange)
+            assert clock.now_ns() - start < 3e9
+            await transport.aclose()
 
     asyncio.run(main())
 
