@@ -21,17 +21,23 @@ import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 from feeds import IMPLS
 from hostile import SCENARIOS, hostile_server, hostile_server_thread
 
+from loadgen.cli.replay import replay
 from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.run.shard import make_transport
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces import schema as s
+from traces.io import read_run_info, write_trace
 from traces.records import RequestRecord, TraceRequest
 
 MIB = 1024 * 1024
@@ -246,3 +252,24 @@ def test_every_scenario_is_tested_here() -> None:
         "endless_head",
     }
     assert set(SCENARIOS) == names
+
+
+# ---------------------------------------------------------------- the option, end to end
+def test_max_event_mib_reaches_the_client_and_run_json(tmp_path: Path) -> None:
+    """``loadgen replay --max-event-mib 1`` against a 4 MiB line: the row is a
+    protocol_error naming the limit, and run.json records the limit in bytes."""
+    trace = tmp_path / "t.parquet"
+    table = {"request_id": ["q0"], "arrival_s": [0.0], "input_tokens": [4], "output_tokens": [2]}
+    write_trace(pa.table(table), trace)
+    run_dir = tmp_path / "run"
+    with hostile_server_thread(SCENARIOS["long_line"], 4 * MIB) as (url, _):
+        args = [str(trace), "--base-url", url + "/v1", "-o", str(run_dir), "--model", "m"]
+        args += ["--no-preflight", "--no-scrape-metrics", "--no-progress", "--max-event-mib", "1"]
+        result = CliRunner().invoke(replay, args)
+    assert result.exit_code == 0, result.output
+    rows = pq.read_table(run_dir / s.REQUESTS_FILE).to_pylist()
+    assert [r["outcome"] for r in rows] == [s.OUTCOME_PROTOCOL_ERROR]
+    assert rows[0]["error"].startswith("an SSE event longer than 1 MiB")
+    info = read_run_info(run_dir)
+    assert info is not None
+    assert info.config.max_event_bytes == MIB
