@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) bench/sim_engine.py
 	$(PY) bench/prompts.py
 	$(PY) bench/analyze.py --requests 200000
+	$(PY) bench/hostile.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

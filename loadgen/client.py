@@ -33,12 +33,21 @@ import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
+from loadgen.http.connection import MalformedResponse
 from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
-from loadgen.http.stamping import STAMPED, Progress, StampedStream
+from loadgen.http.stamping import (
+    STAMPED,
+    Progress,
+    StampedStream,
+    error_note,
+    read_head,
+    stamped_body,
+)
 from loadgen.openai.chunks import Usage
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
+from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from loadgen.stream.state import StreamState, StreamSummary
 from traces import schema as s
 from traces.errors import shown
@@ -98,6 +107,7 @@ class StreamingClient:
         transport: httpx.AsyncBaseTransport | None = None,
         defer_records: bool = False,
         native_feed: bool = NATIVE,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
         then built by ``http`` (headers, timeouts) but sent by the transport directly (the
@@ -111,6 +121,7 @@ class StreamingClient:
         classifies the response bodies: the C walk (the default where it is built) or the
         reference, which installs without a compiler use (the tests run both)."""
         self._native_feed = native_feed
+        self._max_event_bytes = max_event_bytes  # beyond it, a stream is a protocol_error
         self._deferred = DeferredCalls() if defer_records else None
         self._http = http
         self._transport = transport
@@ -206,6 +217,8 @@ class StreamingClient:
             error = f"{type(exc).__name__}: {exc}"
         except httpx.ConnectError as exc:
             outcome, error = s.OUTCOME_CONNECT_ERROR, f"{type(exc).__name__}: {exc}"
+        except MalformedResponse as exc:  # the server broke HTTP: it did not go away
+            outcome, error = s.OUTCOME_PROTOCOL_ERROR, f"{type(exc).__name__}: {exc}"
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             outcome, error = s.OUTCOME_DISCONNECT, f"{type(exc).__name__}: {exc}"
         except httpx.HTTPError as exc:
@@ -260,9 +273,13 @@ class StreamingClient:
             )
             try:
                 header_timings = timings_from_headers(exchange.headers)
-                if exchange.status >= 400:
-                    return header_timings, _error_text(exchange.status, await exchange.aread())
-                feed = EventFeed(state, native=self._native_feed)
+                if exchange.status >= 300:  # redirects too: not followed
+                    head = await read_head(exchange)
+                    note = error_note(exchange.status, exchange.headers, head)
+                    return header_timings, _error_text(exchange.status, head.data).rstrip() + note
+                feed = EventFeed(
+                    state, native=self._native_feed, max_event_bytes=self._max_event_bytes
+                )
                 await exchange.drain(feed.take)  # the transport notes the first byte
                 feed.finish(self._now_ns())
             finally:
@@ -281,8 +298,10 @@ class StreamingClient:
                 if progress.headers_ns is None:
                     progress.headers_ns = self._now_ns()
                 header_timings = timings_from_headers(response.headers)
-                if status >= 400:
-                    return header_timings, _error_text(status, await response.aread())
+                if status >= 300:
+                    head = await read_head(stamped_body(response, self._now_ns))
+                    note = error_note(status, response.headers, head)
+                    return header_timings, _error_text(status, head.data).rstrip() + note
                 await self._read_events(response, state, progress)
             finally:
                 await response.aclose()
@@ -293,14 +312,14 @@ class StreamingClient:
     ) -> None:
         """Read the body of an httpx response into ``state``, stamping each read (when the
         transport offers no stamped stream) and noting the first byte."""
-        feed = EventFeed(state, native=self._native_feed)
+        feed = EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
 
-            def take(ts: int, data: bytes) -> None:
+            def take(ts: int, data: bytes) -> bool:
                 if progress.first_byte_ns is None:
                     progress.first_byte_ns = ts
-                feed.take(ts, data)
+                return feed.take(ts, data)
 
             await stamped.drain(take)
         else:

@@ -67,7 +67,13 @@ LAYERS: Final[dict[str, Layer]] = {
     "loadgen.openai": Layer(may_import=("traces.*",), third_party=frozenset({"orjson"})),
     # A run start to finish, on top of the core.
     "loadgen.run": Layer(
-        may_import=("loadgen.*", "loadgen.http.*", "loadgen.openai.*", "traces.*"),
+        may_import=(
+            "loadgen.*",
+            "loadgen.http.*",
+            "loadgen.stream.*",  # the SSE limit's default, for the options
+            "loadgen.openai.*",
+            "traces.*",
+        ),
         third_party=frozenset({"httpx", "orjson", "prometheus_client", "pyarrow"}),
         optional=frozenset({"ray", "uvloop"}),
     ),

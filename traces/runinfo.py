@@ -91,6 +91,8 @@ class RunConfig:
     scrape_metrics: bool
     scrape_url: str | None
     scrape_interval_s: float
+    max_event_bytes: int | None = None
+    """None in a run.json written before the limit existed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from loadgen.errors import ConfigError
 from loadgen.run.session import SessionOptions, SessionResult, run_session
+from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, MIB
 
 
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
@@ -230,6 +231,14 @@ def print_summary(result: SessionResult, console: Console) -> None:
     show_default=True,
     help="Tokens the server's chat template adds to a chat prompt.",
 )
+@click.option(
+    "--max-event-mib",
+    type=click.IntRange(min=1, max=4096),
+    default=DEFAULT_MAX_EVENT_BYTES // MIB,
+    show_default=True,
+    help="Longest SSE event a response may send (MiB; a whole 1M-token response fits); "
+    "a longer one makes the request a protocol_error and its body is not read further.",
+)
 def replay(
     trace: Path,
     base_url: str,
@@ -261,6 +270,7 @@ def replay(
     scrape_url: str | None,
     no_scrape_metrics: bool,
     scrape_interval: float,
+    max_event_mib: int,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
@@ -304,6 +314,7 @@ def replay(
         scrape_metrics=not no_scrape_metrics,
         scrape_url=scrape_url,
         scrape_interval_s=scrape_interval,
+        max_event_bytes=max_event_mib * MIB,
     )
     console = Console(stderr=False)
     result = run_with_display(

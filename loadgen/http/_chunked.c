@@ -3,9 +3,9 @@
  * Dechunker().feed(data) -> bytes takes the bytes of one socket read that follow the
  * response head and returns the body bytes they carried, one object per read; `done` is
  * true once the last chunk and the trailer section have been read, and `leftover` counts
- * the bytes of that read that came after them. A read that turns out malformed returns
- * the body bytes before the fault (a read may carry good chunks before a bad one, and
- * they were sent) and sets `error` to the reason; feeding more then raises ValueError.
+ * the bytes of that read that came after them. A malformed body sets `error` (why): the
+ * read that holds the fault still returns the body bytes before it (a good chunk is not
+ * lost for sharing a read with a bad one), and nothing is decoded after it.
  *
  * httptools (llhttp) parses the head of every response and, where this module is missing,
  * the body too; this exists because httptools hands each chunk of a body to Python as its
@@ -41,7 +41,6 @@ typedef enum {
     TRAILER_LF,
     END_LF,       /* the LF of the empty line that ends the message */
     DONE,
-    FAILED,       /* malformed: `error` says why */
 } State;
 
 typedef struct {
@@ -50,7 +49,7 @@ typedef struct {
     uint64_t size;
     uint64_t remaining;
     Py_ssize_t leftover;
-    const char *error; /* a static string, set with FAILED */
+    const char *error; /* why the body is malformed (a static string), or NULL */
 } Dechunker;
 
 static int
@@ -98,12 +97,12 @@ after_size_line(Dechunker *self)
     }
 }
 
-/* Decode [p, end) into `out` (room for end - p bytes); the bytes written go to *written,
- * up to the fault when there is one. NULL, or the reason the body is malformed. */
-#define FAIL(why)                                                                          \
-    do {                                                                                   \
-        *written = w - out;                                                                \
-        return (why);                                                                      \
+/* Decode [p, end) into `out` (room for end - p bytes); the bytes written go to *written
+ * (on a fault too: the body bytes before it). NULL, or the reason the body is malformed. */
+#define FAIL(reason)                                                                       \
+    do {                                                                                 \
+        *written = w - out;                                                              \
+        return (reason);                                                                 \
     } while (0)
 
 static const char *
@@ -288,14 +287,13 @@ decode(Dechunker *self, const unsigned char *p, const unsigned char *end, char *
             self->leftover = end - p;
             *written = w - out;
             return NULL;
-        case FAILED: /* feed never decodes in this state */
-            FAIL(self->error);
         }
         p++;
     }
     *written = w - out;
     return NULL;
 }
+
 #undef FAIL
 
 static PyObject *
@@ -307,12 +305,10 @@ Dechunker_feed(Dechunker *self, PyObject *data)
     }
     const Py_ssize_t n = PyBytes_GET_SIZE(data);
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    if (self->state == FAILED) {
-        PyErr_SetString(PyExc_ValueError, self->error);
-        return NULL;
-    }
-    if (self->state == DONE) {
-        self->leftover += n;
+    if (self->state == DONE || self->error != NULL) {
+        if (self->state == DONE) {
+            self->leftover += n;
+        }
         return PyBytes_FromStringAndSize(NULL, 0);
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
@@ -320,11 +316,8 @@ Dechunker_feed(Dechunker *self, PyObject *data)
         return NULL;
     }
     Py_ssize_t written = 0;
-    const char *error = decode(self, p, p + n, PyBytes_AS_STRING(out), &written);
-    if (error != NULL) {
-        self->state = FAILED;
-        self->error = error;
-    }
+    /* On a fault, decode() has written the body bytes before it: they are returned. */
+    self->error = decode(self, p, p + n, PyBytes_AS_STRING(out), &written);
     if (written != n && _PyBytes_Resize(&out, written) < 0) {
         return NULL;
     }
@@ -353,37 +346,36 @@ Dechunker_done(Dechunker *self, void *closure)
 }
 
 static PyObject *
+Dechunker_error(Dechunker *self, void *closure)
+{
+    (void)closure;
+    if (self->error == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_FromString(self->error);
+}
+
+static PyObject *
 Dechunker_leftover(Dechunker *self, void *closure)
 {
     (void)closure;
     return PyLong_FromSsize_t(self->leftover);
 }
 
-static PyObject *
-Dechunker_error(Dechunker *self, void *closure)
-{
-    (void)closure;
-    if (self->state != FAILED) {
-        Py_RETURN_NONE;
-    }
-    return PyUnicode_FromString(self->error);
-}
-
 static PyMethodDef Dechunker_methods[] = {
     {"feed", (PyCFunction)Dechunker_feed, METH_O,
-     "feed(data) -> bytes: the body bytes of one read, up to a fault if it is malformed "
-     "(then `error` is set); ValueError once failed."},
+     "feed(data) -> bytes: the body bytes of one read (up to a fault: see error)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef Dechunker_getset[] = {
     {"done", (getter)Dechunker_done, NULL, "The last chunk and the trailers have been read.",
      NULL},
+    {"error", (getter)Dechunker_error, NULL,
+     "Why the body is malformed (None while it is not): nothing after the fault is decoded.",
+     NULL},
     {"leftover", (getter)Dechunker_leftover, NULL,
      "Bytes fed after the end of the body (another response's, or garbage).", NULL},
-    {"error", (getter)Dechunker_error, NULL,
-     "Why the body is malformed (None while it is not); set by the read that showed it.",
-     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

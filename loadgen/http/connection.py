@@ -14,6 +14,19 @@ and refuses (``check_header``) any header that would not reach the server as one
 a CR, LF or NUL in a value ends the line early and lets what follows be read as headers
 of its own.
 
+What a server may do, and what the exchange makes of it:
+
+* interim responses (``100 Continue``, ``103 Early Hints``: 1xx but 101) are skipped; the
+  status is the final response's;
+* a body without Content-Length or chunking ends when the server closes the connection
+  (HTTP/1.0, or HTTP/1.1 close-delimited): a clean close ends it normally;
+* bytes that are not an HTTP/1.1 response (a malformed head or chunk, a ``101`` nobody
+  asked for) fail with ``MalformedResponse``, a protocol error rather than a disconnect;
+  the body bytes that came before the fault, in the same read too, are delivered first;
+* a head is read up to ``MAX_HEAD_BYTES``; beyond, ``MalformedResponse``;
+* a consumer that has seen enough (a sink that answers True) ends the body there: the
+  connection is closed, nothing more is read.
+
 Raises httpx's exception types, as an httpx transport does; must not import the client or
 the pool (``loadgen.http.pool``), which build on it.
 """
@@ -43,6 +56,20 @@ except ImportError:  # built without a C compiler: httptools decodes the bodies 
 
 _HIGH_WATER = 4 * 1024 * 1024
 """Buffered body bytes above which the socket stops being read (back-pressure)."""
+
+MAX_HEAD_BYTES = 64 * 1024
+"""The longest response head read (status line and headers, interim responses' too):
+servers send a few hundred bytes (nginx refuses requests whose header lines pass 8 KiB),
+and httptools keeps every header and rebuilds a header value read in pieces, so a head
+that never ends would cost memory, and time, without bound. Checked once per read: a head
+may end up to one read beyond it."""
+
+
+class MalformedResponse(httpx.RemoteProtocolError):
+    """The server's bytes are not an HTTP/1.1 response (a malformed head or chunk, a head
+    beyond ``MAX_HEAD_BYTES``, an unasked-for protocol switch): the server broke the
+    protocol, which is not the same as going away (a plain ``RemoteProtocolError``)."""
+
 
 Origin = tuple[str, str, int]
 """Scheme, host and port: what one keep-alive pool serves."""
@@ -93,7 +120,7 @@ class Exchange(httpx.AsyncByteStream):
         self.keep_alive = False
         self.error: Exception | None = None
         self.waiter: asyncio.Future[None] | None = None
-        self.sink: Callable[[int, bytes], None] | None = None
+        self.sink: Callable[[int, bytes], bool | None] | None = None
         """While set (``drain``), each read goes straight to it instead of ``chunks``."""
         self.deadline = deadline
         """The read timeout and overall deadline (None: no limit)."""
@@ -140,9 +167,11 @@ class Exchange(httpx.AsyncByteStream):
         finally:
             self.close()
 
-    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+    async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
         """Give ``sink`` each read's ``(arrival_ns, bytes)``, as ``stamped()`` yields them,
-        until the body ends; raises what ``stamped()`` raises.
+        until the body ends; raises what ``stamped()`` raises. A sink that answers True
+        has seen enough: the body ends there (the connection is closed, nothing more is
+        read) and ``drain`` returns.
 
         ``sink`` runs inside the protocol's ``data_received``: no task switch and no future
         per read, only one wait for the whole body (each read restarts the read timeout).
@@ -154,7 +183,9 @@ class Exchange(httpx.AsyncByteStream):
             while chunks:
                 stamp, data = chunks.popleft()
                 conn.consumed(len(data))
-                sink(stamp, data)
+                if sink(stamp, data):
+                    conn.stop_reading(self)
+                    return
             self.sink = sink
             self.draining = self.deadline
             while not self.complete:
@@ -212,6 +243,14 @@ class Connection(asyncio.Protocol):
         self._head_tail = b""
         """The last bytes of a head not yet complete (its end may straddle two reads)."""
         self._chunked_head = False
+        self._until_close = False
+        """The body is delimited by the connection's close (no length, no chunking)."""
+        self._interim = False
+        """The head being parsed is an interim response's (1xx)."""
+        self._head_bytes = 0
+        """Bytes read while no final head had ended."""
+        self._aborted = False
+        """This side closed the connection (a clean close then ends nothing)."""
         self._keep_alive = False
         # httptools' ``on_body`` callback, once per HTTP chunk: the list's own append, so no
         # Python frame per chunk (the parser looks the callback up when it is created).
@@ -232,9 +271,8 @@ class Connection(asyncio.Protocol):
             return
         parser = self._parser
         if parser is None:
-            self._fail(httpx.RemoteProtocolError("unexpected bytes with no request in flight"))
+            self._fail(MalformedResponse("unexpected bytes with no request in flight"))
             return
-        pieces = self._pieces
         ex = self._exchange
         try:
             if ex is not None and ex.status == 0 and _Dechunker is not None:
@@ -246,36 +284,59 @@ class Connection(asyncio.Protocol):
                     return
             else:
                 parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            fault: Exception | None = httpx.RemoteProtocolError(f"malformed HTTP response: {exc}")
-        else:
-            fault = None
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._flush_pieces(ex, stamp)  # the body before the fault still counts
+            if isinstance(exc, httptools.HttpParserUpgrade):
+                error = "the server switched protocols (101), which was not asked for"
+            else:
+                error = f"malformed HTTP response: {exc}"
+            self._fail(MalformedResponse(error))
+            return
+        if ex is not None and ex.status == 0:  # still no (final) head: how long is it?
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._fail(
+                    MalformedResponse(
+                        f"response head longer than {MAX_HEAD_BYTES // 1024} KiB: not read further"
+                    )
+                )
+                return
+        self._flush_pieces(ex, stamp)
+
+    def _flush_pieces(self, ex: Exchange | None, stamp: int) -> None:
+        """The body bytes httptools gave during one read, as one stamped piece however
+        many HTTP chunks carried them."""
+        pieces = self._pieces
         if pieces and ex is not None:
-            # One stamped piece per socket read, however many HTTP chunks it carried; before
-            # a fault too: the chunks ahead of a bad one in this read were sent.
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             self._deliver(ex, stamp, body)
-        if fault is not None:
-            self._fail(fault)
 
     def _feed_head(
         self, parser: httptools.HttpResponseParser, ex: Exchange, data: bytes
     ) -> bytes | None:
         """Feed httptools the head, exactly up to its end: the body bytes after it when the
         C decoder takes the body on (a chunked response whose head ended there), else None
-        (httptools was fed the whole read)."""
-        tail = self._head_tail
-        buf = tail + data if tail else data
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            self._head_tail = buf[-3:]
-            parser.feed_data(data)
-            return None
-        self._head_tail = b""
-        split = end + 4 - len(tail)
+        (httptools was fed the whole read). Interim responses' heads (1xx) before it are
+        fed one by one, the same way."""
         view = memoryview(data)
-        parser.feed_data(view[:split])
+        start = 0  # where the head being looked for starts in ``data``
+        while True:
+            tail = self._head_tail
+            rest = data[start:] if start else data
+            buf = tail + rest if tail else rest
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                self._head_tail = buf[-3:]
+                parser.feed_data(view[start:])
+                return None
+            self._head_tail = b""
+            split = start + end + 4 - len(tail)
+            parser.feed_data(view[start:split])
+            if ex.status == 0 and not ex.complete and ex.error is None and split < len(data):
+                start = split  # an interim response: the final head is still to come
+                continue
+            break
         if self._chunked_head and ex.status >= 200 and not ex.complete and not self._pieces:
             assert _Dechunker is not None
             self._dechunker = _Dechunker()
@@ -285,21 +346,16 @@ class Connection(asyncio.Protocol):
 
     def _dechunk(self, stamp: int, dechunker: Dechunker, data: bytes) -> None:
         ex = self._exchange
-        try:
-            body = dechunker.feed(data)
-        except ValueError as exc:  # fed again after a fault (below): nothing more to read
-            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {exc}"))
-            return
-        if ex is None:
-            return
-        if dechunker.done:
-            # Bytes after the body (none are expected: no pipelining) close the connection.
-            self._complete(ex, self._keep_alive and not dechunker.leftover)
-        if body:
-            # Before a fault too: the chunks ahead of a bad one in this read were sent.
-            self._deliver(ex, stamp, body)
+        body = dechunker.feed(data)
+        if ex is not None:
+            if dechunker.done:
+                # Bytes after the body (none are expected: no pipelining) close the
+                # connection.
+                self._complete(ex, self._keep_alive and not dechunker.leftover)
+            if body:
+                self._deliver(ex, stamp, body)  # the chunks before a fault count too
         if dechunker.error is not None:
-            self._fail(httpx.RemoteProtocolError(f"malformed HTTP response: {dechunker.error}"))
+            self._fail(MalformedResponse(f"malformed HTTP response: {dechunker.error}"))
 
     def _deliver(self, ex: Exchange, stamp: int, body: bytes) -> None:
         """One read's body bytes: to the consumer's sink while it drains, else buffered."""
@@ -309,11 +365,14 @@ class Connection(asyncio.Protocol):
         sink = ex.sink
         if sink is not None:
             try:
-                sink(stamp, body)
+                enough = sink(stamp, body)
             except Exception as exc:  # the consumer failed: so does the exchange
                 ex.error = exc  # even when this read completed the message
                 ex.wake()
                 self.abort()
+                return
+            if enough:
+                self.stop_reading(ex)
                 return
             draining = ex.draining
             if draining is not None:
@@ -330,6 +389,9 @@ class Connection(asyncio.Protocol):
         self.closed = True
         ex = self._exchange
         if ex is not None and not ex.complete:
+            if exc is None and self._until_close and not self._aborted and ex.status >= 200:
+                self._complete(ex, False)  # the server's clean close ends the body
+                return
             if ex.status == 0 and not ex.headers_done.done():
                 error: Exception = httpx.RemoteProtocolError(
                     "server disconnected without sending a response"
@@ -360,11 +422,17 @@ class Connection(asyncio.Protocol):
         ex = self._exchange
         if ex is None or self._parser is None:
             return
-        ex.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        if status < 200:  # 1xx: an interim response (or a switch, which fails the parse)
+            self._interim = True
+            ex.raw_headers.clear()
+            return
+        ex.status = status
         # Inside the data_received of the read that completed the head: its arrival.
         ex.progress.headers_ns = self._read_ns
         self._keep_alive = self._parser.should_keep_alive()
         self._chunked_head = _Dechunker is not None and _only_chunked(ex.raw_headers)
+        self._until_close = _close_delimited(ex.raw_headers)
         if not ex.headers_done.done():
             ex.headers_done.set_result(None)
 
@@ -372,6 +440,9 @@ class Connection(asyncio.Protocol):
         # Runs inside feed_data: data_received hands this read's body on right after.
         ex = self._exchange
         if ex is None or self._parser is None:
+            return
+        if self._interim:  # the parser goes on to the final response
+            self._interim = False
             return
         self._complete(ex, self._parser.should_keep_alive())
 
@@ -389,6 +460,9 @@ class Connection(asyncio.Protocol):
         self._dechunker = None
         self._head_tail = b""
         self._chunked_head = False
+        self._until_close = False
+        self._interim = False
+        self._head_bytes = 0
 
     def consumed(self, nbytes: int) -> None:
         ex = self._exchange
@@ -412,8 +486,16 @@ class Connection(asyncio.Protocol):
             ex.wake()
         self.abort()
 
+    def stop_reading(self, ex: Exchange) -> None:
+        """The consumer has seen enough of ``ex``'s body: it ends here, unread bytes and
+        all, and the connection is closed (it cannot be reused mid-body)."""
+        if not ex.complete and ex.error is None:
+            self._complete(ex, False)
+        self.abort()
+
     def abort(self) -> None:
         self.closed = True
+        self._aborted = True
         if self.transport is not None:
             self.transport.abort()
 
@@ -446,6 +528,17 @@ class RawHeaders(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._raw)
+
+
+def _close_delimited(raw_headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the body ends where the connection does: neither a Content-Length nor a
+    Transfer-Encoding (RFC 9112 6.3, the last rule). (A status without a body, 204 or
+    304, has ended with its head before the close could matter.)"""
+    for name, _ in raw_headers:
+        lower = name.lower()
+        if lower in (b"content-length", b"transfer-encoding"):
+            return False
+    return True
 
 
 def _only_chunked(raw_headers: list[tuple[bytes, bytes]]) -> bool:

@@ -61,9 +61,16 @@ class ReadDeadline:
         self._waiter: asyncio.Future[None] | None = None
 
     def waiting(self, waiter: asyncio.Future[None]) -> None:
-        """A wait for bytes starts now."""
+        """A wait for bytes starts now (and fails at once when the deadline has passed)."""
         self._waiter = waiter
         self.since_ns = now = self._now_ns()
+        total = self._deadline_ns
+        if total is not None and now >= total:
+            # The timer may have fired while nobody waited (the consumer was busy with
+            # bytes): a body that never pauses would otherwise outlive its deadline.
+            if not waiter.done():
+                self._expire(waiter)
+            return
         if self._handle is None:
             due = self._due_ns()
             if due is not None:
@@ -85,6 +92,12 @@ class ReadDeadline:
         delay_s = max((due_ns - now_ns) / 1e9, _MIN_REARM_S)
         self._handle = self._loop.call_later(delay_s, self._fire)
 
+    def _expire(self, waiter: asyncio.Future[None]) -> None:
+        expired = self._expired
+        waiter.set_exception(
+            expired() if expired is not None else TimeoutError("the deadline passed")
+        )
+
     def _fire(self) -> None:
         self._handle = None
         waiter = self._waiter
@@ -97,9 +110,6 @@ class ReadDeadline:
         if due > now:
             self._arm(now, due)
         elif due == self._deadline_ns:
-            expired = self._expired
-            waiter.set_exception(
-                expired() if expired is not None else TimeoutError("the deadline passed")
-            )
+            self._expire(waiter)
         else:
             waiter.set_exception(httpx.ReadTimeout("no bytes received within the read timeout"))

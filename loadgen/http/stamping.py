@@ -6,12 +6,14 @@ The stamped stream is exposed to the client through ``response.extensions[STAMPE
 faster transport can provide the same extension natively. The client never stamps bytes
 itself unless a transport offers no stamped stream (then it stamps as it iterates).
 ``Progress`` is when one exchange passed each step: the fast transport fills it as it goes,
-httpx's transport through its ``trace`` extension (``Progress.trace``).
+httpx's transport through its ``trace`` extension (``Progress.trace``). ``read_head`` reads
+a body (an error response's) up to a cap, whatever its length.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -64,8 +66,87 @@ class StampedStream(Protocol):
 
     def stamped(self) -> AsyncIterator[tuple[int, bytes]]: ...
 
-    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
-        """Call ``sink`` with every pair ``stamped()`` yields, until the body ends."""
+    async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
+        """Call ``sink`` with every pair ``stamped()`` yields, until the body ends or
+        ``sink`` answers True (it has seen enough: the rest is not read, and closing the
+        response closes its connection)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BodyHead:
+    """The start of a body read up to a cap (``read_head``): an error response's, whose
+    length is the server's to choose."""
+
+    data: bytes
+    """The first bytes, at most the ``keep`` asked for."""
+    received: int
+    """Bytes read in all (those beyond ``data`` were counted and let go)."""
+    cut: bool
+    """The reading stopped at the cap: the rest of the body was not read (its connection
+    is closed with the response)."""
+
+    def note(self) -> str:
+        """A few words on how much was read, for the error text: empty for a whole body
+        that ``data`` holds."""
+        if self.cut:
+            return f" [body cut after {_mib(self.received)} read: connection closed]"
+        if self.received > len(self.data):
+            return f" [body of {_mib(self.received)}, first {_mib(len(self.data))} kept]"
+        return ""
+
+
+ERROR_HEAD_BYTES = 64 * 1024
+"""What is kept of an error body: room for any JSON error object a server sends (the
+message recorded is cut to 500 characters anyway)."""
+ERROR_BODY_CAP = 1024 * 1024
+"""How much of an error body is read before the connection is closed instead: a long
+error page is read to its end (the connection is kept), an endless one is not."""
+
+
+async def read_head(
+    body: StampedStream, *, keep: int = ERROR_HEAD_BYTES, cap: int = ERROR_BODY_CAP
+) -> BodyHead:
+    """Read ``body`` until it ends or ``cap`` bytes were read, keeping the first ``keep``
+    of them: memory is ``keep`` plus one read, whatever the server sends."""
+    head = bytearray()
+    received = 0
+
+    def sink(_ts: int, data: bytes) -> bool:
+        nonlocal received
+        received += len(data)
+        if len(head) < keep:
+            head.extend(data[: keep - len(head)])
+        return received >= cap
+
+    await body.drain(sink)
+    return BodyHead(data=bytes(head), received=received, cut=received >= cap)
+
+
+def error_note(status: int, headers: Mapping[str, str], head: BodyHead) -> str:
+    """What an error's text adds to the server's message: where a redirect points (it is
+    not followed: a load test measures the endpoint it was given), and how much of the
+    body was read."""
+    note = head.note()
+    if 300 <= status < 400:
+        location = headers.get("location")
+        target = f" to {location[:200]}" if location else ""
+        note = f" [redirect{target}: not followed]" + note
+    return note
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1024 * 1024):.1f} MiB" if nbytes >= 1024 * 1024 else f"{nbytes} bytes"
+
+
+def stamped_body(response: httpx.Response, now_ns: Callable[[], int]) -> StampedStream:
+    """The stamped body of ``response``: its transport's (``STAMPED``), or its stream
+    stamped as it is read."""
+    stamped: StampedStream | None = response.extensions.get(STAMPED)
+    if stamped is not None:
+        return stamped
+    stream = response.stream
+    assert isinstance(stream, httpx.AsyncByteStream)
+    return _StampingStream(stream, now_ns)
 
 
 class _StampingStream(httpx.AsyncByteStream):
@@ -82,10 +163,11 @@ class _StampingStream(httpx.AsyncByteStream):
         async for data in self._inner:
             yield now_ns(), data
 
-    async def drain(self, sink: Callable[[int, bytes], None]) -> None:
+    async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
         now_ns = self._now_ns
         async for data in self._inner:
-            sink(now_ns(), data)
+            if sink(now_ns(), data):
+                break  # the response's close then drops the connection mid-body
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for data in self._inner:

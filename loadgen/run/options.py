@@ -13,6 +13,7 @@ from loadgen.errors import ConfigError
 from loadgen.http.connection import header_problem
 from loadgen.redact import redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
+from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
 from traces.runinfo import RunConfig
@@ -62,6 +63,9 @@ class SessionOptions:
     scrape_url: str | None = None
     """What to scrape; None: the endpoint's ``/metrics``, when it answers."""
     scrape_interval_s: float = DEFAULT_INTERVAL_S
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    """The longest SSE event a response may send; a longer one makes the request a
+    ``protocol_error`` and the rest of its body is not read (``loadgen.stream.sse``)."""
 
     def public_config(self) -> RunConfig:
         """The options as recorded in run.json: no API key, credentials redacted (header
@@ -138,6 +142,8 @@ def check_options(opts: SessionOptions) -> None:
         raise ConfigError("give either --tokenizer or --calibrate-prompts, not both")
     if opts.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {opts.workers}")
+    if opts.max_event_bytes < 1:
+        raise ConfigError(f"--max-event-mib must be positive, got {opts.max_event_bytes} bytes")
     if not opts.scrape_interval_s > 0:
         raise ConfigError(f"--scrape-interval must be positive, got {opts.scrape_interval_s}")
     if opts.scrape_url is not None and not opts.scrape_url.startswith(("http://", "https://")):

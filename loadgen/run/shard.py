@@ -207,6 +207,7 @@ async def replay_shard(
                 timeout_s=opts.request_timeout_s,
                 transport=transport,
                 defer_records=True,
+                max_event_bytes=opts.max_event_bytes,
             )
             replayer = Replayer(
                 requests=mine,

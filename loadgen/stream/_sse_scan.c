@@ -6,6 +6,14 @@
  * It is one of the feed's two implementations; the other, used where this module is not
  * built, is that reference itself, and the tests run every case on both.
  *
+ * scan_feed(decoder, state, add_block, ts, data) is one socket read: framed on the
+ * decoder's own state as SSEDecoder._blocks frames it, and what it completed walked as
+ * scan_read walks it. Linear in the bytes read: a read's line ends are normalized once,
+ * only the read is searched for a blank line (the pending event is not rescanned), the
+ * pending event grows by amortized steps in a bytearray and is copied once when it
+ * completes. An event beyond the decoder's limit refuses the stream (decoder._refuse()),
+ * and scan_feed answers True from then on.
+ *
  * Runs of one-line `data: ` events that loadgen.openai.chunks.plain_content_tokens calls plain
  * content are taken here, without Python:
  *
@@ -191,14 +199,15 @@ walk_plain(const char *s, const char *end, Py_ssize_t *pos, PyObject *offset, Py
 /* Slots of the StreamState (loadgen/stream/state.py) the walk reads and writes, and the
  * methods it calls (`add_object` is `_add_decoded`, which takes a decoded object). */
 static struct {
-    PyObject *add, *add_decoded, *add_object, *content, *done, *finish, *first_reasoning,
-        *first_token, *last_completion, *reasoning, *sent_ns, *tokens, *tokens_known,
-        *usage_raw;
+    PyObject *add, *add_decoded, *add_object, *content, *done, *error, *finish,
+        *first_reasoning, *first_token, *last_completion, *reasoning, *sent_ns, *tokens,
+        *tokens_known, *usage_raw;
 } state_attr;
 
-/* Of the SSEDecoder (loadgen/stream/sse.py): its pending bytes and its slow path. */
+/* Of the SSEDecoder (loadgen/stream/sse.py): its framing state, and the method that
+ * refuses a stream. */
 static struct {
-    PyObject *buf, *feed;
+    PyObject *cr, *error, *limit, *pending, *refuse;
 } decoder_attr;
 
 /* Keys of a decoded chunk, as loadgen.openai.chunks.chunk_kind and
@@ -579,33 +588,169 @@ last_separator(const char *s, Py_ssize_t n)
     return -1;
 }
 
-/* The events of a CR-holding (or otherwise unusual) buffer: decoder.feed's list, each
- * event through state.add, as the client does with what feed_raw returns. */
-static int
-feed_slowly(PyObject *decoder, PyObject *state, PyObject *ts, PyObject *buf)
+/* The start of the first "\n\n" in [s, s + n), or -1 (bytes.find(b"\n\n")). */
+static Py_ssize_t
+first_separator(const char *s, Py_ssize_t n)
 {
-    PyObject *got = PyObject_CallMethodObjArgs(decoder, decoder_attr.feed, buf, NULL);
-    if (got == NULL) {
-        return -1;
-    }
-    if (!PyList_Check(got)) {
-        Py_DECREF(got);
-        PyErr_SetString(PyExc_TypeError, "SSEDecoder.feed must return a list");
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(got); i++) {
-        PyObject *res =
-            PyObject_CallMethodObjArgs(state, state_attr.add, ts, PyList_GET_ITEM(got, i), NULL);
-        if (res == NULL) {
-            Py_DECREF(got);
-            return -1;
+    const char *end = s + n;
+    for (const char *q = s; (q = memchr(q, '\n', (size_t)(end - q))) != NULL; q++) {
+        if (q + 1 < end && q[1] == '\n') {
+            return q - s;
         }
-        Py_DECREF(res);
     }
-    Py_DECREF(got);
+    return -1;
+}
+
+/* [s, s + n) with each CRLF and each lone CR made one LF, as a new bytes object. */
+static PyObject *
+normalized(const char *s, Py_ssize_t n)
+{
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL) {
+        return NULL;
+    }
+    char *const start = PyBytes_AS_STRING(out);
+    char *w = start;
+    const char *end = s + n;
+    while (s < end) {
+        const char *cr = memchr(s, '\r', (size_t)(end - s));
+        const char *stop = cr != NULL ? cr : end;
+        memcpy(w, s, (size_t)(stop - s));
+        w += stop - s;
+        if (cr == NULL) {
+            break;
+        }
+        *w++ = '\n';
+        s = cr + 1;
+        if (s < end && *s == '\n') {
+            s++;
+        }
+    }
+    if (_PyBytes_Resize(&out, w - start) < 0) {
+        return NULL;
+    }
+    return out;
+}
+
+/* Append [s, s + n) to the bytearray `array` (which grows by amortized steps). */
+static int
+append_bytes(PyObject *array, const char *s, Py_ssize_t n)
+{
+    const Py_ssize_t len = PyByteArray_GET_SIZE(array);
+    if (n == 0) {
+        return 0;
+    }
+    if (PyByteArray_Resize(array, len + n) < 0) {
+        return -1;
+    }
+    memcpy(PyByteArray_AS_STRING(array) + len, s, (size_t)n);
     return 0;
 }
 
+/* Whether the pending event is certain to exceed `limit`: its last LF may be the first half
+ * of the blank line, and does not count (SSEDecoder._check_pending). */
+static int
+pending_over(PyObject *pending, Py_ssize_t limit)
+{
+    Py_ssize_t len = PyByteArray_GET_SIZE(pending);
+    if (len > 0 && PyByteArray_AS_STRING(pending)[len - 1] == '\n') {
+        len--;
+    }
+    return len > limit;
+}
+
+/* The end of the text of whole blocks of [s, s + end) to walk when one of them is longer
+ * than `limit`: the blocks before it (-1: none), as SSEDecoder._blocks returns them; `end`
+ * when none is. */
+static Py_ssize_t
+walkable(const char *s, Py_ssize_t end, Py_ssize_t limit)
+{
+    Py_ssize_t start = 0;
+    for (;;) {
+        const Py_ssize_t sep = first_separator(s + start, end - start);
+        const Py_ssize_t stop = sep < 0 ? end : start + sep;
+        if (stop - start > limit) {
+            return start - 2;
+        }
+        if (sep < 0) {
+            return end;
+        }
+        start = stop + 2;
+    }
+}
+
+/* Read the decoder's framing state: whether it refused the stream (1), its limit and its
+ * pending bytearray (a new reference). -1 with an exception set. */
+static int
+read_decoder(PyObject *decoder, int *cr, Py_ssize_t *limit, PyObject **pending)
+{
+    PyObject *error = PyObject_GetAttr(decoder, decoder_attr.error);
+    if (error == NULL) {
+        return -1;
+    }
+    const int refused = error != Py_None;
+    Py_DECREF(error);
+    if (refused) {
+        return 1;
+    }
+    PyObject *flag = PyObject_GetAttr(decoder, decoder_attr.cr);
+    if (flag == NULL) {
+        return -1;
+    }
+    *cr = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+    if (*cr < 0) {
+        return -1;
+    }
+    PyObject *value = PyObject_GetAttr(decoder, decoder_attr.limit);
+    if (value == NULL) {
+        return -1;
+    }
+    *limit = PyLong_AsSsize_t(value);
+    Py_DECREF(value);
+    if (*limit == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *pending = PyObject_GetAttr(decoder, decoder_attr.pending);
+    if (*pending == NULL) {
+        return -1;
+    }
+    if (!PyByteArray_Check(*pending)) {
+        Py_CLEAR(*pending);
+        PyErr_SetString(PyExc_TypeError, "SSEDecoder._pending must be a bytearray");
+        return -1;
+    }
+    return 0;
+}
+
+/* The decoder refuses the stream: decoder._refuse(), which words the error and lets the
+ * pending event go. */
+static int
+refuse(PyObject *decoder)
+{
+    PyObject *res = PyObject_CallMethodObjArgs(decoder, decoder_attr.refuse, NULL);
+    Py_XDECREF(res);
+    return res == NULL ? -1 : 0;
+}
+
+/* After the events before the refusal were added: the state's error becomes the
+ * decoder's, unless one of those events set one. */
+static int
+note_refusal(PyObject *decoder, PyObject *state)
+{
+    PyObject *error = PyObject_GetAttr(decoder, decoder_attr.error);
+    if (error == NULL) {
+        return -1;
+    }
+    const int rc = set_if_none(state, state_attr.error, error);
+    Py_DECREF(error);
+    return rc;
+}
+
+/* One socket read: framed as SSEDecoder._blocks frames it (line ends normalized as they
+ * arrive, only the new bytes searched for the blank line, the event not yet complete kept
+ * in decoder._pending up to the decoder's limit), the events it completed walked. True
+ * once the stream is refused (an event beyond the limit). */
 static PyObject *
 scan_feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -617,61 +762,106 @@ scan_feed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *decoder = args[0], *state = args[1], *add_block = args[2], *ts = args[3];
-    PyObject *pending = PyObject_GetAttr(decoder, decoder_attr.buf);
-    if (pending == NULL) {
-        return NULL;
+    const char *s = PyBytes_AS_STRING(args[4]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[4]);
+    int cr = 0;
+    Py_ssize_t limit = 0;
+    PyObject *pending = NULL;
+    PyObject *owned = NULL; /* what `s` points into when it is not the read itself */
+    const int status = read_decoder(decoder, &cr, &limit, &pending);
+    if (status != 0) {
+        return status < 0 ? NULL : Py_NewRef(Py_True);
     }
-    if (!PyBytes_Check(pending)) {
+    if (n == 0) {
         Py_DECREF(pending);
-        PyErr_SetString(PyExc_TypeError, "SSEDecoder._buf must be bytes");
-        return NULL;
+        Py_RETURN_FALSE;
     }
-    PyObject *buf;
-    if (PyBytes_GET_SIZE(pending) > 0) {
-        buf = pending;
-        Py_INCREF(args[4]);
-        PyObject *data = args[4];
-        PyBytes_ConcatAndDel(&buf, data); /* steals both references; buf is the sum */
-        if (buf == NULL) {
-            return NULL;
+    if (cr && s[0] == '\n') { /* the LF of a CRLF whose CR ended the last read */
+        s++;
+        n--;
+    }
+    const int ends_cr = n > 0 && s[n - 1] == '\r';
+    int rc = 0;
+    if (ends_cr != cr) {
+        rc = PyObject_SetAttr(decoder, decoder_attr.cr, ends_cr ? Py_True : Py_False);
+    }
+    int refused = 0;
+    if (rc < 0 || n == 0) {
+        goto done;
+    }
+    if (memchr(s, '\r', (size_t)n) != NULL) {
+        owned = normalized(s, n);
+        if (owned == NULL) {
+            rc = -1;
+            goto done;
         }
+        s = PyBytes_AS_STRING(owned);
+        n = PyBytes_GET_SIZE(owned);
     }
-    else {
-        Py_DECREF(pending);
-        buf = args[4];
-        Py_INCREF(buf);
-    }
-    const char *s = PyBytes_AS_STRING(buf);
-    const Py_ssize_t n = PyBytes_GET_SIZE(buf);
-    int rc;
-    if (memchr(s, '\r', (size_t)n) == NULL) {
-        Py_ssize_t end = last_separator(s, n);
-        if (end < 0) { /* no event completed: keep it all */
-            rc = PyObject_SetAttr(decoder, decoder_attr.buf, buf);
-            Py_DECREF(buf);
-            return rc < 0 ? NULL : Py_NewRef(Py_None);
-        }
-        if (end == 0 || s[end - 1] != '\n') { /* where feed would split too */
-            PyObject *rest = PyBytes_FromStringAndSize(s + end + 2, n - end - 2);
-            if (rest == NULL) {
-                Py_DECREF(buf);
-                return NULL;
-            }
-            rc = PyObject_SetAttr(decoder, decoder_attr.buf, rest);
-            Py_DECREF(rest);
+    const Py_ssize_t held = PyByteArray_GET_SIZE(pending);
+    const int straddle = held > 0 && PyByteArray_AS_STRING(pending)[held - 1] == '\n' && s[0] == '\n';
+    Py_ssize_t last = last_separator(s, n);
+    if (last < 0 && !straddle) { /* no event completes: the read joins the pending one */
+        rc = append_bytes(pending, s, n);
+        if (rc == 0 && pending_over(pending, limit)) {
+            refused = 1;
+            rc = refuse(decoder);
             if (rc == 0) {
-                rc = walk_text(state, ts, s, end, add_block);
+                rc = note_refusal(decoder, state);
             }
-            Py_DECREF(buf);
-            return rc < 0 ? NULL : Py_NewRef(Py_None);
         }
+        goto done;
     }
-    rc = PyObject_SetAttr(decoder, decoder_attr.buf, consts.empty);
-    if (rc == 0) {
-        rc = feed_slowly(decoder, state, ts, buf);
+    if (held > 0) { /* the pending event completes: copied once, with the read */
+        PyObject *joined = PyBytes_FromStringAndSize(NULL, held + n);
+        if (joined == NULL) {
+            rc = -1;
+            goto done;
+        }
+        memcpy(PyBytes_AS_STRING(joined), PyByteArray_AS_STRING(pending), (size_t)held);
+        memcpy(PyBytes_AS_STRING(joined) + held, s, (size_t)n);
+        Py_XSETREF(owned, joined);
+        s = PyBytes_AS_STRING(owned);
+        n = held + n;
+        rc = PyByteArray_Resize(pending, 0);
+        if (rc < 0) {
+            goto done;
+        }
+        last = last_separator(s, n); /* no further back than the pending event's last LF */
     }
-    Py_DECREF(buf);
-    return rc < 0 ? NULL : Py_NewRef(Py_None);
+    /* The last separator is the last LF pair of its run, paired from the run's start (the
+     * first separator's split: a third LF starts the next block). */
+    Py_ssize_t run = last;
+    while (run > 0 && s[run - 1] == '\n') {
+        run--;
+    }
+    const Py_ssize_t rest = run + ((last + 2 - run) / 2) * 2;
+    Py_ssize_t end = rest - 2; /* the text of the whole blocks: [s, s + end) */
+    if (end > limit) {         /* one of them may be too long */
+        const Py_ssize_t upto = walkable(s, end, limit);
+        refused = upto < end;
+        end = upto;
+    }
+    if (!refused) {
+        rc = append_bytes(pending, s + rest, n - rest);
+        refused = rc == 0 && pending_over(pending, limit);
+    }
+    if (rc == 0 && refused) {
+        rc = refuse(decoder); /* before the walk, as _blocks does */
+    }
+    if (rc == 0 && end > 0) {
+        rc = walk_text(state, ts, s, end, add_block);
+    }
+    if (rc == 0 && refused) { /* after it: an event walked may have set its error first */
+        rc = note_refusal(decoder, state);
+    }
+done:
+    Py_XDECREF(owned);
+    Py_DECREF(pending);
+    if (rc < 0) {
+        return NULL;
+    }
+    return Py_NewRef(refused ? Py_True : Py_False);
 }
 
 static PyMethodDef methods[] = {
@@ -716,6 +906,7 @@ PyInit__sse_scan(void)
     if (intern(&state_attr.add, "add") < 0 || intern(&state_attr.add_decoded, "add_decoded") < 0
         || intern(&state_attr.add_object, "_add_decoded") < 0
         || intern(&state_attr.content, "content") < 0 || intern(&state_attr.done, "done") < 0
+        || intern(&state_attr.error, "error") < 0
         || intern(&state_attr.finish, "finish") < 0
         || intern(&state_attr.first_reasoning, "first_reasoning") < 0
         || intern(&state_attr.first_token, "first_token") < 0
@@ -726,7 +917,10 @@ PyInit__sse_scan(void)
         || intern(&state_attr.usage_raw, "usage_raw") < 0) {
         return NULL;
     }
-    if (intern(&decoder_attr.buf, "_buf") < 0 || intern(&decoder_attr.feed, "feed") < 0) {
+    if (intern(&decoder_attr.cr, "_cr") < 0 || intern(&decoder_attr.error, "error") < 0
+        || intern(&decoder_attr.limit, "_limit") < 0
+        || intern(&decoder_attr.pending, "_pending") < 0
+        || intern(&decoder_attr.refuse, "_refuse") < 0) {
         return NULL;
     }
     if (intern(&key.choices, "choices") < 0

@@ -5,7 +5,8 @@ sink); the events the read completed are added to the stream's ``StreamState`` w
 read's arrival time. Two implementations do that, and leave the same state:
 
 * the C walk, ``loadgen.stream._sse_scan``, where the package was built with a C compiler:
-  one call per read frames it as ``SSEDecoder.feed_raw`` does and classifies its events.
+  one call per read frames it as ``SSEDecoder.feed_raw`` does (on the decoder's own state,
+  with its limit on an event's size) and classifies its events.
   Runs of plain content chunks are added without Python (about 0.1-0.2 µs per event); the
   role, finish, usage and reasoning chunks are decoded by orjson and classified in C;
   errors and server timings go through ``StreamState``'s methods.
@@ -13,7 +14,10 @@ read's arrival time. Two implementations do that, and leave the same state:
   event. Installs without the C module use it.
 
 ``native`` picks one (by default the C walk where it is built); the tests run every case
-on both and compare them with the reference. Must not import the client or the transports.
+on both and compare them with the reference. An event longer than the decoder's limit
+(``SSEDecoder``, ``max_event_bytes``) ends the stream: ``StreamState.error`` says so (unless
+an earlier event set it), and ``take`` answers True from then on, which tells the
+transport to read no more of the body. Must not import the client or the transports.
 """
 
 from __future__ import annotations
@@ -22,16 +26,16 @@ from collections.abc import Callable
 from functools import partial
 from typing import Final
 
-from loadgen.stream.sse import SSEDecoder, decode_blocks, event_data
+from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, decode_blocks, event_data
 from loadgen.stream.state import StreamState, StreamSummary
 
 Read = tuple[int, bytes | list[bytes]]
-"""One socket read: its arrival time and its completed events, as ``feed_raw`` gave them
-(the events' text, or their decoded data)."""
+"""One socket read: its arrival time and its completed events (their text, as ``feed_raw``
+gives it, or their decoded data)."""
 
 _AddBlock = Callable[[StreamState, int, bytes], None]
 _scan_read: Callable[[StreamState, int, bytes, _AddBlock], None] | None
-_scan_feed: Callable[[SSEDecoder, StreamState, _AddBlock, int, bytes], None] | None
+_scan_feed: Callable[[SSEDecoder, StreamState, _AddBlock, int, bytes], bool] | None
 try:
     from loadgen.stream._sse_scan import scan_feed as _scan_feed
     from loadgen.stream._sse_scan import scan_read as _scan_read
@@ -73,6 +77,10 @@ class EventFeed:
     """One response body's reads into its ``StreamState``: ``take(ts, data)`` for each
     socket read (the transport's sink), ``finish(ts)`` at the end of the body.
 
+    ``take`` answers whether the stream has ended for good: True once an event was longer
+    than ``max_event_bytes`` (then ``StreamState.error`` says so and nothing more is
+    read), which tells the transport to stop reading the body.
+
     With ``native`` (the default where the C module is built), ``take`` is that module's
     ``scan_feed`` bound to this body's decoder and state: framing and classification in one
     call, with no Python frame per read. Without it, ``SSEDecoder.feed`` frames the read
@@ -80,10 +88,16 @@ class EventFeed:
 
     __slots__ = ("_decoder", "_state", "take")
 
-    def __init__(self, state: StreamState, *, native: bool = NATIVE) -> None:
+    def __init__(
+        self,
+        state: StreamState,
+        *,
+        native: bool = NATIVE,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
         self._state = state
-        self._decoder = SSEDecoder()
-        self.take: Callable[[int, bytes], None]
+        self._decoder = SSEDecoder(max_event_bytes)
+        self.take: Callable[[int, bytes], bool]
         if native:
             if _scan_feed is None:
                 raise RuntimeError(_NOT_BUILT)
@@ -91,10 +105,16 @@ class EventFeed:
         else:
             self.take = self._take
 
-    def _take(self, ts: int, data: bytes) -> None:
+    def _take(self, ts: int, data: bytes) -> bool:
+        decoder = self._decoder
         add = self._state.add
-        for payload in self._decoder.feed(data):
+        for payload in decoder.feed(data):
             add(ts, payload)
+        if decoder.error is None:
+            return False
+        if self._state.error is None:  # an error in an earlier event came first
+            self._state.error = decoder.error
+        return True
 
     def finish(self, ts: int) -> None:
         """The body ended: a last event that lacked its blank line still counts."""

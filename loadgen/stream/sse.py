@@ -3,13 +3,39 @@
 Fed bytes as they arrive, it returns the ``data`` payload of every event that completed.
 It never touches a socket or a clock: the caller stamps arrival times before feeding.
 The same bytes split at any points yield the same events (fuzzed in the tests).
+
+Bounded and linear: each byte fed is looked at a fixed number of times, however the
+stream is split (line ends are normalized as they arrive, and only the new bytes are
+searched for the blank line that ends an event), and the event not yet complete is held
+up to ``max_event_bytes``; a longer event ends the stream (``SSEDecoder.error``).
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 # Substring tests use ``find``: ``needle in data`` first tries the needle as an integer
 # (``bytes`` also holds ints), and on CPython 3.11 that builds and discards a TypeError,
 # which costs more than the search on these paths.
+
+MIB: Final = 1024 * 1024
+
+DEFAULT_MAX_EVENT_BYTES: Final = 32 * MIB
+"""The longest event a stream may hold: room for a whole 1M-token response in one event.
+
+A server that streams sends a few tokens per event (a few hundred bytes); one that sends
+a whole response as one event (a final chunk with all the text, or a stream that is not
+really one) sends its text JSON-escaped: about 4 bytes per token of English, and at worst
+12 (a token that is one emoji written as a ``\\uXXXX\\uXXXX`` surrogate pair). 1M tokens
+at 32 bytes each leave room for that worst case and for the chunk's other fields with
+more than 2x to spare, while a server that never ends its event costs at most 32 MiB per
+stream (and the time to read them) before the stream is refused, instead of every byte
+it sends."""
+
+
+def size_text(nbytes: int) -> str:
+    """``nbytes`` in MiB where it is a whole number of them (``32 MiB``), else in bytes."""
+    return f"{nbytes // MIB} MiB" if nbytes % MIB == 0 else f"{nbytes} bytes"
 
 
 class SSEDecoder:
@@ -19,64 +45,106 @@ class SSEDecoder:
     event are joined with LF; one space after the colon is dropped; comments (``:``) and the
     ``event``/``id``/``retry`` fields are ignored (OpenAI-style streams do not use them).
     An event without any data line is not dispatched.
+
+    An event is dispatched by the read that completes its blank line: a CR ends a line
+    where it stands (an LF right after it, in the same read or the next, is the rest of
+    that CRLF). An event longer than ``max_event_bytes`` (its lines without the blank
+    line, each line end counted as one byte) ends the stream: the events before it are
+    returned, ``error`` says why, and nothing after it is read. The verdict does not
+    depend on where the reads split the stream.
     """
 
-    __slots__ = ("_buf",)
-    # ``_buf`` (the bytes of an event not yet complete) is also read and written by
-    # ``loadgen.stream._sse_scan.scan_feed``, which frames a read exactly as ``feed_raw`` does.
+    __slots__ = ("_cr", "_limit", "_pending", "error")
+    # ``loadgen.stream._sse_scan.scan_feed`` frames a read exactly as ``_blocks`` does, on
+    # these slots: ``_pending`` (the event not yet complete, its line ends already LF),
+    # ``_cr`` (the last byte fed was a CR), ``_limit``, and ``error``; it calls ``_refuse``.
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        if max_event_bytes < 1:
+            raise ValueError(f"max_event_bytes must be at least 1, got {max_event_bytes}")
+        self._limit = max_event_bytes
+        self._pending = bytearray()
+        self._cr = False
+        self.error: str | None = None
+        """Why the stream was refused (an event beyond the limit), or None."""
+
+    @property
+    def max_event_bytes(self) -> int:
+        return self._limit
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the data of every event completed by them, in order."""
-        buf = self._buf + data if self._buf else data
-        if buf.find(b"\r") >= 0:
-            # A trailing CR may be the first half of a CRLF split across reads: keep it.
-            hold = buf.endswith(b"\r")
-            if hold:
-                buf = buf[:-1]
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            if hold:
-                buf += b"\r"
-        if buf.find(b"\n\n") < 0:
-            self._buf = buf
-            return []
-        blocks = buf.split(b"\n\n")
-        self._buf = blocks.pop()
         out: list[bytes] = []
-        for block in blocks:
+        for block in self._blocks(data):
             payload = event_data(block)
             if payload is not None:
                 out.append(payload)
         return out
 
-    def feed_raw(self, data: bytes) -> bytes | list[bytes]:
-        """Like ``feed``, but on the common path the completed events come back undecoded.
+    def feed_raw(self, data: bytes) -> bytes:
+        """Like ``feed``, but the completed events come back undecoded: their text (no CR;
+        whole blocks separated by blank lines, without the last one), which
+        ``decode_blocks`` turns into exactly the list ``feed`` would have returned. Empty
+        when no event completed."""
+        return b"\n\n".join(self._blocks(data))
 
-        Returns either the text of the completed events (bytes, no CR, whole blocks with the
-        separating blank lines: ``decode_blocks`` turns it into exactly the list ``feed``
-        would have returned) or, when the buffer holds a CR or ends in a run of more than two
-        LFs, the decoded list from ``feed`` itself. Falsy when no event completed.
-        """
-        buf = self._buf + data if self._buf else data
-        if buf.find(b"\r") < 0:
-            end = buf.rfind(b"\n\n")
-            if end < 0:
-                self._buf = buf
-                return b""
-            if end == 0 or buf[end - 1] != 0x0A:  # the last separator: `feed` splits here too
-                self._buf = buf[end + 2 :]
-                return buf[:end]
-        self._buf = b""
-        return self.feed(buf)
+    def _blocks(self, data: bytes) -> list[bytes]:
+        """The event blocks (CR-free, no blank line) that ``data`` completes."""
+        if self.error is not None or not data:
+            return []
+        if self._cr and data[0] == 0x0A:  # the LF of a CRLF whose CR ended the last read
+            data = data[1:]
+        self._cr = data[-1:] == b"\r"
+        if data.find(b"\r") >= 0:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if not data:
+            return []
+        pending = self._pending
+        if pending:
+            # Only the new bytes are searched; a blank line may start at pending's last LF.
+            if not (pending[-1] == 0x0A and data[0] == 0x0A) and data.find(b"\n\n") < 0:
+                pending += data
+                self._check_pending()
+                return []
+            data = bytes(pending) + data  # the pending event completes: copied once
+            pending.clear()
+        elif data.find(b"\n\n") < 0:
+            pending += data
+            self._check_pending()
+            return []
+        blocks = data.split(b"\n\n")
+        pending += blocks.pop()
+        limit = self._limit
+        for i, block in enumerate(blocks):
+            if len(block) > limit:
+                self._refuse()
+                return blocks[:i]
+        self._check_pending()
+        return blocks
+
+    def _check_pending(self) -> None:
+        """Refuse the stream once the pending event is certain to exceed the limit: a last
+        LF of it may be the first half of the blank line, and does not count."""
+        pending = self._pending
+        if len(pending) - pending.endswith(b"\n") > self._limit:
+            self._refuse()
+
+    def _refuse(self) -> None:
+        self.error = (
+            f"an SSE event longer than {size_text(self._limit)} (the limit: loadgen replay "
+            "--max-event-mib): the stream was not read further"
+        )
+        self._pending = bytearray()  # its memory goes at once
 
     def flush(self) -> list[bytes]:
         """End of stream: dispatch a final event that lacked its blank line, if any."""
-        buf, self._buf = self._buf, b""
-        if buf.endswith(b"\r"):
-            buf = buf[:-1]
-        return decode_blocks(buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n"))
+        if self.error is not None:
+            return []
+        text = bytes(self._pending)
+        self._pending.clear()
+        self._cr = False
+        payload = event_data(text) if text else None
+        return [payload] if payload is not None else []
 
 
 def event_data(block: bytes) -> bytes | None:

@@ -23,7 +23,6 @@ from scripted import Paced, response, scripted_server
 
 from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.clock import Clock
-from loadgen.http import connection as http11
 from loadgen.http.deadline import ReadDeadline
 from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import STAMPED
@@ -59,16 +58,8 @@ async def fetch_drained(
         return resp.status_code, pieces
 
 
-@pytest.fixture(autouse=True, params=["c", "httptools"])
-def body_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs with both decoders of chunked bodies: the C one (after httptools
-    has read the head) and httptools for the whole response."""
-    if request.param == "c":
-        if http11._Dechunker is None:
-            pytest.skip("loadgen.http._chunked is not built")
-    else:
-        monkeypatch.setattr(http11, "_Dechunker", None)
-    return str(request.param)
+pytestmark = pytest.mark.usefixtures("body_decoder")
+"""Every test runs with both decoders of chunked bodies (``conftest.body_decoder``)."""
 
 
 T = TypeVar("T")

@@ -8,12 +8,13 @@ they are compared with (on the test path via pytest's ``pythonpath``; not a test
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
 from loadgen.stream.feed import NATIVE, EventFeed
-from loadgen.stream.sse import SSEDecoder
+from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from loadgen.stream.state import StreamState, StreamSummary, summarize_stream
 
 IMPLS = [
@@ -37,23 +38,43 @@ def stamps_for(pieces: list[bytes]) -> list[int]:
     return [1_000_000 * (i + 1) for i in range(len(pieces))]
 
 
-def reference(pieces: list[bytes], stamps: list[int], end_ns: int) -> StreamSummary:
+def reference(
+    pieces: list[bytes],
+    stamps: list[int],
+    end_ns: int,
+    *,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> StreamSummary:
     """What the client recorded before any fast path: ``SSEDecoder.feed`` per read, each
-    event stamped with its read's time, ``summarize_stream`` once the stream ended."""
-    dec = SSEDecoder()
+    event stamped with its read's time, ``summarize_stream`` once the stream ended; the
+    decoder's refusal of a stream (an event beyond ``max_event_bytes``) is its error
+    unless an event's came first."""
+    dec = SSEDecoder(max_event_bytes)
     events: list[tuple[int, bytes]] = []
     for ts, data in zip(stamps, pieces, strict=True):
         events.extend((ts, payload) for payload in dec.feed(data))
     events.extend((end_ns, payload) for payload in dec.flush())
-    return summarize_stream(events, SENT_NS)
+    summary = summarize_stream(events, SENT_NS)
+    if dec.error is not None and summary.error is None:
+        summary = dataclasses.replace(summary, error=dec.error)
+    return summary
 
 
-def fed(pieces: list[bytes], stamps: list[int], end_ns: int, *, native: bool) -> StreamSummary:
-    """As the client does it: each read through an ``EventFeed`` as it arrives."""
+def fed(
+    pieces: list[bytes],
+    stamps: list[int],
+    end_ns: int,
+    *,
+    native: bool,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> StreamSummary:
+    """As the client does it: each read through an ``EventFeed`` as it arrives, until
+    ``take`` says the stream has ended (an event beyond ``max_event_bytes``)."""
     state = StreamState(SENT_NS)
-    feed = EventFeed(state, native=native)
+    feed = EventFeed(state, native=native, max_event_bytes=max_event_bytes)
     for ts, data in zip(stamps, pieces, strict=True):
-        feed.take(ts, data)
+        if feed.take(ts, data):
+            break
     feed.finish(end_ns)
     return state.summary()
 
