@@ -6,7 +6,9 @@ generator's health. The CLI and the demos call ``run_session``.
 
 A shard whose rows could not all be written (``RecorderError``) stops early; the session
 still writes ``run.json``, with status ``failed`` and the rows that were written, and then
-raises the error (exit 4).
+raises the error (exit 4). A shard process that dies (``WorkerDiedError``, exit 4) leaves
+its journal: the session merges it and marks the run ``incomplete``
+(``loadgen.run.recover``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from loadgen import __version__
 from loadgen.clock import Clock
-from loadgen.errors import ConfigError, RecorderError, RunDirError
+from loadgen.errors import ConfigError, RecorderError, RunDirError, WorkerDiedError
 from loadgen.live import StatsView
 from loadgen.redact import redact_url
 from loadgen.replay import ReplayResult
@@ -267,7 +269,15 @@ async def run_session(
         )
 
     # The scraper runs in this process, on the run's clock, beside the shard(s).
-    outcomes, scraped = await alongside(replay, _scrape_config(opts), clock.now_ns)
+    try:
+        outcomes, scraped = await alongside(replay, _scrape_config(opts), clock.now_ns)
+    except WorkerDiedError as exc:
+        # The other shards finished and merged; the dead one's journal holds what it
+        # recorded. Merge it and say the run is incomplete, with what it lost (exit 4).
+        from loadgen.run.recover import recover_run
+
+        recover_run(opts.run_dir, cause=str(exc))
+        raise
     return _finish(opts, replace(base_info, server_metrics=scraped), outcomes)
 
 

@@ -130,3 +130,59 @@ def test_kill_9_then_recover_accounts_for_every_request(tmp_path: Path, sim: Sim
     again = _loadgen("recover", str(run_dir))
     assert again.returncode == 0
     assert "nothing to recover" in again.stdout
+
+
+def _shard_pids(parent: int) -> list[int]:
+    """The replay's worker processes (spawned), in start order."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    pids = []
+    for pid in sorted(map(int, children)):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"spawn_main" in cmdline:
+            pids.append(pid)
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_dead_worker_is_exit_4_and_its_rows_are_merged(tmp_path: Path, sim: SimFactory) -> None:
+    server = sim("--ttft-ms", "20", "--itl-ms", "25")
+    trace = _trace(tmp_path / "t.parquet")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "loadgen.cli.root", "replay", str(trace),
+            "--base-url", server.base_url, "-o", str(run_dir), "--no-progress",
+            "--run-id", "dead", "--no-scrape-metrics", "--workers", "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        journal = run_dir / "shard-0" / s.PARTS_DIR / s.JOURNAL_FILE
+        deadline = time.monotonic() + 60
+        while not journal.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(2.3)  # the workers start 1 s after the journal opens; then 1.3 s of run
+        shards = _shard_pids(proc.pid)
+        assert len(shards) == 2
+        os.kill(shards[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err
+    assert "worker 0 died (SIGKILL)" in err
+    info = read_run_info(run_dir)
+    assert info is not None
+    assert info.incomplete is not None
+    assert info.status == "incomplete"
+    assert "worker 0 died" in info.incomplete.cause
+    for k in (0, 1):
+        assert (run_dir / f"shard-{k}" / s.REQUESTS_FILE).exists()
+        assert not (run_dir / f"shard-{k}" / s.PARTS_DIR).exists()
+    rows = [pq.read_metadata(run_dir / f"shard-{k}" / s.REQUESTS_FILE).num_rows for k in (0, 1)]
+    assert rows[1] == _N // 2  # the live shard finished its half
+    assert 0 < rows[0] < _N // 2
+    assert info.incomplete.rows == sum(rows)
+    assert info.incomplete.lost > 0
