@@ -246,6 +246,8 @@ class RunHealth:
     runs: int
     schedule_lag_p99_ms: float | None
     loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None = None
+    """The longest event-loop stall: every arrival stamped during it was late by up to it."""
     cpu_utilisation: float | None
     client_bound: bool | None
 
@@ -287,6 +289,7 @@ def run_health(run: Path | str) -> RunHealth:
             runs=0,
             schedule_lag_p99_ms=None,
             loop_lag_p99_ms=None,
+            loop_lag_max_ms=None,
             cpu_utilisation=None,
             client_bound=None,
         )
@@ -294,6 +297,7 @@ def run_health(run: Path | str) -> RunHealth:
         runs=len(healths),
         schedule_lag_p99_ms=max(h.schedule_lag_ms.p99_ms for h in healths),
         loop_lag_p99_ms=max(h.loop_lag_ms.p99_ms for h in healths),
+        loop_lag_max_ms=max(h.loop_lag_ms.max_ms for h in healths),
         cpu_utilisation=max(h.cpu_utilisation for h in healths),
         client_bound=any(h.client_bound for h in healths),
     )

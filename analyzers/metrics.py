@@ -388,6 +388,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     validity = assess_validity(
         schedule_lag_p99_ms=float(lag) if lag is not None else None,
         loop_lag_p99_ms=health.loop_lag_p99_ms,
+        loop_lag_max_ms=health.loop_lag_max_ms,
         cpu_utilisation=health.cpu_utilisation,
         prompt_error_median=overall.fidelity.abs_error_median,
         class_counts=[ClassCount(workload=c.workload, requests=c.ok) for c in counted],
@@ -434,6 +435,7 @@ def run_validity(
     return assess_validity(
         schedule_lag_p99_ms=_opt(lag),
         loop_lag_p99_ms=health.loop_lag_p99_ms,
+        loop_lag_max_ms=health.loop_lag_max_ms,
         cpu_utilisation=health.cpu_utilisation,
         prompt_error_median=_opt(err),
         class_counts=class_counts,

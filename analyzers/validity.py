@@ -2,9 +2,11 @@
 
 Three flags, each with the reasons that raised it:
 
-- ``client_bound``: the generator, not the server, limited the run: the p99 schedule lag
-  (``sent - due``, from the rows) or the event-loop lag p99 (``run.json`` health) exceeds
-  its threshold.
+- ``client_bound``: the generator, not the server, limited the run, or its clock readings
+  cannot be trusted: the p99 schedule lag (``sent - due``, from the rows), the event-loop
+  lag p99 or the longest event-loop stall (``run.json`` health) exceeds its threshold. A
+  stall delays every arrival stamped during it (a first token stamped late reads as a
+  slow server), so one long stall is enough even when the p99 is low.
 - ``unfaithful``: the prompts were not what the trace asked for: the median
   ``|prompt_tokens / requested - 1|`` exceeds the tolerance (5% by default).
 - ``too_small``: a reported percentile rests on too few requests: percentile ``p`` of a
@@ -30,6 +32,8 @@ class ValidityThresholds:
 
     max_schedule_lag_p99_ms: float = 5.0
     max_loop_lag_p99_ms: float = 20.0
+    max_loop_stall_ms: float = 100.0
+    """The longest event-loop lag (``health.loop_lag_ms.max_ms``): the most a stamp was late."""
     max_cpu_utilisation: float = 0.7
     """A worker's CPU over wall time during the replay (1.0 = one core busy)."""
     max_prompt_error: float = 0.05
@@ -101,6 +105,7 @@ def assess_validity(
     loop_lag_p99_ms: float | None,
     prompt_error_median: float | None,
     cpu_utilisation: float | None = None,
+    loop_lag_max_ms: float | None = None,
     class_counts: Sequence[ClassCount],
     percentiles: Sequence[float],
     thresholds: ValidityThresholds = ValidityThresholds(),
@@ -122,6 +127,19 @@ def assess_validity(
                 kind="client_bound",
                 reason=f"client-bound: event-loop lag p99 {loop_lag_p99_ms:.1f} ms > "
                 f"{t.max_loop_lag_p99_ms:g} ms (run.json health)",
+            )
+        )
+    if (
+        loop_lag_max_ms is not None
+        and loop_lag_max_ms > t.max_loop_stall_ms
+        and not (loop_lag_p99_ms is not None and loop_lag_p99_ms > t.max_loop_lag_p99_ms)
+    ):
+        flags.append(
+            ValidityFlag(
+                kind="client_bound",
+                reason=f"client-bound: an event-loop stall of {loop_lag_max_ms:.0f} ms > "
+                f"{t.max_loop_stall_ms:g} ms (run.json health): arrivals stamped during it "
+                "were late by up to that",
             )
         )
     if cpu_utilisation is not None and cpu_utilisation > t.max_cpu_utilisation:

@@ -9,6 +9,8 @@ Tree::
         ├── RecorderError         the run's rows could not be written or merged; what was
         │                         written stays readable (4)
         ├── RunDirError           the run directory cannot be created or is not empty (2)
+        ├── WorkerDiedError       a ``--workers`` shard process died; what it journaled is
+        │                         merged and the run marked ``incomplete`` (4)
         └── SimError              inside the simulator's server: answered over HTTP, they
             │                     reach no command line
             ├── RequestError      a request body the simulator refuses: HTTP 400, ``param``
@@ -51,6 +53,17 @@ class RecorderError(LoadgenError):
 
 class RunDirError(LoadgenError):
     """The run directory cannot be used."""
+
+
+class WorkerDiedError(LoadgenError):
+    """A worker process (shard) of a ``--workers`` run died (killed, crashed): an
+    infrastructure failure, not bad input. ``shard`` is the first that died."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, shard: int) -> None:
+        super().__init__(message)
+        self.shard = shard
 
 
 class SimError(LoadgenError):

@@ -11,7 +11,9 @@ absent rather than null.
 
 Versions (``schema_version``, ``RUN_INFO_VERSION``): version 1 was the untyped dict of
 earlier builds, whose keys changed from build to build; version 2 has the same layout
-under this contract. Reading a document of
+under this contract; version 3 adds the optional ``incomplete`` section (a run recovered
+after a crash, ``loadgen recover``). A new optional key needs a new version: a build that
+reads its own version strictly would refuse the key by name. Reading a document of
 
 - this version: every key must be known (an unknown one is an error naming it), every
   field without a default present and of its type;
@@ -37,9 +39,16 @@ from typing import Any, Final
 from traces.errors import NewerRunInfoError, RunInfoError
 from traces.prompts.maker import CalibrationSample, PromptStrategy
 
-RUN_INFO_VERSION: Final = 2
+RUN_INFO_VERSION: Final = 3
 """The ``schema_version`` this build writes and the newest it reads."""
 VERSION_KEY: Final = "schema_version"
+
+COMPLETE_STATUSES: Final = ("completed", "duration")
+"""Statuses of a run that ended as asked: the whole schedule, or up to ``--duration``.
+Any other (``running``, ``interrupted``, ``failed``, ``incomplete``) is an incomplete run:
+the analysing commands warn about it and ``gate`` refuses it (exit 3)."""
+INCOMPLETE: Final = "incomplete"
+"""The status ``loadgen recover`` gives a run whose process died (``Incomplete`` says why)."""
 
 _OMIT_NONE: Final = {"omit_none": True}
 """Field metadata: leave the key out of the JSON while the value is None."""
@@ -249,11 +258,34 @@ class ScrapeReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Incomplete:
+    """Why a run is ``incomplete`` and what it lost, as ``loadgen recover`` found it.
+
+    ``cause``: one line (``the replay process died (killed?) while running``, ``worker 1
+    died``). ``scheduled``: requests of the schedule (``load.requests``); ``rows``: rows
+    recovered from the journals; ``dispatched``: requests the run certainly sent (per
+    shard, every request up to the last one recorded, and every request due before the
+    journal's last write: the replay sends in schedule order); ``lost``: ``dispatched -
+    rows``, requests sent whose rows were never written (in flight, or finished but not
+    flushed, when the process died). Requests sent in the last flush interval before the
+    death are not known to have been sent: ``lost`` is a lower bound, and ``scheduled -
+    rows`` the upper one."""
+
+    cause: str
+    scheduled: int
+    rows: int
+    dispatched: int
+    lost: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunInfo:
     """One run directory's ``run.json``.
 
     ``status`` is ``running`` until the replay ends, then how it ended (``completed``,
-    ``interrupted``, ``duration``, ...). ``versions`` maps Python, the platform and the
+    ``interrupted``, ``duration``, ``failed``), or ``incomplete`` once ``loadgen recover``
+    has repaired a run whose process died (``incomplete`` then says why and what was
+    lost). ``versions`` maps Python, the platform and the
     packages that shape the measurement to their versions.
     """
 
@@ -270,6 +302,29 @@ class RunInfo:
     result: RunResult | None = field(default=None, metadata=_OMIT_NONE)
     health: GeneratorHealth | None = field(default=None, metadata=_OMIT_NONE)
     server_metrics: ScrapeReport | None = field(default=None, metadata=_OMIT_NONE)
+    incomplete: Incomplete | None = field(default=None, metadata=_OMIT_NONE)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the run ended as asked (``COMPLETE_STATUSES``)."""
+        return self.status in COMPLETE_STATUSES
+
+    def status_problem(self) -> str | None:
+        """One line on why the run is not complete (None when it is)."""
+        if self.complete:
+            return None
+        if self.incomplete is not None:
+            i = self.incomplete
+            return (
+                f"run {self.run_id} is {self.status}: {i.cause}; {i.rows} rows of "
+                f"{i.scheduled} scheduled, at least {i.lost} requests sent and not recorded"
+            )
+        if self.status == "running":
+            return (
+                f"run {self.run_id} is still running or its process died "
+                "(run `loadgen recover` on it if it died)"
+            )
+        return f"run {self.run_id} is {self.status}, not complete"
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of ``run.json``, stamped with this build's ``schema_version``."""

@@ -93,6 +93,9 @@ def analyze(
     if is_sweep_dir(run):
         _analyze_sweep(run, slo, selection)
         return
+    from loadgen.cli.runstatus import warn_if_incomplete
+
+    warn_if_incomplete(run)
     from analyzers.metrics import AnalysisOptions
     from analyzers.metrics import analyze as run_analysis
     from analyzers.validity import ValidityThresholds

@@ -114,6 +114,9 @@ def decompose(
     """
     from analyzers.decompose import DecomposeOptions
     from analyzers.decompose import decompose as run_decompose
+    from loadgen.cli.runstatus import warn_if_incomplete
+
+    warn_if_incomplete(run)
 
     if budget is not None:
         budget = engine_shape(

@@ -1,8 +1,10 @@
 """``loadgen gate``: a thin command over ``analyzers.slo.gate``, rendered by ``reports.gate``.
 
-Exit codes (docs/gates.md): 0 pass, 1 SLO breach or regression, 2 bad input, 3 invalid run,
-4 endpoint or infrastructure failure. The environment is read here only:
-``GITHUB_STEP_SUMMARY`` receives the gate's Markdown when set.
+Exit codes (docs/gates.md): 0 pass, 1 SLO breach or regression, 2 bad input, 3 invalid run
+(also a run, or baseline, whose ``run.json`` says it did not complete: killed and
+recovered, still running, interrupted, failed), 4 endpoint or infrastructure failure.
+The environment is read here only: ``GITHUB_STEP_SUMMARY`` receives the gate's Markdown
+when set.
 """
 
 from __future__ import annotations
@@ -82,16 +84,22 @@ def gate(
 ) -> None:
     """Fail CI when a run breaks its SLOs or regresses against a baseline.
 
-    Exit 0 pass, 1 SLO breach (or significant regression), 2 bad input, 3 invalid run,
-    4 endpoint or infrastructure failure. See docs/gates.md.
+    Exit 0 pass, 1 SLO breach (or significant regression), 2 bad input, 3 invalid run
+    (also one that did not complete), 4 endpoint or infrastructure failure. See
+    docs/gates.md.
 
     Example: loadgen gate runs/pr --slo slo.toml --baseline runs/main --junit gate.xml
     """
+    from analyzers.errors import InvalidRunError
     from analyzers.slo.gate import GateOptions, verdict_error
     from analyzers.slo.gate import gate as run_gate
+    from loadgen.cli.runstatus import warn_if_incomplete
     from reports.gate import gate_markdown, gate_renderables, junit_xml
     from reports.jsondoc import gate_json
 
+    problems = warn_if_incomplete(run, baseline)
+    if problems:
+        raise InvalidRunError(f"{problems[0]}: a gate does not judge an incomplete run")
     report = run_gate(
         run,
         GateOptions(

@@ -105,6 +105,9 @@ def report(
     elif run is not None:
         runs.append(run)
     runs += others
+    from loadgen.cli.runstatus import warn_if_incomplete
+
+    warn_if_incomplete(*runs)
     if others and not runs[:1]:
         raise click.UsageError("--compare needs a RUN to compare with")
     if not runs and not sweep_dirs:

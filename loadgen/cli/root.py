@@ -24,6 +24,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "loadgen.cli.replay:replay",
         "Replay a trace against an OpenAI-compatible endpoint.",
     ),
+    "recover": (
+        "loadgen.cli.recover:recover",
+        "Merge a killed run's journals and mark it incomplete, with what it lost.",
+    ),
     "sim": ("loadgen.cli.sim:sim", "Serve the built-in OpenAI-compatible engine simulator."),
     "demo": ("loadgen.cli.demo:demo", "Run the whole harness end to end on the simulator."),
     "plan": (

@@ -12,6 +12,7 @@ __all__ = [
     "probe",
     "ray",
     "recorder",
+    "recover",
     "runinfo",
     "scrape",
     "session",

@@ -6,7 +6,9 @@ generator's health. The CLI and the demos call ``run_session``.
 
 A shard whose rows could not all be written (``RecorderError``) stops early; the session
 still writes ``run.json``, with status ``failed`` and the rows that were written, and then
-raises the error (exit 4).
+raises the error (exit 4). A shard process that dies (``WorkerDiedError``, exit 4) leaves
+its journal: the session merges it and marks the run ``incomplete``
+(``loadgen.run.recover``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from loadgen import __version__
 from loadgen.clock import Clock
-from loadgen.errors import ConfigError, RecorderError, RunDirError
+from loadgen.errors import ConfigError, RecorderError, RunDirError, WorkerDiedError
 from loadgen.live import StatsView
 from loadgen.redact import redact_url
 from loadgen.replay import ReplayResult
@@ -66,12 +68,19 @@ from traces.runinfo import (
 __all__ = [
     "SessionOptions",
     "SessionResult",
+    "client_bound_warnings",
     "make_transport",
     "run_session",
 ]
 
 CLIENT_BOUND_LAG_MS = 5.0
 """p99 schedule lag above which the client, not the server, may be limiting the run."""
+CLIENT_BOUND_LOOP_LAG_MS = 20.0
+"""p99 event-loop lag above which the client's stamps (and sends) are late too often."""
+CLIENT_BOUND_STALL_MS = 100.0
+"""Longest event-loop stall above which the run is flagged: every chunk that arrived during
+it was stamped late by up to that much, which reads as server latency (a 2 s stall among
+10,000 streams added 1.9 s to TTFT while the schedule lag stayed low)."""
 CLIENT_BOUND_CPU = 0.7
 """Share of one core a worker may use before the run is flagged client-bound."""
 START_DELAY_S = 1.0
@@ -260,7 +269,15 @@ async def run_session(
         )
 
     # The scraper runs in this process, on the run's clock, beside the shard(s).
-    outcomes, scraped = await alongside(replay, _scrape_config(opts), clock.now_ns)
+    try:
+        outcomes, scraped = await alongside(replay, _scrape_config(opts), clock.now_ns)
+    except WorkerDiedError as exc:
+        # The other shards finished and merged; the dead one's journal holds what it
+        # recorded. Merge it and say the run is incomplete, with what it lost (exit 4).
+        from loadgen.run.recover import recover_run
+
+        recover_run(opts.run_dir, cause=str(exc))
+        raise
     return _finish(opts, replace(base_info, server_metrics=scraped), outcomes)
 
 
@@ -319,21 +336,45 @@ def _merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
     )
 
 
+def client_bound_warnings(
+    *, schedule_lag: LagSummary, loop_lag: LagSummary, cpu_utilisation: float
+) -> list[str]:
+    """Why the client, not the server, may have limited the run or skewed its stamps (none:
+    it did not): late sends (schedule lag p99), a busy event loop (loop lag p99), one long
+    stall (loop lag max: the stamps taken in it are late) or a saturated core."""
+    warnings: list[str] = []
+    if schedule_lag.p99_ms > CLIENT_BOUND_LAG_MS:
+        warnings.append(
+            f"p99 schedule lag {schedule_lag.p99_ms:.1f} ms exceeds "
+            f"{CLIENT_BOUND_LAG_MS:g} ms: the client, not the server, may be limiting this run"
+        )
+    if loop_lag.p99_ms > CLIENT_BOUND_LOOP_LAG_MS:
+        warnings.append(
+            f"p99 event-loop lag {loop_lag.p99_ms:.1f} ms exceeds {CLIENT_BOUND_LOOP_LAG_MS:g} "
+            "ms: chunks were stamped late, latencies include client time; try --workers"
+        )
+    elif loop_lag.max_ms > CLIENT_BOUND_STALL_MS:
+        warnings.append(
+            f"an event-loop stall of {loop_lag.max_ms:.0f} ms (over {CLIENT_BOUND_STALL_MS:g} "
+            "ms): chunks arriving during it were stamped up to that late"
+        )
+    if cpu_utilisation > CLIENT_BOUND_CPU:
+        warnings.append(
+            f"a worker used {cpu_utilisation:.0%} of a core (over "
+            f"{CLIENT_BOUND_CPU:.0%}): the client may be limiting this run; try --workers"
+        )
+    return warnings
+
+
 def _finish(
     opts: SessionOptions, base_info: RunInfo, outcomes: list[ShardOutcome]
 ) -> SessionResult:
     result = _merge_results(outcomes)
-    warnings: list[str] = []
-    if result.schedule_lag.p99_ms > CLIENT_BOUND_LAG_MS:
-        warnings.append(
-            f"p99 schedule lag {result.schedule_lag.p99_ms:.1f} ms exceeds "
-            f"{CLIENT_BOUND_LAG_MS:g} ms: the client, not the server, may be limiting this run"
-        )
-    if result.cpu_utilisation > CLIENT_BOUND_CPU:
-        warnings.append(
-            f"a worker used {result.cpu_utilisation:.0%} of a core (over "
-            f"{CLIENT_BOUND_CPU:.0%}): the client may be limiting this run; try --workers"
-        )
+    warnings = client_bound_warnings(
+        schedule_lag=result.schedule_lag,
+        loop_lag=result.loop_lag,
+        cpu_utilisation=result.cpu_utilisation,
+    )
     by_outcome: dict[str, int] = {}
     for o in outcomes:
         for name, count in o.by_outcome:

@@ -21,7 +21,7 @@ from multiprocessing.context import SpawnProcess
 from typing import Any
 
 from loadgen.clock import Clock
-from loadgen.errors import LoadgenError
+from loadgen.errors import LoadgenError, WorkerDiedError
 from loadgen.live import AggregateStats, LiveStats, StatsView, WorkerReport
 from loadgen.run.shard import ShardOutcome, ShardPlan, replay_shard
 from loadgen.run.sharding import select_shard
@@ -33,6 +33,8 @@ _REPORT_S = 0.25
 class _WorkerFailed:
     shard: int
     message: str
+    died: bool = False
+    """The process ended without reporting (a signal, a crash), not by an exception."""
 
 
 def _run(coro: Any) -> Any:
@@ -76,6 +78,17 @@ def worker_main(plan: ShardPlan, channel: Any) -> None:
         channel.put(_run(main()))
     except BaseException as exc:  # reported to the parent, which raises it as one line
         channel.put(_WorkerFailed(shard=plan.shard, message=f"{type(exc).__name__}: {exc}"))
+
+
+def _death(proc: SpawnProcess) -> str:
+    code = proc.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"died ({name})"
+    return f"died (exit code {code})"
 
 
 async def run_workers(
@@ -123,15 +136,12 @@ async def run_workers(
                 msg = await asyncio.to_thread(channel.get, True, _REPORT_S)
             except queue.Empty:
                 finished = set(outcomes) | {f.shard for f in failures}
-                dead = [
-                    p
+                failures.extend(
+                    _WorkerFailed(shard=p.shard, message=_death(proc), died=True)
                     for p, proc in zip(plans, procs, strict=True)
                     if p.shard not in finished
                     and not proc.is_alive()
                     and proc.exitcode not in (None, 0)
-                ]
-                failures.extend(
-                    _WorkerFailed(shard=p.shard, message="worker process died") for p in dead
                 )
                 continue
             if isinstance(msg, WorkerReport):
@@ -149,5 +159,7 @@ async def run_workers(
                 proc.kill()
     if failures:
         first = min(failures, key=lambda f: f.shard)
+        if first.died:
+            raise WorkerDiedError(f"worker {first.shard} {first.message}", shard=first.shard)
         raise LoadgenError(f"worker {first.shard} failed: {first.message}")
     return [outcomes[k] for k in sorted(outcomes)]

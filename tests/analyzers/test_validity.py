@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from analyzers.validity import ClassCount, assess_validity, min_requests_for
 from traces import schema as s
 from traces.io import write_run_info
 from traces.records import RequestRecord, records_to_batch
-from traces.runinfo import GeneratorHealth
+from traces.runinfo import GeneratorHealth, LagSummary
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -111,3 +112,22 @@ def test_event_loop_lag_from_run_json(tmp_path: Path) -> None:
     assert a.health.loop_lag_p99_ms == 80.0
     assert a.validity.client_bound
     assert "event-loop lag" in a.validity.reasons[0]
+
+
+def test_one_long_event_loop_stall_from_run_json_is_client_bound(tmp_path: Path) -> None:
+    # The p99 loop lag is fine; one 2 s stall late-stamped every chunk that arrived in it.
+    generator = replace(
+        health(loop_lag_ms=4.0, schedule_lag_ms=0.5),
+        loop_lag_ms=LagSummary(samples=10_000, p50_ms=0.3, p99_ms=4.0, max_ms=2000.0),
+    )
+    run = write_run(tmp_path / "run", [rec(i) for i in range(3)], generator=generator)
+    a = analyze(run, AnalysisOptions(percentiles=(50.0,)))
+    assert a.health.loop_lag_max_ms == 2000.0
+    assert a.validity.client_bound
+    assert [r for r in a.validity.reasons if "stall of 2000 ms" in r]
+    calm = replace(generator, loop_lag_ms=LagSummary(samples=10, p50_ms=0.3, p99_ms=4, max_ms=50))
+    b = analyze(
+        write_run(tmp_path / "calm", [rec(i) for i in range(3)], generator=calm),
+        AnalysisOptions(percentiles=(50.0,)),
+    )
+    assert not b.validity.client_bound
