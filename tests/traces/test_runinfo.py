@@ -129,8 +129,10 @@ def test_version_1_of_the_previous_build_is_read() -> None:
     assert info.health.workers[0].rows == 6
     assert info.server_metrics is not None
     assert info.server_metrics.samples == 326
-    # Same layout: written again, only the version changes.
-    assert info.to_json() == {**raw, "schema_version": RUN_INFO_VERSION}
+    # Same layout: written again, only the version changes, and the options added since
+    # (``max_event_bytes``) are written as unknown (None).
+    config = {**raw["config"], "max_event_bytes": None}
+    assert info.to_json() == {**raw, "config": config, "schema_version": RUN_INFO_VERSION}
 
 
 def _v2() -> dict[str, Any]:
