@@ -11,7 +11,6 @@ __all__ = [
     "compare",
     "decompose",
     "demo",
-    "demo_compare",
     "echo",
     "errors",
     "gate",
@@ -28,7 +27,4 @@ __all__ = [
     "sim",
     "sweep",
     "trace",
-    "trace_import",
-    "trace_synth",
-    "trace_tools",
 ]

@@ -19,7 +19,10 @@ from loadgen import __version__
 from loadgen.cli.lazy import LazyGroup
 
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "trace": ("loadgen.cli.trace:trace", "Make, import, inspect and transform workload traces."),
+    "trace": (
+        "loadgen.cli.trace.group:trace",
+        "Make, import, inspect and transform workload traces.",
+    ),
     "replay": (
         "loadgen.cli.replay:replay",
         "Replay a trace against an OpenAI-compatible endpoint.",
@@ -29,7 +32,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "Merge a killed run's journals and mark it incomplete, with what it lost.",
     ),
     "sim": ("loadgen.cli.sim:sim", "Serve the built-in OpenAI-compatible engine simulator."),
-    "demo": ("loadgen.cli.demo:demo", "Run the whole harness end to end on the simulator."),
+    "demo": ("loadgen.cli.demo.harness:demo", "Run the whole harness end to end on the simulator."),
     "plan": (
         "loadgen.cli.plan:plan",
         "Predict prefill, decode, KV and disaggregation budgets.",
@@ -57,7 +60,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "sweep": ("loadgen.cli.sweep:sweep", "Replay a trace at successively higher load."),
     "demo-compare": (
-        "loadgen.cli.demo_compare:demo_compare",
+        "loadgen.cli.demo.disagg:demo_compare",
         "Monolith vs disaggregated on the simulator: sweeps, comparison, crossover.",
     ),
 }

@@ -10,19 +10,19 @@ import click
 from loadgen.cli.lazy import LazyGroup
 
 _SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "synth": ("loadgen.cli.trace_synth:synth", "Synthesize a seeded workload trace."),
+    "synth": ("loadgen.cli.trace.synth:synth", "Synthesize a seeded workload trace."),
     "import": (
-        "loadgen.cli.trace_import:import_",
+        "loadgen.cli.trace.importer:import_",
         "Convert a public trace format into a trace file.",
     ),
     "info": (
-        "loadgen.cli.trace_tools:info",
+        "loadgen.cli.trace.tools:info",
         "Summarize a trace: rate, burstiness, lengths, reuse.",
     ),
-    "validate": ("loadgen.cli.trace_tools:validate", "Check a trace file against schema v1."),
-    "slice": ("loadgen.cli.trace_tools:slice_", "Cut a trace by time window, count or class."),
-    "scale": ("loadgen.cli.trace_tools:scale", "Rescale a trace's time axis, keeping burstiness."),
-    "merge": ("loadgen.cli.trace_tools:merge", "Merge traces into one, ordered by arrival."),
+    "validate": ("loadgen.cli.trace.tools:validate", "Check a trace file against schema v1."),
+    "slice": ("loadgen.cli.trace.tools:slice_", "Cut a trace by time window, count or class."),
+    "scale": ("loadgen.cli.trace.tools:scale", "Rescale a trace's time axis, keeping burstiness."),
+    "merge": ("loadgen.cli.trace.tools:merge", "Merge traces into one, ordered by arrival."),
 }
 
 
