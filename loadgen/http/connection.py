@@ -9,10 +9,8 @@ go on as one stamped piece: straight to the consumer's
 callback while it drains the body (``Exchange.drain``, inside ``data_received``: no
 future or task switch per read), else into a buffer that ``stamped()`` yields from. The
 ``Exchange`` also carries the status, the raw headers and how far it got
-(``loadgen.http.stamping.Progress``). ``request_head`` encodes a request line and headers,
-and refuses (``check_header``) any header that would not reach the server as one header:
-a CR, LF or NUL in a value ends the line early and lets what follows be read as headers
-of its own.
+(``loadgen.http.stamping.Progress``). Request heads and header checks are
+``loadgen.http.headers``'.
 
 What a server may do, and what the exchange makes of it:
 
@@ -34,16 +32,13 @@ the pool (``loadgen.http.pool``), which build on it.
 from __future__ import annotations
 
 import asyncio
-import re
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 import httptools
 import httpx
 
-from loadgen.http.deadline import ReadDeadline
-from loadgen.http.stamping import Progress
+from loadgen.http.exchange import Exchange
 
 if TYPE_CHECKING:
     from loadgen.http._chunked import Dechunker
@@ -73,154 +68,6 @@ class MalformedResponse(httpx.RemoteProtocolError):
 
 Origin = tuple[str, str, int]
 """Scheme, host and port: what one keep-alive pool serves."""
-
-
-class Exchange(httpx.AsyncByteStream):
-    """One request and its response on a connection: filled by the protocol as bytes
-    arrive, read by the consumer once the head is in (``status``, ``raw_headers``,
-    ``progress``; the body as stamped reads: ``stamped()``, ``drain``, ``aread``).
-    Closing it (``close``, or the end of ``stamped``/``drain``/``aread``) gives the
-    connection back to its pool."""
-
-    __slots__ = (
-        "_closed",
-        "_release",
-        "buffered",
-        "chunks",
-        "complete",
-        "conn",
-        "deadline",
-        "draining",
-        "error",
-        "headers_done",
-        "keep_alive",
-        "progress",
-        "raw_headers",
-        "sink",
-        "status",
-        "waiter",
-    )
-
-    def __init__(
-        self,
-        conn: Connection,
-        headers_done: asyncio.Future[None],
-        progress: Progress,
-        release: Callable[[Connection, bool], None],
-        deadline: ReadDeadline | None,
-    ) -> None:
-        self.conn = conn
-        self.status = 0
-        self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.headers_done = headers_done
-        self.progress = progress
-        self.chunks: deque[tuple[int, bytes]] = deque()
-        self.buffered = 0
-        self.complete = False
-        self.keep_alive = False
-        self.error: Exception | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        self.sink: Callable[[int, bytes], bool | None] | None = None
-        """While set (``drain``), each read goes straight to it instead of ``chunks``."""
-        self.deadline = deadline
-        """The read timeout and overall deadline (None: no limit)."""
-        self.draining: ReadDeadline | None = None
-        """While draining (``drain``), the deadline each read restarts."""
-        self._release = release
-        self._closed = False
-
-    def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    # -- the consumer's side
-    @property
-    def headers(self) -> RawHeaders:
-        return RawHeaders(self.raw_headers)
-
-    async def _wait(self) -> None:
-        """Until the protocol wakes this body (bytes, the end, an error) or it times out."""
-        waiter = asyncio.get_running_loop().create_future()
-        self.waiter = waiter
-        if self.deadline is not None:
-            self.deadline.waiting(waiter)
-        try:
-            await waiter
-        finally:
-            self.waiter = None
-
-    async def stamped(self) -> AsyncIterator[tuple[int, bytes]]:
-        conn = self.conn
-        chunks = self.chunks
-        try:
-            while True:
-                while chunks:
-                    item = chunks.popleft()
-                    conn.consumed(len(item[1]))
-                    yield item
-                if self.complete:
-                    return
-                if self.error is not None:
-                    raise self.error
-                await self._wait()
-        finally:
-            self.close()
-
-    async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
-        """Give ``sink`` each read's ``(arrival_ns, bytes)``, as ``stamped()`` yields them,
-        until the body ends; raises what ``stamped()`` raises. A sink that answers True
-        has seen enough: the body ends there (the connection is closed, nothing more is
-        read) and ``drain`` returns.
-
-        ``sink`` runs inside the protocol's ``data_received``: no task switch and no future
-        per read, only one wait for the whole body (each read restarts the read timeout).
-        It must be quick and must not raise (that fails the exchange).
-        """
-        conn = self.conn
-        try:
-            chunks = self.chunks
-            while chunks:
-                stamp, data = chunks.popleft()
-                conn.consumed(len(data))
-                if sink(stamp, data):
-                    conn.stop_reading(self)
-                    return
-            self.sink = sink
-            self.draining = self.deadline
-            while not self.complete:
-                if self.error is not None:
-                    raise self.error
-                await self._wait()
-            if self.error is not None:  # the sink failed on the last read
-                raise self.error
-        finally:
-            self.sink = None
-            self.draining = None
-            self.close()
-
-    async def aread(self) -> bytes:
-        """The whole body (an error response's, say), then the connection goes back."""
-        return b"".join([data async for _, data in self.stamped()])
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for _, data in self.stamped():
-            yield data
-
-    def close(self) -> None:
-        """Give the connection back (kept alive when the response ended cleanly)."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.deadline is not None:
-            self.deadline.cancel()
-        conn = self.conn
-        reusable = self.complete and self.keep_alive and self.error is None and not conn.closed
-        conn.finish()
-        self._release(conn, reusable)
-
-    async def aclose(self) -> None:
-        self.close()
 
 
 class Connection(asyncio.Protocol):
@@ -500,36 +347,6 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-class RawHeaders(Mapping[str, str]):
-    """A response's headers as received, looked up by name without regard to case (as
-    ``httpx.Headers``), decoded only when asked for: a response's few lookups cost less
-    than building a header object."""
-
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
-        self._raw = raw
-
-    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        name = key.lower().encode("latin-1")
-        for raw_name, value in self._raw:
-            if raw_name.lower() == name:
-                return value.decode("latin-1")
-        return default
-
-    def __getitem__(self, key: str) -> str:
-        value = self.get(key)
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __iter__(self) -> Iterator[str]:
-        return (name.decode("latin-1").lower() for name, _ in self._raw)
-
-    def __len__(self) -> int:
-        return len(self._raw)
-
-
 def _close_delimited(raw_headers: list[tuple[bytes, bytes]]) -> bool:
     """Whether the body ends where the connection does: neither a Content-Length nor a
     Transfer-Encoding (RFC 9112 6.3, the last rule). (A status without a body, 204 or
@@ -554,58 +371,3 @@ def _only_chunked(raw_headers: list[tuple[bytes, bytes]]) -> bool:
             if codings > 1 or value.strip().lower() != b"chunked":
                 return False
     return codings == 1
-
-
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-"""A header name (RFC 9110 ``token``)."""
-_NOT_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-"""What a header value may not hold (RFC 9110 ``field-value``: visible characters, space,
-tab, and bytes above 0x7F): every control byte but tab, CR, LF and NUL first among them."""
-_BYTE_NAMES = {0x0D: "CR", 0x0A: "LF", 0x00: "NUL"}
-
-
-def _byte_name(byte: int) -> str:
-    return _BYTE_NAMES.get(byte, f"byte 0x{byte:02X}")
-
-
-def header_problem(name: bytes, value: bytes) -> str | None:
-    """Why this header cannot go on the wire as one header, or None. Names the offending
-    byte and its position, never the value: it may be a credential."""
-    if not _TOKEN.fullmatch(name):
-        return "its name is not an HTTP token"
-    bad = _NOT_IN_VALUE.search(value)
-    if bad is not None:
-        return (
-            f"{_byte_name(value[bad.start()])} at position {bad.start()} of its value cannot "
-            "be sent (a value takes no control byte but tab; CR, LF or NUL would end it early "
-            "and inject what follows)"
-        )
-    return None
-
-
-def check_header(name: bytes, value: bytes) -> None:
-    """Raise ``httpx.LocalProtocolError`` (as httpx's own transport does, through h11) for
-    a header that ``header_problem`` refuses."""
-    problem = header_problem(name, value)
-    if problem is not None:
-        shown = name[:40].decode("latin-1")
-        raise httpx.LocalProtocolError(f"header {shown!r}: {problem}: nothing was sent")
-
-
-def request_head(request: httpx.Request, body: bytes) -> bytes:
-    """The request line and headers of ``request``, with Host and Content-Length. Raises
-    ``httpx.LocalProtocolError`` for a header that ``check_header`` refuses."""
-    target = request.url.raw_path
-    lines = [request.method.encode() + b" " + target + b" HTTP/1.1"]
-    have_length = False
-    for name, value in request.headers.raw:
-        check_header(name, value)
-        lower = name.lower()
-        if lower == b"transfer-encoding":
-            continue
-        if lower == b"content-length":
-            have_length = True
-        lines.append(name + b": " + value)
-    if not have_length and (body or request.method in ("POST", "PUT", "PATCH")):
-        lines.append(b"Content-Length: " + str(len(body)).encode())
-    return b"\r\n".join(lines) + b"\r\n\r\n"

@@ -9,7 +9,7 @@ sends an ``httpx.Request`` and answers an ``httpx.Response`` whose
 The replay's client goes one level lower, to spend no time per request on what it does not
 use: it encodes each request before it is due (``encode``, or a ``RequestTemplate`` that
 only adds the request id and the body to a head httpx built once) and sends it with
-``open``, which answers the ``loadgen.http.connection.Exchange`` itself and keeps the
+``open``, which answers the ``loadgen.http.exchange.Exchange`` itself and keeps the
 request's whole timeout on the exchange's one timer instead of an ``asyncio.timeout``.
 
 Scope: HTTP/1.1, keep-alive, a per-origin pool sized to the run, TLS through ``ssl``,
@@ -29,8 +29,10 @@ from typing import Any
 
 import httpx
 
-from loadgen.http.connection import Connection, Exchange, Origin, check_header, request_head
+from loadgen.http.connection import Connection, Origin
 from loadgen.http.deadline import ReadDeadline
+from loadgen.http.exchange import Exchange
+from loadgen.http.headers import check_header, request_head
 from loadgen.http.stamping import STAMPED, Progress
 
 Trace = Callable[[str, Mapping[str, Any]], Any]

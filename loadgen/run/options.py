@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.errors import ConfigError
-from loadgen.http.connection import header_problem
+from loadgen.http.headers import header_problem
 from loadgen.redact import redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES

@@ -19,6 +19,7 @@ from scripted import Paced, response, scripted_server
 from loadgen.clock import Clock
 from loadgen.http import connection as http11
 from loadgen.http.connection import MAX_HEAD_BYTES, MalformedResponse
+from loadgen.http.exchange import Exchange
 from loadgen.http.pool import FastTransport, Outgoing, Timeouts, origin_of
 from loadgen.http.stamping import STAMPED, Progress, read_head
 
@@ -196,7 +197,7 @@ def _busy(seconds: float) -> None:
         pass
 
 
-async def consume(exchange: http11.Exchange) -> None:
+async def consume(exchange: Exchange) -> None:
     """Read the body through ``stamped()`` at about 1 GB/s."""
     async for _, data in exchange.stamped():
         _busy(len(data) / 1e9)
