@@ -416,6 +416,20 @@ class _Fit:
     problem: str | None
 
 
+def _within_offsets(column: str, offsets: list[int], problems: list[str]) -> list[int]:
+    """``offsets`` up to the column's range, noting in ``problems`` where they were cut.
+    Offsets never decrease (one monotonic clock, reads in order): the last is the largest,
+    so the common case is one comparison."""
+    if not offsets or offsets[-1] <= _OFFSET_MAX:
+        return offsets
+    kept = bisect_right(offsets, _OFFSET_MAX)
+    problems.append(
+        f"{column}: chunk {kept} arrived {offsets[kept] / 1e6:.0f} s after the send, beyond "
+        f"the column's {_OFFSET_TYPE} µs"
+    )
+    return offsets[:kept]
+
+
 def _fit(parsed: StreamSummary, status: int | None) -> _Fit:
     """Check the summary's numbers against their columns' ranges: a per-chunk token count
     or usage count that does not fit is left out (None), offsets beyond the column's range
@@ -434,24 +448,10 @@ def _fit(parsed: StreamSummary, status: int | None) -> _Fit:
         if count is not None and not least <= count <= greatest:
             problems.append(f"usage.{name} = {shown(count)}: does not fit {type_}")
             usage = replace(usage, **{name: None})
-    content = parsed.content_offsets_us
-    reasoning = parsed.reasoning_offsets_us
-    # Offsets never decrease (one monotonic clock, reads in order): the last is the largest.
-    if content and content[-1] > _OFFSET_MAX:
-        kept = bisect_right(content, _OFFSET_MAX)
-        problems.append(
-            f"chunk_offsets_us: chunk {kept} arrived {content[kept] / 1e6:.0f} s after the "
-            f"send, beyond the column's {_OFFSET_TYPE} µs"
-        )
-        content = content[:kept]
-        tokens = tokens[:kept] if tokens is not None else None
-    if reasoning and reasoning[-1] > _OFFSET_MAX:
-        kept = bisect_right(reasoning, _OFFSET_MAX)
-        problems.append(
-            f"reasoning_offsets_us: chunk {kept} arrived {reasoning[kept] / 1e6:.0f} s after "
-            f"the send, beyond the column's {_OFFSET_TYPE} µs"
-        )
-        reasoning = reasoning[:kept]
+    content = _within_offsets(s.CHUNK_OFFSETS_US, parsed.content_offsets_us, problems)
+    if tokens is not None and len(content) < len(tokens):
+        tokens = tokens[: len(content)]
+    reasoning = _within_offsets(s.REASONING_OFFSETS_US, parsed.reasoning_offsets_us, problems)
     if status is not None and not _STATUS_MIN <= status <= _STATUS_MAX:
         problems.append(f"http_status = {shown(status)}: does not fit {_STATUS_TYPE}")
         status = None
