@@ -13,6 +13,7 @@ from rich.text import Text
 
 from analyzers.compare.runs import Comparison, ComponentDelta, MetricDelta
 from analyzers.compare.sweep import SweepAnalysis, SweepComparison
+from analyzers.compare.verdict import ComparisonVerdict
 from reports import fmt
 
 
@@ -56,7 +57,8 @@ def comparison_renderables(c: Comparison) -> list[RenderableType]:
         if comps:
             out.append(_components_table(comps, c.labels[0], label, conf))
     for v in c.verdicts:
-        out.append(Text(f"• {v}"))
+        withheld = c.verdict is not None and c.verdict.withheld
+        out.append(Text(f"• {v}", "bold yellow" if withheld else ""))
     for n in c.notes:
         out.append(Text(f"note: {n}", "yellow"))
     return out
@@ -120,10 +122,11 @@ def sweep_table(s: SweepAnalysis) -> Table:
         "errors",
         "goodput",
         "SLO",
+        "validity",
     ):
         table.add_column(column, justify="right")
     for st in s.steps:
-        slo = "-" if st.meets_slo is None else ("meets" if st.meets_slo else "breaks")
+        slo = fmt.slo_word(st.meets_slo)
         table.add_row(
             f"{st.offered:.3g} ({st.label})",
             fmt.number(st.achieved_rps),
@@ -136,6 +139,7 @@ def sweep_table(s: SweepAnalysis) -> Table:
             f"{st.error_rate:.1%}",
             fmt.percent(st.goodput),
             Text(slo, "green" if st.meets_slo else "red" if st.meets_slo is False else ""),
+            Text(fmt.flags(tuple(f.kind for f in st.flags)), "" if st.valid else "yellow"),
             style="bold" if s.knee is st else "",
         )
     return table
@@ -168,14 +172,21 @@ def sweep_comparison_renderables(c: SweepComparison) -> list[RenderableType]:
             lead,
         )
     out.append(curve)
-    out.extend(Text(f"• {v}", "bold") for v in c.verdicts)
+    out.extend(Text(f"• {v}", "bold") for v in c.verdicts[:-1])
+    out.append(verdict_text(c.verdict))
     return out
+
+
+def verdict_text(v: ComparisonVerdict) -> Text:
+    """A comparison's verdict on the console: its one line verbatim, yellow when withheld."""
+    return Text(f"• {v.text}", "bold yellow" if v.withheld else "bold")
 
 
 def sweep_comparison_markdown(c: SweepComparison) -> str:
     """Both goodput curves and the verdicts as Markdown."""
     lines = [f"## {c.b.label} vs {c.a.label} against load", ""]
-    lines += [f"- {v}" for v in c.verdicts]
+    lines += [f"- {v}" for v in c.verdicts[:-1]]
+    lines.append(f"- {'⚠️ ' if c.verdict.withheld else ''}{c.verdict.text}")
     lines += [
         "",
         f"| offered ({c.a.load_unit}) | {c.a.label} goodput | {c.b.label} goodput |",
@@ -183,4 +194,12 @@ def sweep_comparison_markdown(c: SweepComparison) -> str:
     ]
     for p in c.points:
         lines.append(f"| {p.load:.3g} | {fmt.percent(p.a)} | {fmt.percent(p.b)} |")
+    invalid = [
+        f"- ⚠️ {s.label} {st.label}: {'; '.join(f.reason for f in st.flags)}"
+        for s in (c.a, c.b)
+        for st in s.steps
+        if not st.valid
+    ]
+    if invalid:
+        lines += ["", "Invalid steps:", "", *invalid]
     return "\n".join(lines) + "\n"

@@ -55,3 +55,15 @@ def signed_interval(low: float, high: float, unit: str = "") -> str:
     """A difference's confidence interval, signed, one decimal: ``[-1.5, +2,300.0] ms``
     (``unit`` as given, with its space)."""
     return f"[{low:+,.1f}, {high:+,.1f}]{unit}"
+
+
+def slo_word(meets: bool | None) -> str:
+    """A sweep step against its SLOs, the same word in every report: ``meets``, ``breaks``
+    or ``-`` (no SLO)."""
+    return MISSING if meets is None else ("meets" if meets else "breaks")
+
+
+def flags(kinds: tuple[str, ...]) -> str:
+    """A step's validity flags for a table cell: ``valid``, or the flag kinds
+    (``client_bound, too_small``)."""
+    return ", ".join(dict.fromkeys(kinds)) if kinds else "valid"

@@ -1,16 +1,22 @@
-"""JSON documents of an ``Analysis``, a ``Decomposition`` and a ``GateReport``: plain values
-for machines, every key with a unit carries it (``ttft_ms``, ``rate_per_s``). The only place
-where analyzers' results become dicts. Must not import loadgen or httpx.
+"""JSON documents of an ``Analysis``, a ``Decomposition``, a ``GateReport`` and the
+comparisons (their verdicts as the other reports print them): plain values for machines,
+every key with a unit carries it (``ttft_ms``, ``rate_per_s``). The only place where
+analyzers' results become dicts. Must not import loadgen or httpx.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analyzers.decompose.report import ClassDecomposition, Decomposition
 from analyzers.metrics import Analysis, ClassSummary, MetricStats
 from analyzers.slo.gate import GateReport
 from analyzers.validity import RunValidity
+
+if TYPE_CHECKING:
+    from analyzers.compare.runs import Comparison
+    from analyzers.compare.sweep import SweepComparison
+    from analyzers.compare.verdict import ComparisonVerdict
 
 
 def _metric_json(m: MetricStats) -> dict[str, Any]:
@@ -238,4 +244,68 @@ def gate_json(report: GateReport) -> dict[str, Any]:
         ],
         "problems": list(report.problems),
         "infrastructure": report.infra.reason,
+    }
+
+
+def verdict_json(v: ComparisonVerdict) -> dict[str, Any]:
+    """A comparison's verdict: the same ``text`` every report prints, and why withheld."""
+    return {
+        "kind": v.kind,
+        "text": v.text,
+        "winner": v.winner,
+        "loser": v.loser,
+        "load": v.load,
+        "withheld": v.withheld,
+        "withheld_reason": v.withheld_reason,
+    }
+
+
+def sweep_comparison_json(c: SweepComparison) -> dict[str, Any]:
+    """Two sweeps: the verdict, the knee lines, each step's goodput, SLO and validity."""
+    return {
+        "verdict": verdict_json(c.verdict),
+        "verdicts": list(c.verdicts),
+        "load_unit": c.a.load_unit,
+        "sweeps": {
+            s.label: [
+                {
+                    "label": st.label,
+                    "offered": st.offered,
+                    "requests": st.requests,
+                    "goodput": st.goodput,
+                    "meets_slo": st.meets_slo,
+                    "valid": st.valid,
+                    "flags": [{"kind": f.kind, "reason": f.reason} for f in st.flags],
+                }
+                for st in s.steps
+            ]
+            for s in (c.a, c.b)
+        },
+        "points": [{"load": p.load, c.a.label: p.a, c.b.label: p.b} for p in c.points],
+    }
+
+
+def comparison_json(c: Comparison) -> dict[str, Any]:
+    """Runs against the first: the verdict lines (withheld or not) and every difference."""
+    return {
+        "labels": list(c.labels),
+        "verdict": verdict_json(c.verdict) if c.verdict is not None else None,
+        "verdicts": list(c.verdicts),
+        "notes": list(c.notes),
+        "metrics": [
+            {
+                "workload": d.workload,
+                "metric": d.metric,
+                "percentile": d.percentile,
+                "label": d.label,
+                "base": d.difference.a,
+                "value": d.difference.b,
+                "difference": d.difference.absolute.estimate,
+                "low": d.difference.absolute.low,
+                "high": d.difference.absolute.high,
+                "significant": d.difference.significant,
+                "requests": d.requests,
+            }
+            for d in c.metrics
+        ],
     }

@@ -75,7 +75,8 @@ def _comparison(report: Report) -> list[str]:
     c = report.comparison
     if c is None:
         return []
-    out = ["## Comparison", "", *(f"- {_cell(v)}" for v in c.verdicts)]
+    warn = "⚠️ " if c.verdict is not None and c.verdict.withheld else ""
+    out = ["## Comparison", "", *(f"- {warn}{_cell(v)}" for v in c.verdicts)]
     out += [f"- ⚠️ {_cell(n)}" for n in c.notes]
     header = ["metric", "run", "base", "value", "difference", "interval", "relative"]
     rows = [
@@ -101,10 +102,11 @@ def _sweeps(report: Report) -> list[str]:
     out = ["## Load sweep", ""]
     out += [f"- knee {s.label}: {_cell(s.knee_note)}" for s in report.sweeps]
     if report.sweep_comparison is not None:
-        out += [f"- {_cell(v)}" for v in report.sweep_comparison.verdicts]
+        v = report.sweep_comparison.verdict
+        out.append(f"- {'⚠️ ' if v.withheld else ''}{_cell(v.text)}")
     for s in report.sweeps:
         header = [f"offered ({s.load_unit})", "achieved req/s", "TTFT p99 (ms)",
-                  "TPOT p99 (ms)", "errors", "goodput", "SLO"]  # fmt: skip
+                  "TPOT p99 (ms)", "errors", "goodput", "SLO", "validity"]  # fmt: skip
         rows = [
             [
                 f"{st.offered:g}",
@@ -113,7 +115,8 @@ def _sweeps(report: Report) -> list[str]:
                 fmt.number(st.tpot_p99_ms),
                 f"{st.error_rate:.1%}",
                 fmt.percent(st.goodput),
-                {True: "meets", False: "breaks", None: "-"}[st.meets_slo],
+                fmt.slo_word(st.meets_slo),
+                fmt.flags(tuple(f.kind for f in st.flags)),
             ]
             for st in s.steps
         ]

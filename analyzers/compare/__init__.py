@@ -1,5 +1,6 @@
 """Comparisons of runs of one trace: A/B differences with bootstrap intervals, the samples
-they resample, trace identity, and sweeps against offered load.
+they resample, trace identity, sweeps against offered load, and the verdict a comparison
+declares or withholds.
 
 Polars over run files; must not import ``loadgen``, ``reports`` or httpx.
 """
@@ -10,4 +11,5 @@ __all__ = [
     "runs",
     "samples",
     "sweep",
+    "verdict",
 ]

@@ -7,6 +7,13 @@ targets are given; per TTFT component (``decompose.request_terms``, where the se
 reports its timings) the same; and plain verdict lines ("B lowers p99 TPOT by 38%
 [31%, 44%]; raises p50 TTFT by 12 ms, of which transfer 9 ms").
 
+No verdict line is a guess: when a run is invalid (any ``RunValidity`` flag but
+``too_small``) every verdict is withheld in one line naming the run and the flag
+(``Comparison.verdict``, an ``analyzers.compare.verdict.ComparisonVerdict``); a percentile
+resting on fewer requests than ``validity.min_requests_for`` asks gets "no verdict ...:
+too few samples" instead of its line; a difference whose interval includes 0 is "no
+significant change".
+
 Runs must have replayed the same trace (``analyzers.compare.identity``): different
 fingerprints raise ``DifferentTracesError`` unless ``allow_different_traces``. The
 per-request values compared come from ``analyzers.compare.samples``.
@@ -35,11 +42,13 @@ from analyzers.compare.bootstrap import (
 )
 from analyzers.compare.identity import TraceIdentity, check_same_trace
 from analyzers.compare.samples import COMPARED_METRICS, RunSamples, component_frame, run_samples
+from analyzers.compare.verdict import NO_VERDICT, ComparisonVerdict, Problem, withheld
 from analyzers.decompose.terms import TERMS
 from analyzers.errors import AnalyzerError
 from analyzers.frames import RowSelection
 from analyzers.goodput import SLOTargets
 from analyzers.metrics import METRICS, AnalysisOptions, analyze
+from analyzers.validity import min_requests_for
 
 _NAMES: Final = {m.key: m.name for m in METRICS}
 
@@ -74,6 +83,8 @@ class MetricDelta:
     base_label: str
     label: str
     difference: Difference
+    requests: int = 0
+    """The smaller of the two samples' sizes (0: not known)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +115,8 @@ class Comparison:
     verdicts: tuple[str, ...]
     notes: tuple[str, ...]
     options: CompareOptions
+    verdict: ComparisonVerdict | None = None
+    """Set when the verdicts are withheld (an invalid run); ``verdicts`` is then its line."""
 
 
 # ----------------------------------------------------------------- comparison
@@ -208,6 +221,7 @@ def _metric_deltas(
                         base_label=base_label,
                         label=label,
                         difference=diff,
+                        requests=min(sa.size, sb.size),
                     )
                 )
     return out
@@ -264,9 +278,40 @@ def _goodput_deltas(
                     base_label=labels[0],
                     label=label,
                     difference=diff,
+                    requests=min(a.goodput.requests, b.goodput.requests),
                 )
             )
     return out
+
+
+def run_problems(
+    runs: Sequence[Path | str], labels: Sequence[str], selection: RowSelection
+) -> list[Problem]:
+    """The runs a comparison may not rest on: any validity flag but ``too_small`` (which
+    each verdict line checks against its own percentile)."""
+    out = []
+    for run, label in zip(runs, labels, strict=True):
+        v = analyze(
+            run, AnalysisOptions(percentiles=(50.0,), by_workload=False, selection=selection)
+        ).validity
+        flags = tuple(f for f in v.flags if f.kind != "too_small")
+        if flags:
+            out.append(Problem(side=label, step="", flags=flags))
+    return out
+
+
+def too_few(delta: MetricDelta) -> str | None:
+    """Why ``delta``'s percentile rests on too few requests (None: enough)."""
+    if delta.percentile is None or not delta.requests:
+        return None
+    need = min_requests_for(delta.percentile)
+    if delta.requests >= need:
+        return None
+    where = f" ({delta.workload})" if delta.workload != e.ALL else ""
+    return (
+        f"{NO_VERDICT} on p{delta.percentile:g} {delta.name}{where}: too few samples "
+        f"({delta.requests} requests; p{delta.percentile:g} needs >= {need})"
+    )
 
 
 # The verdict sentences' notation. Verdicts are part of the ``Comparison`` the analyzers
@@ -388,11 +433,16 @@ def compare_runs(runs: Sequence[Path | str], options: CompareOptions | None = No
                 components.extend(
                     _component_deltas(base_frame, frame, options, labels[0], label, workloads)
                 )
-    verdicts = tuple(
-        verdict_line(d, components)
-        for d in metrics
-        if d.workload == e.ALL and (d.percentile in (50.0, 99.0) or d.percentile is None)
-    )
+    problems = run_problems(runs, labels, options.selection)
+    verdict = withheld(problems, "winner") if problems else None
+    if verdict is not None:
+        verdicts: tuple[str, ...] = (verdict.text,)
+    else:
+        verdicts = tuple(
+            too_few(d) or verdict_line(d, components)
+            for d in metrics
+            if d.workload == e.ALL and (d.percentile in (50.0, 99.0) or d.percentile is None)
+        )
     if options.time_scale != 1:
         notes.append(f"latencies divided by the time scale {options.time_scale:g} (server's clock)")
     return Comparison(
@@ -405,4 +455,5 @@ def compare_runs(runs: Sequence[Path | str], options: CompareOptions | None = No
         verdicts=verdicts,
         notes=tuple(notes),
         options=options,
+        verdict=verdict,
     )

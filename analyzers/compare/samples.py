@@ -18,7 +18,7 @@ import polars as pl
 
 from analyzers import exprs as e
 from analyzers.compare.bootstrap import Sample
-from analyzers.decompose.terms import SERVER_SIDE_MS, TERMS, DecomposeOptions, request_terms
+from analyzers.decompose.terms import DecomposeOptions, request_terms
 from analyzers.errors import AnalyzerError
 from analyzers.frames import TOKENS_IN_CHUNK, RowSelection, chunk_frame, scan_run, select_rows
 from analyzers.goodput import SLOTargets
@@ -27,7 +27,6 @@ from traces import schema as s
 
 COMPARED_METRICS: Final = (e.TTFT_MS, e.TPOT_MS, e.ITL_MS, e.E2E_MS)
 """Metrics compared by default (per request; ITL per token)."""
-_SERVER_TERMS: Final = ("queue", "prefill", "transfer", "first_token")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,20 +116,10 @@ def component_frame(
     client-measured terms are put on the server's clock (and the network recomputed)."""
     try:
         terms = request_terms(
-            run, None, DecomposeOptions(selection=selection, by_workload=by_workload)
+            run,
+            None,
+            DecomposeOptions(selection=selection, by_workload=by_workload, time_scale=time_scale),
         )
     except AnalyzerError:
         return None
-    frame = terms.frame
-    if time_scale != 1:
-        client = [
-            *(f"{t}_ms" for t in ("client_delay", "connect", "write")),
-        ]
-        server_sum = pl.sum_horizontal([pl.col(f"{t}_ms") for t in _SERVER_TERMS])
-        frame = frame.with_columns(
-            *(pl.col(c) / time_scale for c in client),
-            (pl.col(SERVER_SIDE_MS) / time_scale - server_sum).alias("network_ms"),
-        ).with_columns(
-            pl.sum_horizontal([pl.col(f"{t}_ms") for t in TERMS]).alias(e.TTFT_FROM_DUE_MS)
-        )
-    return frame
+    return terms.frame

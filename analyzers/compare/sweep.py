@@ -11,8 +11,11 @@ A sweep directory holds ``sweep.json`` and one run directory per step (written b
 - ``compare_sweeps(a, b)`` puts both goodput curves on one load axis (linear
   interpolation between steps) and finds the **crossover**: the load at which one
   deployment starts to beat the other on goodput by more than ``tie`` (a share of
-  requests), interpolated between the last load where it did not and the first where it
-  did.
+  requests) *and* outside the interval of the lead (``verdict.goodput_lead``), for good,
+  interpolated between the last load where it did not and the first where it did. The
+  answer is one ``verdict.ComparisonVerdict``: withheld when any step of either sweep is
+  invalid (a ``RunValidity`` flag; too few requests for an objective's percentile), or
+  "within noise" when the lead at the top of the range is not significant.
 
 Loads are offered mean rates (req/s) or concurrencies; a ``server_time_scale`` in
 ``sweep.json`` (a simulator run slower or faster than real time) converts loads and
@@ -29,6 +32,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from analyzers import exprs as e
+from analyzers.compare.verdict import (
+    ComparisonVerdict,
+    Problem,
+    goodput_lead,
+    nothing,
+    withheld,
+    within_noise,
+)
 from analyzers.errors import AnalyzerError, DifferentTracesError, InvalidRunError
 from analyzers.frames import RowSelection
 from analyzers.goodput import SLOTargets
@@ -36,6 +47,7 @@ from analyzers.metrics import analyze
 from analyzers.slo.evaluate import evaluate
 from analyzers.slo.gate import analysis_options
 from analyzers.slo.parse import SLOSet, scale_slos
+from analyzers.validity import ClassCount, ValidityFlag, assess_validity
 
 SWEEP_JSON: Final = "sweep.json"
 DEFAULT_TIE: Final = 0.05
@@ -81,6 +93,18 @@ class StepResult:
     meets_slo: bool | None
     failing: tuple[str, ...]
     validity: tuple[str, ...]
+    """Every validity reason of the step's analysis (its tables' percentiles included)."""
+    flags: tuple[ValidityFlag, ...] = ()
+    """The flags a verdict on this step rests on: every flag but ``too_small``, which
+    counts only for the percentiles the SLO objectives use (a goodput verdict's sample
+    size is its interval's business)."""
+    good: int | None = None
+    """Requests that met the goodput targets (None without targets), of ``requests``."""
+
+    @property
+    def valid(self) -> bool:
+        """No flag a verdict rests on."""
+        return not self.flags
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +129,9 @@ class CurvePoint:
     load: float
     a: float | None
     b: float | None
+    a_requests: int = 0
+    b_requests: int = 0
+    """Requests behind each value (at an interpolated load, the smaller neighbour's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,7 +152,10 @@ class SweepComparison:
     b: SweepAnalysis
     points: tuple[CurvePoint, ...]
     crossover: Crossover | None
+    """The declared crossover (None when there is none or it is withheld)."""
     verdicts: tuple[str, ...]
+    verdict: ComparisonVerdict = field(default_factory=lambda: nothing("no crossover"))
+    """The answer: crossover, winner over the whole range, or why there is none."""
 
 
 def read_sweep_json(path: Path | str) -> dict[str, Any]:
@@ -167,6 +197,17 @@ def _step_result(
     offered = float(step["offered"])
     if step.get("concurrency") is None:
         offered *= scale
+    # The flags a verdict rests on: too_small only for the objectives' own percentiles.
+    counted = analysis.classes or (o,)
+    sized = assess_validity(
+        schedule_lag_p99_ms=None,
+        loop_lag_p99_ms=None,
+        prompt_error_median=None,
+        class_counts=[ClassCount(workload=c.workload, requests=c.ok) for c in counted],
+        percentiles=wall_slos.percentiles,
+        thresholds=analysis.options.thresholds,
+    )
+    flags = (*(f for f in analysis.validity.flags if f.kind != "too_small"), *sized.flags)
     return StepResult(
         index=int(step["index"]),
         label=str(step.get("label", step["index"])),
@@ -186,14 +227,21 @@ def _step_result(
         meets_slo=meets,
         failing=failing,
         validity=analysis.validity.reasons,
+        flags=flags,
+        good=o.goodput.good if o.goodput is not None else None,
     )
 
 
-def _knee(steps: Sequence[StepResult]) -> tuple[StepResult | None, str]:
+def _knee(steps: Sequence[StepResult], label: str = "") -> tuple[StepResult | None, str]:
+    """The knee and its note; withheld (None, ``no verdict: ...``) when a step it rests on
+    (every step up to the first that breaks the SLO) is invalid."""
     if not steps or steps[0].meets_slo is None:
         return None, "no SLO given: no knee"
     knee = None
     for step in steps:
+        if not step.valid:
+            problem = Problem(side=label, step=step.label, flags=step.flags)
+            return None, withheld([problem], "knee").text
         if not step.meets_slo:
             break
         knee = step
@@ -219,12 +267,13 @@ def analyze_sweep(
         (_step_result(sweep, s, scale, options.slos, options) for s in steps),
         key=lambda r: r.offered,
     )
-    knee, note = _knee(results)
+    name = label or str((doc.get("labels") or {}).get("name") or sweep.name)
+    knee, note = _knee(results, name)
     trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else {}
     assert isinstance(trace, dict)
     return SweepAnalysis(
         path=str(sweep),
-        label=label or str((doc.get("labels") or {}).get("name") or sweep.name),
+        label=name,
         trace_sha256=trace.get("sha256") if isinstance(trace.get("sha256"), str) else None,
         mode=str(doc.get("mode", "rate")),
         load_unit=str(doc.get("load_unit", "req/s")),
@@ -312,13 +361,20 @@ def compare_sweeps(
         )
     if (sa.mode == "concurrency") != (sb.mode == "concurrency"):
         raise AnalyzerError("one sweep is closed loop (concurrency), the other open loop")
-    curve_a = [(s.offered, s.goodput) for s in sa.steps if s.goodput is not None]
-    curve_b = [(s.offered, s.goodput) for s in sb.steps if s.goodput is not None]
-    ya = [(x, y) for x, y in curve_a if y is not None]
-    yb = [(x, y) for x, y in curve_b if y is not None]
+    ya = [(s.offered, s.goodput) for s in sa.steps if s.goodput is not None]
+    yb = [(s.offered, s.goodput) for s in sb.steps if s.goodput is not None]
     loads = sorted({x for x, _ in ya} | {x for x, _ in yb})
-    points = tuple(CurvePoint(load=x, a=interpolate(ya, x), b=interpolate(yb, x)) for x in loads)
-    cross = crossover(points, sa.label, sb.label, options.tie, sa.load_unit)
+    points = tuple(
+        CurvePoint(
+            load=x,
+            a=interpolate(ya, x),
+            b=interpolate(yb, x),
+            a_requests=_requests_at(sa, x),
+            b_requests=_requests_at(sb, x),
+        )
+        for x in loads
+    )
+    cross, verdict = sweep_verdict(sa, sb, points, options.tie)
     verdicts = []
     unit = sa.load_unit
     for s in (sa, sb):
@@ -326,13 +382,119 @@ def compare_sweeps(
             verdicts.append(f"{s.label}: knee at {s.knee.offered:.3g} {unit} ({s.knee_note})")
         else:
             verdicts.append(f"{s.label}: no knee ({s.knee_note})")
-    if cross is not None:
-        verdicts.append(f"crossover: {cross.description}")
-    elif not ya or not yb:
-        verdicts.append("no crossover: give goodput targets (SLO) to compare goodput")
-    else:
-        verdicts.append("no crossover within the swept loads")
-    return SweepComparison(a=sa, b=sb, points=points, crossover=cross, verdicts=tuple(verdicts))
+    verdicts.append(verdict.text)
+    return SweepComparison(
+        a=sa,
+        b=sb,
+        points=points,
+        crossover=cross,
+        verdicts=tuple(verdicts),
+        verdict=verdict,
+    )
+
+
+def _requests_at(s: SweepAnalysis, load: float) -> int:
+    """Requests behind a sweep's goodput at ``load``: its step there, else the smaller of
+    the two steps the value is interpolated between (0 outside the sweep)."""
+    steps = [st for st in s.steps if st.goodput is not None]
+    for st in steps:
+        if st.offered == load:
+            return st.requests
+    for lo, hi in itertools.pairwise(steps):
+        if lo.offered < load < hi.offered:
+            return min(lo.requests, hi.requests)
+    return 0
+
+
+def _lead(p: CurvePoint) -> tuple[float, float, float]:
+    """B's goodput lead over A at a point: (estimate, low, high) of its interval."""
+    assert p.a is not None
+    assert p.b is not None
+    na, nb = p.a_requests, p.b_requests
+    if not na or not nb:
+        return (p.b - p.a, p.b - p.a, p.b - p.a)
+    iv = goodput_lead(round(p.a * na), na, round(p.b * nb), nb)
+    return (iv.estimate, iv.low, iv.high)
+
+
+def sweep_verdict(
+    a: SweepAnalysis, b: SweepAnalysis, points: Sequence[CurvePoint], tie: float = DEFAULT_TIE
+) -> tuple[Crossover | None, ComparisonVerdict]:
+    """The crossover of two goodput curves, or why none is declared.
+
+    Withheld when any step of either sweep is invalid (the curve, and so the crossover,
+    rests on every step). Otherwise the curves are scanned from the highest load down
+    while the same side leads by more than ``tie`` with an interval that excludes 0; the
+    crossover is interpolated (where the lead reaches ``tie``) between the last load where
+    that did not hold and the first where it did. A lead at the highest load that is
+    larger than ``tie`` but not significant is "within noise"; a significant lead over the
+    whole range names a winner without a crossover.
+    """
+    unit = a.load_unit
+    joint = [p for p in points if p.a is not None and p.b is not None]
+    if not joint:
+        return None, nothing("no crossover: give goodput targets (SLO) to compare goodput")
+    problems = [
+        Problem(side=s.label, step=st.label, flags=st.flags)
+        for s in (a, b)
+        for st in s.steps
+        if st.flags
+    ]
+    if problems:
+        return None, withheld(problems, "crossover")
+    leads = [_lead(p) for p in joint]
+
+    def leading(i: int, sign: int) -> bool:
+        est, lo, hi = leads[i]
+        return sign * est > tie and (lo > 0 if sign > 0 else hi < 0)
+
+    top_est, top_lo, top_hi = leads[-1]
+    sign = 1 if top_est > 0 else -1
+    top = joint[-1]
+    if not leading(len(joint) - 1, sign):
+        if abs(top_est) > tie:
+            lead_side = b.label if sign > 0 else a.label
+            return None, within_noise(
+                f"at {top.load:.3g} {unit} {lead_side} leads by {abs(top_est) * 100:.1f} pts of "
+                f"goodput, 95% interval [{sign * top_lo * 100:+.1f}, {sign * top_hi * 100:+.1f}] "
+                "includes 0",
+                "crossover",
+            )
+        return None, nothing(
+            f"no crossover within the swept loads: neither leads by more than {tie:.0%} of "
+            f"requests at {top.load:.3g} {unit}"
+        )
+    winner, loser = (b.label, a.label) if sign > 0 else (a.label, b.label)
+    i = len(joint) - 1
+    while i > 0 and leading(i - 1, sign):
+        i -= 1
+    lo, hi = sorted((sign * leads[i][1], sign * leads[i][2]))
+    lead_text = (
+        f"lead at {joint[i].load:.3g}: {sign * leads[i][0] * 100:+.1f} pts [{lo * 100:+.1f}, "
+        f"{hi * 100:+.1f}]"
+    )
+    if i == 0:
+        text = (
+            f"winner: {winner} beats {loser} on goodput at every swept load "
+            f"({joint[0].load:.3g}-{top.load:.3g} {unit}; {lead_text})"
+        )
+        return None, ComparisonVerdict(kind="winner", text=text, winner=winner, loser=loser)
+    (x0, p0), (x1, p1) = (joint[i - 1].load, leads[i - 1][0]), (joint[i].load, leads[i][0])
+    s0, s1 = sign * p0, sign * p1
+    x = x0 + (tie - s0) / (s1 - s0) * (x1 - x0) if s1 != s0 else x1
+    x = min(max(x, x0), x1)
+    description = (
+        f"{winner} beats {loser} on goodput from {x:.3g} {unit} (between the steps at "
+        f"{x0:.3g} and {x1:.3g}; {lead_text}; by more than {tie:.0%} of requests)"
+    )
+    cross = Crossover(load=x, winner=winner, loser=loser, description=description)
+    return cross, ComparisonVerdict(
+        kind="crossover",
+        text=f"crossover: {description}",
+        winner=winner,
+        loser=loser,
+        load=x,
+    )
 
 
 def _relabel(s: SweepAnalysis, label: str) -> SweepAnalysis:

@@ -22,6 +22,7 @@ from analyzers import exprs as e
 from analyzers.budget.prefill import max_prompt_for_ttft
 from analyzers.decompose.terms import (
     IN_FLIGHT,
+    NETWORK_UNIDENTIFIED,
     OVERSHOOT_MS,
     SERVER_SIDE_MS,
     TERMS,
@@ -96,6 +97,10 @@ class ClassDecomposition:
     slo_breaks: tuple[SloBreak, ...]
     max_prompt_tokens: int | None
     verdicts: tuple[str, ...]
+    network_unidentified: int = 0
+    """Requests whose server TTFT exceeds the client's view (network booked as 0)."""
+    network_skew_ms: float = 0.0
+    """The largest such excess, ms (>= 0)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,6 +171,8 @@ def _term_percentiles(
     aggs = [
         pl.len().alias("_n"),
         pl.col("overshoot_flag").sum().alias("_flagged"),
+        pl.col(NETWORK_UNIDENTIFIED).sum().alias("_skewed"),
+        pl.when(pl.col(NETWORK_UNIDENTIFIED)).then(-pl.col(OVERSHOOT_MS)).max().alias("_skew_ms"),
         *(
             pl.col(c).quantile(p / 100, interpolation="linear").alias(f"{c}__p{p:g}")
             for p in percentiles
@@ -317,6 +324,8 @@ def _class(
         slo_breaks=tuple(breaks),
         max_prompt_tokens=max_prompt,
         verdicts=tuple(verdicts),
+        network_unidentified=int(stats.get("_skewed") or 0),
+        network_skew_ms=float(stats.get("_skew_ms") or 0.0),
     )
 
 
@@ -392,6 +401,13 @@ def build_decomposition(
         verdicts.append(
             f"queueing stays under {share} of server time up to {top.arrival_rate_per_s:.1f} "
             f"req/s (max share {max(x.queue_share for x in load):.0%})"
+        )
+    if overall.network_unidentified:
+        verdicts.append(
+            f"network unidentifiable in {overall.network_unidentified} of {overall.requests} "
+            f"requests: the server's TTFT exceeds the client's view by up to "
+            f"{overall.network_skew_ms:.1f} ms (clock skew, or a time scale not applied); "
+            "booked as 0, not as a negative time"
         )
     if overall.overshoots:
         verdicts.append(

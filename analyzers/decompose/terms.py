@@ -25,6 +25,12 @@ parts still add up. The ``budget_*`` columns stay the batch-1 budget, except the
 which is the replay's predicted queue (null without a replay). The budget model the
 predictions come from is ``analyzers.decompose.model``'s ``BudgetModel``.
 
+The network is never negative. Where the server's own TTFT exceeds what the client saw
+between writing the request and its first token (``first_token - request_written <
+server_ttft``: clock skew, or a simulator's time scale not applied), the network cannot be
+identified: it is booked as 0, the request is marked ``NETWORK_UNIDENTIFIED`` and the
+excess goes to ``overshoot_ms`` (<= 0) so the parts still add up.
+
 Must not import loadgen or httpx.
 """
 
@@ -61,6 +67,8 @@ TERMS: Final = CLIENT_TERMS + SERVER_TERMS
 TOTAL_MS: Final = e.TTFT_FROM_DUE_MS
 SERVER_SIDE_MS: Final = "server_side_ms"
 OVERSHOOT_MS: Final = "overshoot_ms"
+NETWORK_UNIDENTIFIED: Final = "network_unidentified"
+"""True where the server's TTFT exceeds the client's view: the network is not identifiable."""
 IN_FLIGHT: Final = "in_flight"
 UNCACHED: Final = "uncached_prompt_tokens"
 PROMPT: Final = "prompt_tokens_used"
@@ -467,7 +475,11 @@ def _server_split(
     frame: pl.DataFrame, network_ms: float, budget_prefill: pl.Expr, options: DecomposeOptions
 ) -> pl.DataFrame:
     side = pl.col(SERVER_SIDE_MS)
-    network = pl.coalesce(side - pl.col("_s_ttft"), pl.lit(network_ms))
+    # A negative network (the server's TTFT longer than the client's view) is a clock
+    # artefact, not a duration: 0, marked unidentified, the excess kept as overshoot.
+    raw_network = side - pl.col("_s_ttft")
+    skewed = (raw_network < 0).fill_null(False)
+    network = pl.coalesce(raw_network.clip(lower_bound=0.0), pl.lit(network_ms))
     prefill = pl.coalesce(pl.col("_s_prefill"), pl.col("_l_prefill"), budget_prefill)
     transfer = pl.coalesce(pl.col("_s_transfer"), pl.col("_l_transfer"), pl.col("_p_transfer"))
     first = pl.coalesce(pl.col("_s_first_token"), pl.col("_l_first"), pl.col("_p_first"))
@@ -486,8 +498,11 @@ def _server_split(
         pl.coalesce(pl.col("_s_queue"), remainder.clip(lower_bound=0.0)).alias(term_col("queue")),
         pl.when(queue_is_remainder)
         .then(remainder.clip(upper_bound=0.0))
+        .when(skewed)
+        .then(raw_network)
         .otherwise(0.0)
         .alias(OVERSHOOT_MS),
+        skewed.alias(NETWORK_UNIDENTIFIED),
         (queue_is_remainder & (remainder < -tolerance)).alias("overshoot_flag"),
         *(pl.lit(0.0).alias(budget_col(t)) for t in CLIENT_TERMS),
         pl.lit(network_ms).alias(budget_col("network")),

@@ -12,10 +12,15 @@ from pathlib import Path
 
 import click
 
-from loadgen.cli.echo import echo_renderables, write_text
+from loadgen.cli.echo import echo_json, echo_renderables, write_text
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.bootstrap import bootstrap_options
-from loadgen.cli.options.output import by_option, markdown_option, percentiles_option
+from loadgen.cli.options.output import (
+    by_option,
+    json_option,
+    markdown_option,
+    percentiles_option,
+)
 from loadgen.cli.options.slo import load_slos, slo_option
 
 
@@ -49,6 +54,7 @@ from loadgen.cli.options.slo import load_slos, slo_option
 )
 @by_option
 @markdown_option
+@json_option
 def compare(
     runs: tuple[Path, ...],
     labels: tuple[str, ...],
@@ -61,6 +67,7 @@ def compare(
     allow_different_traces: bool,
     by: str,
     markdown: Path | None,
+    as_json: bool,
 ) -> None:
     """Compare runs of the same trace on different deployments (A B [C...]).
 
@@ -68,6 +75,8 @@ def compare(
     values, the difference and its bootstrap 95% interval, TTFT components where the
     server reports them, and plain verdict lines. Two sweep directories give both
     goodput curves, the knees and the crossover load (needs goodput targets: --slo).
+    No winner or crossover is declared on an invalid run or step (client-bound, too few
+    samples, ...) or within noise: one "no verdict: ..." line says why.
 
     Example: loadgen compare runs/monolith runs/disagg --label monolith --label disagg
     """
@@ -89,6 +98,11 @@ def compare(
         )
         if markdown is not None:
             write_text(markdown, sweep_comparison_markdown(result))
+        if as_json:
+            from reports.jsondoc import sweep_comparison_json
+
+            echo_json(sweep_comparison_json(result))
+            return
         echo_renderables(sweep_comparison_renderables(result))
         return
     from analyzers.compare.runs import CompareOptions, compare_runs
@@ -111,4 +125,9 @@ def compare(
     )
     if markdown is not None:
         write_text(markdown, comparison_markdown(comparison))
+    if as_json:
+        from reports.jsondoc import comparison_json
+
+        echo_json(comparison_json(comparison))
+        return
     echo_renderables(comparison_renderables(comparison))

@@ -18,12 +18,14 @@ def echo_json(payload: dict[str, Any]) -> None:
 
 
 def echo_renderables(renderables: Iterable[Any]) -> None:
-    """Rich tables and lines on stdout, never wrapped (tables keep their width in pipes)."""
+    """Rich tables and lines on stdout, never wrapped (tables keep their width in pipes; a
+    line of text stays one line, so that a verdict can be grepped)."""
     from rich.console import Console
+    from rich.text import Text
 
     console = Console(soft_wrap=False)
     for item in renderables:
-        console.print(item)
+        console.print(item, soft_wrap=isinstance(item, Text))
 
 
 def write_text(path: Path, text: str) -> None:

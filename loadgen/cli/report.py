@@ -95,7 +95,7 @@ def report(
     Example: loadgen report runs/a --compare runs/b --slo-ttft-ms 200 -o ab.html
     """
     from analyzers.compare.sweep import is_sweep_dir
-    from reports.html.report import write_report
+    from reports.html.report import build_report, console_lines, write_built
     from reports.html.run import ReportOptions
 
     runs: list[Path] = []
@@ -119,15 +119,16 @@ def report(
     options = ReportOptions(slo_ttft_ms=slo_ttft_ms, slos=slos, budget=budget, selection=selection)
     first = runs[0] if runs else sweep_dirs[0]
     home = first if first.is_dir() else first.parent
-    html_path = write_report(
-        out or home / "report.html",
+    built = build_report(
         runs=runs,
         sweeps=sweep_dirs,
         options=options,
         labels=labels or None,
-        markdown=markdown,
         allow_different_traces=allow_different_traces,
     )
+    html_path = write_built(built, out or home / "report.html", markdown)
+    for line in console_lines(built):
+        click.echo(line)
     click.echo(f"report written to {html_path}")
     if markdown is not None:
         click.echo(f"summary written to {markdown}")

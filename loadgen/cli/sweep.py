@@ -130,4 +130,25 @@ def sweep(
 
     result = asyncio.run(run_sweep(options, stop_after=stop, on_step=on_step))
     console.print(f"sweep {result.stop_reason}: {len(result.steps)} step(s) in {result.sweep_dir}")
+    if result.steps:
+        console.print(_knee_line(result.sweep_dir, slo_args), soft_wrap=True)
     console.print(f"next: loadgen analyze {result.sweep_dir}")
+
+
+def _knee_line(sweep_dir: Path, slo_args: tuple[str, ...]) -> str:
+    """The sweep's knee in one line, or why there is none (no SLO; withheld on an invalid
+    step, naming it and its flag)."""
+    from analyzers.compare.sweep import SweepOptions as JudgeOptions
+    from analyzers.compare.sweep import analyze_sweep
+
+    analysis = analyze_sweep(sweep_dir, JudgeOptions(slos=load_slos(slo_args)))
+    invalid = [st for st in analysis.steps if not st.valid]
+    knee = analysis.knee
+    text = (
+        f"knee: {knee.offered:.3g} {analysis.load_unit} ({analysis.knee_note})"
+        if knee is not None
+        else f"knee: none ({analysis.knee_note})"
+    )
+    if invalid and knee is not None:
+        text += f"; {len(invalid)} invalid step(s) above it, first {invalid[0].label}"
+    return text

@@ -19,6 +19,7 @@ from typing import Final
 
 from analyzers.compare.runs import Comparison
 from analyzers.compare.sweep import SweepAnalysis, SweepComparison
+from analyzers.compare.verdict import ComparisonVerdict
 from reports import fmt
 from reports.charts.figure import Chart
 from reports.html.run import (
@@ -177,12 +178,16 @@ def build_report(
     options: ReportOptions | None = None,
     labels: Sequence[str] | None = None,
     allow_different_traces: bool = False,
+    comparison: Comparison | None = None,
+    sweep_comparison: SweepComparison | None = None,
 ) -> Report:
     """Ask the analyzers for everything a report of ``runs`` and ``sweeps`` shows.
 
     One run: its report. Several: each with its own sections, and every run after the
     first compared with it (``compare.compare_runs``). One sweep: its steps and knee; two:
-    also the crossover (``sweep.compare_sweeps``).
+    also the crossover (``sweep.compare_sweeps``). A ``comparison`` or ``sweep_comparison``
+    already made (the one a command printed) is used as is, so that the page and the
+    console show the same verdict.
     """
     from analyzers.compare.runs import CompareOptions, compare_runs
     from analyzers.compare.sweep import SweepOptions, analyze_sweep, compare_sweeps
@@ -197,8 +202,7 @@ def build_report(
         for i, r in enumerate(runs)
     )
     slos = gate_slos(options)
-    comparison = None
-    if len(runs) > 1:
+    if len(runs) > 1 and comparison is None:
         goodput = slos.goodput
         if goodput == SLOTargets() and options.slo_ttft_ms is not None:
             goodput = SLOTargets(ttft_ms=options.slo_ttft_ms)
@@ -217,8 +221,9 @@ def build_report(
         slos = replace(slos, goodput=SLOTargets(ttft_ms=options.slo_ttft_ms))
     sweep_options = SweepOptions(slos=slos, selection=options.selection)
     sweep_results: tuple[SweepAnalysis, ...] = ()
-    sweep_comparison = None
-    if len(sweeps) == 2:
+    if sweep_comparison is not None:
+        sweep_results = (sweep_comparison.a, sweep_comparison.b)
+    elif len(sweeps) == 2:
         sweep_comparison = compare_sweeps(
             sweeps[0], sweeps[1], sweep_options, allow_different_traces=allow_different_traces
         )
@@ -243,7 +248,12 @@ def comparison_section(report: Report) -> str:
     # A single class repeats the run's rows: show classes only when there are several.
     classes = {d.workload for d in c.metrics} - {"all"}
     keep = {"all"} | (classes if len(classes) > 1 else set())
-    verdicts = [Verdict(tone="info", label="compare", text=v) for v in c.verdicts]
+    verdicts = [
+        verdict_item(c.verdict, "compare")
+        if c.verdict is not None
+        else Verdict(tone="info", label="compare", text=v)
+        for v in c.verdicts
+    ]
     verdicts += [Verdict(tone="warn", label="note", text=n) for n in c.notes]
     header = ["class", "metric", "base", "run", "base value", "value", "difference",
               f"{c.options.confidence:.0%} interval", "relative"]  # fmt: skip
@@ -321,11 +331,26 @@ def comparison_section(report: Report) -> str:
     )
     parts.append(figure(deltas_chart(c)))
     if c.options.time_scale != 1.0:
-        parts.append(
-            f'<p class="note">The tables are on the server\'s clock (client latencies x '
-            f"{c.options.time_scale:g}); the charts show what the client measured.</p>"
-        )
+        parts.append(f'<p class="note">{escape(time_scale_note(c.options.time_scale))}</p>')
     return "\n".join(parts)
+
+
+def time_scale_note(time_scale: float) -> str:
+    """How the tables relate to what the client measured, as a factor (a simulator at time
+    scale 0.25 ran four times faster than its model: client latencies x4.0)."""
+    return (
+        f"The tables are on the server's clock: client latencies x{1 / time_scale:.3g} (the "
+        f"simulator ran {time_scale:g} wall seconds per model second); the charts show what "
+        "the client measured."
+    )
+
+
+def verdict_item(v: ComparisonVerdict, label: str) -> Verdict:
+    """A comparison's verdict as a verdict-list line: its text verbatim, a warning when
+    withheld."""
+    if v.withheld:
+        return Verdict(tone="warn", label="no verdict", text=v.text)
+    return Verdict(tone="ok" if v.declared else "info", label=label, text=v.text)
 
 
 def sweep_section(report: Report) -> str:
@@ -339,15 +364,13 @@ def sweep_section(report: Report) -> str:
         for s in report.sweeps
     ]  # fmt: skip
     if report.sweep_comparison is not None:
-        verdicts += [
-            Verdict(tone="info", label="crossover", text=v)
-            for v in report.sweep_comparison.verdicts
-        ]
+        # The knee lines are above; the comparison's answer is its verdict, verbatim.
+        verdicts.append(verdict_item(report.sweep_comparison.verdict, "crossover"))
     parts.append(_verdict_list(verdicts))
     for s in report.sweeps:
         header = ["step", f"offered ({s.load_unit})", "achieved req/s", "output tok/s",
                   "requests", "errors", "TTFT p50", "TTFT p99", "TPOT p99", "E2E p99",
-                  "goodput", "SLO"]  # fmt: skip
+                  "goodput", "SLO", "validity"]  # fmt: skip
         rows = [
             [
                 st.label,
@@ -361,7 +384,8 @@ def sweep_section(report: Report) -> str:
                 fmt.number(st.tpot_p99_ms),
                 fmt.number(st.e2e_p99_ms),
                 fmt.percent(st.goodput),
-                {True: "meets", False: "breaks", None: "-"}[st.meets_slo],
+                fmt.slo_word(st.meets_slo),
+                fmt.flags(tuple(f.kind for f in st.flags)),
             ]
             for st in s.steps
         ]
@@ -412,13 +436,16 @@ def write_report(
     labels: Sequence[str] | None = None,
     markdown: Path | str | None = None,
     allow_different_traces: bool = False,
+    comparison: Comparison | None = None,
+    sweep_comparison: SweepComparison | None = None,
 ) -> Path:
     """Write the HTML report of ``runs`` and/or ``sweeps`` to ``out`` (and the Markdown
     summary to ``markdown`` when given); return the HTML file's path.
 
     ``runs``: one run, or several compared with the first; ``sweeps``: one sweep, or two
     whose crossover is found. ``options``: SLO, budget and row selection. ``labels`` name
-    the runs (default: their directory names).
+    the runs (default: their directory names). ``comparison``/``sweep_comparison``: made
+    already (see ``build_report``).
     """
     report = build_report(
         runs=runs,
@@ -426,7 +453,14 @@ def write_report(
         options=options,
         labels=labels,
         allow_different_traces=allow_different_traces,
+        comparison=comparison,
+        sweep_comparison=sweep_comparison,
     )
+    return write_built(report, out, markdown)
+
+
+def write_built(report: Report, out: Path | str, markdown: Path | str | None = None) -> Path:
+    """Write a built report's HTML to ``out`` (and its Markdown summary to ``markdown``)."""
     path = write_html(render_html(report), Path(out))
     if markdown is not None:
         from reports.markdown import render_markdown
@@ -435,3 +469,16 @@ def write_report(
         md.parent.mkdir(parents=True, exist_ok=True)
         md.write_text(render_markdown(report), encoding="utf-8")
     return path
+
+
+def console_lines(report: Report) -> list[str]:
+    """What a command that wrote ``report`` says on the console, one line each: the
+    crossover verdict of two sweeps, a withheld comparison or knee (the same text as the
+    page)."""
+    lines = []
+    if report.sweep_comparison is not None:
+        lines.append(report.sweep_comparison.verdict.text)
+    lines += [f"{s.label}: {s.knee_note}" for s in report.sweeps if s.knee_note.startswith("no ")]
+    if report.comparison is not None and report.comparison.verdict is not None:
+        lines.append(report.comparison.verdict.text)
+    return lines

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from loadgen.run.session import SessionOptions
+
+if TYPE_CHECKING:
+    from analyzers.compare.verdict import ComparisonVerdict
 
 MODEL = "llama-3.1-8b"
 GPU = "h100"
@@ -42,16 +47,17 @@ class Plan:
     rates: tuple[float, ...]
     requests: int
     cooldown_s: float
+    time_scale: float = TIME_SCALE
 
 
 FULL = Plan(rates=(2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0), requests=100, cooldown_s=1.0)
 QUICK = Plan(rates=(3.0, 5.0, 7.0), requests=40, cooldown_s=0.5)
 
 
-def sim_args(topology: str) -> tuple[str, ...]:
+def sim_args(topology: str, time_scale: float = TIME_SCALE) -> tuple[str, ...]:
     """The simulator for one layout of the same two GPUs."""
     common = (
-        "--model", MODEL, "--gpu", GPU, "--time-scale", f"{TIME_SCALE:g}",
+        "--model", MODEL, "--gpu", GPU, "--time-scale", f"{time_scale:g}",
         "--no-prefix-cache", "--seed", "1",
     )  # fmt: skip
     if topology == "monolith":
@@ -105,9 +111,10 @@ def predicted_break_even() -> tuple[float, float, float]:
 def _sweep(trace: Path, out: Path, base_url: str, plan: Plan) -> None:
     from loadgen.run.sweep import LoadStep, SweepOptions, run_sweep
 
-    # The simulator runs TIME_SCALE wall seconds per model second: a model rate r is
-    # r / TIME_SCALE requests per wall second.
-    steps = tuple(LoadStep(label=f"{r:g}/s", rate=r / TIME_SCALE) for r in plan.rates)
+    # The simulator runs time_scale wall seconds per model second: a model rate r is
+    # r / time_scale requests per wall second.
+    scale = plan.time_scale
+    steps = tuple(LoadStep(label=f"{r:g}/s", rate=r / scale) for r in plan.rates)
     options = SweepOptions(
         session=SessionOptions(
             trace_path=trace,
@@ -118,10 +125,30 @@ def _sweep(trace: Path, out: Path, base_url: str, plan: Plan) -> None:
         ),
         steps=steps,
         cooldown_s=plan.cooldown_s,
-        server_time_scale=TIME_SCALE,
+        server_time_scale=scale,
         labels={"name": out.name},
     )
     asyncio.run(run_sweep(options, install_signal_handlers=False))
+
+
+def verdict_line(verdict: ComparisonVerdict, predicted: float, plan: Plan) -> str:
+    """The demo's last word, one line: the measured crossover against the prediction, or
+    the verdict as is (withheld, with its reason; a winner over the whole range)."""
+    if verdict.kind == "crossover" and verdict.load is not None:
+        gap = verdict.load - predicted
+        return (
+            f"crossover: measured {verdict.load:.2f} req/s ({verdict.winner} wins above), "
+            f"predicted {predicted:.2f} req/s ({gap:+.2f} req/s, {gap / predicted:+.0%}); "
+            f"step spacing {plan.rates[1] - plan.rates[0]:g} req/s"
+        )
+    return f"verdict: {verdict.text} (predicted break-even {predicted:.2f} req/s)"
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """``payload`` as indented JSON."""
+    import orjson
+
+    path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
 
 
 @click.command("demo-compare")
@@ -134,7 +161,14 @@ def _sweep(trace: Path, out: Path, base_url: str, plan: Plan) -> None:
 )
 @click.option("--quick", is_flag=True, help="Three loads, 40 requests each (about a minute).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the trace.")
-def demo_compare(out: Path | None, quick: bool, seed: int) -> None:
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0.05, max=10),
+    default=None,
+    help=f"Simulator wall seconds per model second [default: {TIME_SCALE:g}]; larger is "
+    "slower and leaves the client more time per request on a small machine.",
+)
+def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | None) -> None:
     """Monolith vs disaggregated serving of the same GPUs, swept on the simulator.
 
     Prints both load curves, the comparison at the predicted break-even load, the
@@ -143,12 +177,15 @@ def demo_compare(out: Path | None, quick: bool, seed: int) -> None:
     from analyzers.compare.runs import CompareOptions, compare_runs
     from analyzers.compare.sweep import SweepOptions, compare_sweeps
     from analyzers.goodput import SLOTargets
-    from analyzers.slo.parse import SLOSet
+    from analyzers.slo.parse import SLOSet, scale_slos
     from loadgen.sim.launch import start_sim
     from reports.compare import comparison_renderables, sweep_comparison_renderables
 
     console = Console(soft_wrap=False, width=140)
     plan = QUICK if quick else FULL
+    if time_scale is not None:
+        plan = replace(plan, time_scale=time_scale)
+    scale = plan.time_scale
     started = time.monotonic()
     base = out or Path("runs") / f"demo-compare-{time.strftime('%Y%m%d-%H%M%S')}"
     base.mkdir(parents=True, exist_ok=True)
@@ -166,10 +203,10 @@ def demo_compare(out: Path | None, quick: bool, seed: int) -> None:
     )
     sweeps = {}
     for topology in ("monolith", "disagg"):
-        with start_sim(sim_args(topology)) as sim:
+        with start_sim(sim_args(topology, scale)) as sim:
             console.print(
                 f"sweeping {topology} at {', '.join(f'{r:g}' for r in plan.rates)} req/s "
-                f"({plan.requests} requests each, simulator time scale {TIME_SCALE:g}) ..."
+                f"({plan.requests} requests each, simulator time scale {scale:g}) ..."
             )
             sweeps[topology] = base / topology
             _sweep(trace, sweeps[topology], sim.base_url, plan)
@@ -178,7 +215,7 @@ def demo_compare(out: Path | None, quick: bool, seed: int) -> None:
         sweeps["monolith"], sweeps["disagg"], SweepOptions(slos=SLOSet(goodput=targets))
     )
     for item in sweep_comparison_renderables(result):
-        console.print(item)
+        console.print(item, soft_wrap=isinstance(item, Text))
     # The two runs at the load nearest the predicted break-even, compared in detail.
     nearest = min(range(len(plan.rates)), key=lambda i: abs(plan.rates[i] - predicted))
     comparison = compare_runs(
@@ -187,36 +224,35 @@ def demo_compare(out: Path | None, quick: bool, seed: int) -> None:
             percentiles=(50.0, 99.0),
             by_workload=False,
             goodput=targets,
-            time_scale=TIME_SCALE,
+            time_scale=scale,
             labels=("monolith", "disagg"),
             resamples=500,
         ),
     )
     console.print(f"\nAt {plan.rates[nearest]:g} req/s (nearest step to the predicted break-even):")
     for item in comparison_renderables(comparison):
-        console.print(item)
-    measured = result.crossover.load if result.crossover is not None else None
-    if measured is not None:
-        gap = measured - predicted
-        console.print(
-            f"\ncrossover: measured {measured:.2f} req/s, predicted {predicted:.2f} req/s "
-            f"({gap:+.2f} req/s, {gap / predicted:+.0%}); step spacing "
-            f"{plan.rates[1] - plan.rates[0]:g} req/s"
-        )
-    else:
-        console.print(f"\ncrossover: not found in the swept loads; predicted {predicted:.2f} req/s")
+        console.print(item, soft_wrap=isinstance(item, Text))
     from reports.html.report import write_report
     from reports.html.run import ReportOptions
+    from reports.jsondoc import comparison_json, sweep_comparison_json
 
+    console.print(f"\n{verdict_line(result.verdict, predicted, plan)}", soft_wrap=True)
+    write_json(
+        base / "verdict.json",
+        {"sweeps": sweep_comparison_json(result), "at_break_even": comparison_json(comparison)},
+    )
+    # The page shows the comparisons printed above (one verdict, not a second computation);
+    # its run sections are on the client's clock, so their goodput targets are scaled.
     report = write_report(
         base / "report.html",
         runs=[sweeps["monolith"] / f"step-{nearest}", sweeps["disagg"] / f"step-{nearest}"],
-        sweeps=[sweeps["monolith"], sweeps["disagg"]],
         labels=["monolith", "disagg"],
-        options=ReportOptions(
-            slo_ttft_ms=SLO_TTFT_MS, slos=SLOSet(goodput=targets), time_scale=TIME_SCALE
-        ),
+        options=ReportOptions(slos=scale_slos(SLOSet(goodput=targets), scale), time_scale=scale),
         markdown=base / "report.md",
+        comparison=comparison,
+        sweep_comparison=result,
     )
-    console.print(f"report: {report} (summary: {base / 'report.md'})")
+    console.print(
+        f"report: {report} (summary: {base / 'report.md'}; verdict: {base / 'verdict.json'})"
+    )
     console.print(f"done in {time.monotonic() - started:.0f} s; sweeps in {base}")
