@@ -3,11 +3,10 @@ run and within noise, with one line that says why."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from runbuilders import make_run
+from runbuilders import make_run, make_sweep
 
 from analyzers.compare.runs import CompareOptions, compare_runs
 from analyzers.compare.sweep import (
@@ -22,21 +21,6 @@ from analyzers.goodput import SLOTargets
 from analyzers.slo.parse import SLOSet
 
 GOODPUT = SweepOptions(slos=SLOSet(goodput=SLOTargets(tpot_ms=15.0)))
-
-
-def make_sweep(
-    path: Path, slowness: dict[float, float], lag_ms: dict[float, float] | None = None
-) -> Path:
-    """A sweep whose step at load ``r`` runs ``slowness[r]`` times slower and sends its
-    requests ``lag_ms[r]`` late (client-bound above 5 ms)."""
-    lags = lag_ms or {}
-    steps = []
-    for i, (load, slow) in enumerate(sorted(slowness.items())):
-        make_run(path / f"step-{i}", n=120, seed=i, slow=slow, schedule_lag_ms=lags.get(load, 0))
-        steps.append({"index": i, "dir": f"step-{i}", "label": f"{load:g}/s", "offered": load})
-    doc = {"mode": "rate", "load_unit": "req/s", "trace": {"sha256": "abc"}, "steps": steps}
-    (path / "sweep.json").write_text(json.dumps(doc))
-    return path
 
 
 def _bare(label: str) -> SweepAnalysis:

@@ -4,6 +4,7 @@ pytest's ``pythonpath``; not a test module)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 from pathlib import Path
@@ -180,4 +181,19 @@ def make_run(
             generator_health=health(schedule_lag_ms=schedule_lag_ms, loop_lag_ms=0.5, cpu=0.1),
         ),
     )
+    return path
+
+
+def make_sweep(
+    path: Path, slowness: dict[float, float], lag_ms: dict[float, float] | None = None
+) -> Path:
+    """A sweep directory whose step at load ``r`` (req/s) is a ``make_run`` of 120 requests
+    ``slowness[r]`` times slower, sent ``lag_ms[r]`` late (client-bound above 5 ms)."""
+    lags = lag_ms or {}
+    steps = []
+    for i, (load, slow) in enumerate(sorted(slowness.items())):
+        make_run(path / f"step-{i}", n=120, seed=i, slow=slow, schedule_lag_ms=lags.get(load, 0))
+        steps.append({"index": i, "dir": f"step-{i}", "label": f"{load:g}/s", "offered": load})
+    doc = {"mode": "rate", "load_unit": "req/s", "trace": {"sha256": "abc"}, "steps": steps}
+    (path / "sweep.json").write_text(json.dumps(doc))
     return path
