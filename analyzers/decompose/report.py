@@ -406,8 +406,9 @@ def build_decomposition(
         verdicts.append(
             f"network unidentifiable in {overall.network_unidentified} of {overall.requests} "
             f"requests: the server's TTFT exceeds the client's view by up to "
-            f"{overall.network_skew_ms:.1f} ms (clock skew, or a time scale not applied); "
-            "booked as 0, not as a negative time"
+            f"{overall.network_skew_ms:.1f} ms (its clock started before the request was "
+            "fully written, clock skew, or a time scale not applied); booked as 0, not as a "
+            "negative time"
         )
     if overall.overshoots:
         verdicts.append(

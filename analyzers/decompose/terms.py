@@ -27,7 +27,8 @@ predictions come from is ``analyzers.decompose.model``'s ``BudgetModel``.
 
 The network is never negative. Where the server's own TTFT exceeds what the client saw
 between writing the request and its first token (``first_token - request_written <
-server_ttft``: clock skew, or a simulator's time scale not applied), the network cannot be
+server_ttft``: the server's clock started before the request was fully written, clock
+skew, or a simulator's time scale not applied), the network cannot be
 identified: it is booked as 0, the request is marked ``NETWORK_UNIDENTIFIED`` and the
 excess goes to ``overshoot_ms`` (<= 0) so the parts still add up.
 

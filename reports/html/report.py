@@ -194,7 +194,7 @@ def build_report(
     from analyzers.goodput import SLOTargets
 
     options = options or ReportOptions()
-    if not runs and not sweeps:
+    if not runs and not sweeps and sweep_comparison is None:
         raise ValueError("a report needs at least one run or sweep")
     names = list(labels) if labels else []
     run_reports = tuple(
