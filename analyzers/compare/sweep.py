@@ -454,10 +454,10 @@ def sweep_verdict(
     if not leading(len(joint) - 1, sign):
         if abs(top_est) > tie:
             lead_side = b.label if sign > 0 else a.label
+            low, high = sorted((sign * top_lo, sign * top_hi))
             return None, within_noise(
                 f"at {top.load:.3g} {unit} {lead_side} leads by {abs(top_est) * 100:.1f} pts of "
-                f"goodput, 95% interval [{sign * top_lo * 100:+.1f}, {sign * top_hi * 100:+.1f}] "
-                "includes 0",
+                f"goodput, 95% interval [{low * 100:+.1f}, {high * 100:+.1f}] includes 0",
                 "crossover",
             )
         return None, nothing(

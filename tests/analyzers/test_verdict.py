@@ -70,7 +70,14 @@ def test_a_lead_within_noise_is_no_verdict() -> None:
     assert verdict.kind == "noise"
     assert verdict.withheld
     assert verdict.text.startswith("no verdict: crossover within noise (at 7 req/s disagg")
-    assert "includes 0" in verdict.text
+    assert "leads by 7.5 pts of goodput, 95% interval [-2.9, +17.1] includes 0" in verdict.text
+    # The other way round (the flip two runs of demo-compare showed): the interval is
+    # still written low to high, from the leader's side.
+    _, flipped = sweep_verdict(
+        _bare("mono"), _bare("disagg"), _points([1.0, 1.0, 0.775], [1.0, 1.0, 0.6])
+    )
+    assert flipped.kind == "noise"
+    assert "mono leads by 17.5 pts of goodput, 95% interval [-3.0, +36.3]" in flipped.text
 
 
 def test_a_lead_everywhere_is_a_winner_without_crossover() -> None:
