@@ -92,7 +92,9 @@ def test_sweep_until_breach_cli(tmp_path: Path, sim: SimFactory) -> None:
 
 
 def test_demo_compare_quick(tmp_path: Path) -> None:
-    out = CliRunner().invoke(cli, ["demo-compare", "--quick", "-o", str(tmp_path / "d")])
+    # A quarter speed keeps the test short (it checks the wiring, not the verdict).
+    args = ["demo-compare", "--quick", "--time-scale", "0.25", "-o", str(tmp_path / "d")]
+    out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
     assert "predicted break-even" in out.output
     # The last word is the crossover against the prediction, or the verdict as is (withheld
