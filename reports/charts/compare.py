@@ -272,4 +272,6 @@ def sweep_chart(
     )
     if comparison is not None and comparison.crossover is not None:
         caption += f" Solid vertical: the crossover ({comparison.crossover.description})."
+    elif comparison is not None and comparison.verdict.withheld:
+        caption += f" No crossover drawn: {comparison.verdict.text}."
     return render("sweep", "Load sweep", caption, draw, height_in=5.2)
