@@ -16,11 +16,14 @@ import click
 
 from analyzers.budget.budgetfile import report_to_json, write_budget
 from analyzers.budget.catalog import Catalog, load_catalog
+from analyzers.budget.calibrate import fit_profiles, prompt_split
 from analyzers.budget.claims import check_claim
+from analyzers.budget.measurements import load_measurements
+from analyzers.budget.profile import StepProfile, load_profiles, profiles_to_toml
 from analyzers.budget.report import PlanInputs, build_report
 from analyzers.budget.specs import DTYPES, Deployment, ModelSpec, check_dtype
 from analyzers.errors import BudgetError
-from reports.plan import render_claim, render_report
+from reports.plan import render_calibration, render_claim, render_report
 
 _DEFAULT_LINKS = ("100g", "400g", "mooncake-4x200g", "mooncake-8x400g", "8x400g")
 
@@ -52,6 +55,39 @@ def _trace_lengths(path: Path) -> tuple[list[int], list[int]]:
         raise BudgetError(f"{path}: the trace has no requests")
     prompts = [r.input_tokens + (r.image_tokens or 0) for r in rows]
     return prompts, [r.output_tokens for r in rows]
+
+
+def _profile(cat: Catalog, path: Path | None, gpu_name: str) -> StepProfile | None:
+    """The profile in ``path`` for ``gpu_name``: named so, or the only one whose GPU is the
+    same catalog entry."""
+    if path is None:
+        return None
+    profiles = load_profiles(path)
+    if gpu_name in profiles:
+        return profiles[gpu_name]
+    want = cat.gpu(gpu_name).name
+    matches = [p for p in profiles.values() if cat.gpu(p.gpu).name == want]
+    if len(matches) != 1:
+        raise BudgetError(
+            f"{path}: {'no' if not matches else 'more than one'} profile for gpu {gpu_name!r}; "
+            f"it has {', '.join(sorted(profiles))}"
+        )
+    return matches[0]
+
+
+def _check_context(model: ModelSpec, prompt_tokens: int) -> None:
+    if model.max_context is not None and prompt_tokens > model.max_context:
+        raise BudgetError(
+            f"a prompt of {prompt_tokens} tokens exceeds {model.name}'s context of "
+            f"{model.max_context} tokens"
+        )
+
+
+def _int_set(text: str, option: str) -> frozenset[int]:
+    try:
+        return frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise BudgetError(f"{option} takes integers separated by commas, got {text!r}") from None
 
 
 _model_opt = click.option(
@@ -162,6 +198,13 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 )
 @_catalog_opt
 @click.option(
+    "--profile",
+    "profile_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="Calibration profile TOML (from plan calibrate); replaces the efficiencies.",
+)
+@click.option(
     "--out",
     "out_path",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -194,10 +237,14 @@ def plan(
     link_name: str,
     image: str | None,
     catalog_file: Path | None,
+    profile_file: Path | None,
     out_path: Path | None,
     as_json: bool,
 ) -> None:
     """Predict prefill, decode, KV, image and disaggregation budgets from first principles.
+
+    A prompt longer than the model's context is an error (exit 2); weights that do not
+    fit print why and exit 1, with no figure computed from the empty KV cache.
 
     Example: loadgen plan --model llama-3.3-70b --gpu h200 --gpus 1 --dtype fp8
     """
@@ -207,6 +254,7 @@ def plan(
         raise click.UsageError("plan needs --model and --gpu (or a subcommand)")
     cat = load_catalog(catalog_file)
     model = _model(cat, model_name, dtype, kv_dtype)
+    _check_context(model, prompt_tokens)
     deploy = Deployment(
         hardware=cat.gpu(gpu_name),
         tensor_parallel=gpus,
@@ -216,6 +264,7 @@ def plan(
         step_overhead_s=step_overhead_ms / 1e3,
         memory_fraction=memory_fraction,
         chunk_tokens=chunk_tokens,
+        profile=_profile(cat, profile_file, gpu_name),
     )
     width, height = _image_size(image)
     inputs = PlanInputs(
@@ -241,6 +290,85 @@ def plan(
     if out_path is not None:
         write_budget(report, out_path)
     click.echo(report_to_json(report) if as_json else render_report(report))
+    if report.refusal:
+        ctx.exit(1)
+
+
+@plan.command("calibrate")
+@click.argument(
+    "measurements", type=click.Path(path_type=Path, exists=True, dir_okay=True)
+)
+@click.option(
+    "-o",
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Profile TOML to write (one [profiles.GPU] table per GPU type).",
+)
+@click.option(
+    "--hold-out-prompts",
+    default="",
+    help="Prompt sizes left out of the fit and reported as predictions, e.g. 256,1024,4096.",
+)
+@click.option(
+    "--hold-out-batches",
+    default="",
+    help="Batch sizes left out of the fit, e.g. 4,16,64.",
+)
+@click.option(
+    "--exclude-batches",
+    default="",
+    help="Batch sizes dropped entirely (neither fitted nor reported), e.g. 64.",
+)
+@click.option("--summary", is_flag=True, help="Print only the parameters and error summaries.")
+@_catalog_opt
+def calibrate_cmd(
+    measurements: Path,
+    out_path: Path,
+    hold_out_prompts: str,
+    hold_out_batches: str,
+    exclude_batches: str,
+    summary: bool,
+    catalog_file: Path | None,
+) -> None:
+    """Fit the step-time profile of each GPU type to MEASUREMENTS and print the residuals.
+
+    MEASUREMENTS is a CSV: the Splitwise perf_model.csv format or model,gpu,tp,tokens,batch,
+    ms[,phase][,engine]. Model and GPU names resolve through the catalog (--catalog adds).
+
+    Example: loadgen plan calibrate splitwise_perf_model.csv -o profile.toml
+    --hold-out-prompts 256,1024,4096 --hold-out-batches 4,16 --exclude-batches 64
+    """
+    cat = load_catalog(catalog_file)
+    excluded = _int_set(exclude_batches, "--exclude-batches")
+    observations = [o for o in load_measurements(measurements) if o.batch not in excluded]
+    if not observations:
+        raise BudgetError(f"{measurements}: no measurements left after --exclude-batches")
+    held_out = prompt_split(
+        _int_set(hold_out_prompts, "--hold-out-prompts"),
+        _int_set(hold_out_batches, "--hold-out-batches"),
+    )
+    fits = fit_profiles(
+        observations,
+        model_of=cat.model,
+        gpu_of=cat.gpu,
+        held_out=held_out,
+        source=f"loadgen plan calibrate {measurements.name}",
+    )
+    header = (
+        f"Step-time profiles fitted by loadgen plan calibrate to {measurements.name}"
+        + (f"; held out prompts {hold_out_prompts}" if hold_out_prompts else "")
+        + (f", batches {hold_out_batches}" if hold_out_batches else "")
+        + (f"; excluded batches {exclude_batches}" if exclude_batches else "")
+    )
+    text = profiles_to_toml({f.profile.name: f.profile for f in fits}, header)
+    try:
+        out_path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BudgetError(f"{out_path}: cannot write profile ({exc.strerror})") from None
+    click.echo(render_calibration(fits, all_points=not summary))
+    click.echo(f"wrote {len(fits)} profile(s) to {out_path}")
 
 
 @plan.command("check-claim")
