@@ -253,7 +253,9 @@ def _bounded_least_squares(rows: Sequence[Sequence[float]], lower: Sequence[floa
         pinned.add(min(below, key=lambda j: x[j] - lower[j]))
 
 
-def _alternate(fitted: Sequence[tuple[StepTerms, Observation]], start: Sequence[float]) -> list[float]:
+def _alternate(
+    fitted: Sequence[tuple[StepTerms, Observation]], start: Sequence[float]
+) -> list[float]:
     """Alternate side assignment and bounded least squares from ``start`` until stable."""
     sides = [_side(t, start) for t, _ in fitted]
     x = list(start)

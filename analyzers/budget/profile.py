@@ -17,7 +17,6 @@ from typing import Any
 
 from analyzers.errors import BudgetError
 
-
 _PHASES = ("prefill", "decode")
 
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzers.budget import decode, disagg, images, kv, prefill, queueing, weights
-from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
 from analyzers.budget.engine.step import StepCost
+from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec, dtype_bytes
 from analyzers.errors import BudgetError
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 
 from analyzers.budget.budgetfile import report_to_json, write_budget
-from analyzers.budget.catalog import Catalog, load_catalog
 from analyzers.budget.calibrate import fit_profiles, prompt_split
+from analyzers.budget.catalog import Catalog, load_catalog
 from analyzers.budget.claims import check_claim
 from analyzers.budget.measurements import load_measurements
 from analyzers.budget.profile import StepProfile, load_profiles, profiles_to_toml
@@ -295,9 +295,7 @@ def plan(
 
 
 @plan.command("calibrate")
-@click.argument(
-    "measurements", type=click.Path(path_type=Path, exists=True, dir_okay=True)
-)
+@click.argument("measurements", type=click.Path(path_type=Path, exists=True, dir_okay=True))
 @click.option(
     "-o",
     "--out",

@@ -180,7 +180,9 @@ def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]
             * phase.compute_efficiency
         )
         memory_rate = (
-            deploy.tensor_parallel * deploy.hardware.hbm_bandwidth_bytes_per_s * phase.memory_efficiency
+            deploy.tensor_parallel
+            * deploy.hardware.hbm_bandwidth_bytes_per_s
+            * phase.memory_efficiency
         )
         collective = terms.collective_s(phase)
         launch = terms.launch_s(phase)

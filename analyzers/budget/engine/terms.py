@@ -67,7 +67,7 @@ def collective_hops(tensor_parallel: int) -> float:
 
 
 def pipeline_handoff_bytes(model: ModelSpec, pipeline_parallel: int, tokens: int) -> float:
-    """Activation bytes passed between pipeline stages in one step: ``(pp - 1) x T x hidden x 2``."""
+    """Activation bytes handed between pipeline stages in a step: ``(pp - 1) T hidden 2``."""
     return max(0, pipeline_parallel - 1) * tokens * model.hidden * ACTIVATION_BYTES
 
 
@@ -108,7 +108,9 @@ class StepTerms:
 
     def collective_s(self, p: PhaseProfile) -> float:
         """Tensor-parallel all-reduces plus pipeline hand-offs, in seconds."""
-        return self.hops * p.collective_latency_s + self.payload_s / p.link_efficiency + self.handoff_s
+        return (
+            self.hops * p.collective_latency_s + self.payload_s / p.link_efficiency + self.handoff_s
+        )
 
     def launch_s(self, p: PhaseProfile) -> float:
         """``layers x layer_overhead``: the host's time to launch the step's kernels, s."""
@@ -151,7 +153,9 @@ def step_terms(
     return StepTerms(
         compute_s=flops / (tp * hardware.peak_flops(model.weight_dtype)),
         memory_s=bytes_read / (tp * hardware.hbm_bandwidth_bytes_per_s),
-        payload_s=allreduces_per_step(model, tp) * allreduce_payload_bytes(model, tp, tokens) / link,
+        payload_s=allreduces_per_step(model, tp)
+        * allreduce_payload_bytes(model, tp, tokens)
+        / link,
         hops=allreduces_per_step(model, tp) * collective_hops(tp),
         handoff_s=pipeline_handoff_bytes(model, pipeline_parallel, tokens) / link,
         layers=model.layers,
