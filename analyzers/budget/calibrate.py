@@ -349,10 +349,11 @@ def fit_profiles(
     groups: dict[tuple[str, str], list[Observation]] = {}
     for o in observations:
         groups.setdefault((o.gpu, o.engine), []).append(o)
+    models = {name: model_of(name) for name in {o.model for o in observations}}
     fits = []
     for (gpu, engine), group in groups.items():
         hardware = gpu_of(gpu)
-        points = [(model_of(o.model), o) for o in group]
+        points = [(models[o.model], o) for o in group]
         name = f"{gpu}/{engine}" if engine else gpu
         fits.append(fit_profile(name, hardware, points, held_out=held_out, source=source))
     return fits
