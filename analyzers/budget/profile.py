@@ -10,7 +10,7 @@ opt-in. Pure standard library: this module imports only the errors (the engine l
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -139,16 +139,30 @@ def load_profiles(path: Path) -> dict[str, StepProfile]:
     return profiles_from_toml(text, str(path))
 
 
-def select_profile(profiles: Mapping[str, StepProfile], gpu: str) -> StepProfile:
-    """The profile named ``gpu``, else the only one for that GPU; ``BudgetError`` otherwise."""
+def select_profile(
+    profiles: Mapping[str, StepProfile],
+    gpu: str,
+    same_gpu: Callable[[str], bool] | None = None,
+    where: str = "profile file",
+) -> StepProfile:
+    """The profile named ``gpu``, else the only one whose ``gpu`` passes ``same_gpu`` (a
+    catalog comparison; plain equality without one); ``BudgetError`` otherwise."""
     if gpu in profiles:
         return profiles[gpu]
-    matches = [p for p in profiles.values() if p.gpu == gpu]
+    matches = [p for p in profiles.values() if (same_gpu or gpu.__eq__)(p.gpu)]
     if len(matches) == 1:
         return matches[0]
     raise BudgetError(
-        f"no single profile for gpu {gpu!r}; the file has {', '.join(sorted(profiles))}"
+        f"{where}: {'more than one' if matches else 'no'} profile for gpu {gpu!r}; "
+        f"it has {', '.join(sorted(profiles))}"
     )
+
+
+def load_profile_for(
+    path: Path, gpu: str, same_gpu: Callable[[str], bool] | None = None
+) -> StepProfile:
+    """``select_profile`` of the profiles in ``path``."""
+    return select_profile(load_profiles(path), gpu, same_gpu, str(path))
 
 
 def _toml_str(text: str) -> str:

@@ -19,7 +19,7 @@ from analyzers.budget.calibrate import fit_profiles, prompt_split
 from analyzers.budget.catalog import Catalog, load_catalog
 from analyzers.budget.claims import check_claim
 from analyzers.budget.measurements import load_measurements
-from analyzers.budget.profile import StepProfile, load_profiles, profiles_to_toml
+from analyzers.budget.profile import StepProfile, load_profile_for, profiles_to_toml
 from analyzers.budget.report import PlanInputs, build_report
 from analyzers.budget.specs import DTYPES, Deployment, ModelSpec, check_dtype
 from analyzers.errors import BudgetError
@@ -62,17 +62,8 @@ def _profile(cat: Catalog, path: Path | None, gpu_name: str) -> StepProfile | No
     same catalog entry."""
     if path is None:
         return None
-    profiles = load_profiles(path)
-    if gpu_name in profiles:
-        return profiles[gpu_name]
     want = cat.gpu(gpu_name).name
-    matches = [p for p in profiles.values() if cat.gpu(p.gpu).name == want]
-    if len(matches) != 1:
-        raise BudgetError(
-            f"{path}: {'no' if not matches else 'more than one'} profile for gpu {gpu_name!r}; "
-            f"it has {', '.join(sorted(profiles))}"
-        )
-    return matches[0]
+    return load_profile_for(path, gpu_name, lambda name: cat.gpu(name).name == want)
 
 
 def _check_context(model: ModelSpec, prompt_tokens: int) -> None:

@@ -196,6 +196,12 @@ class _OneLineErrors(click.Command):
 @_engine("--efficiency-decode", _FRACTION, 0.6, "achieved fraction of HBM bandwidth.")
 @_engine("--step-overhead-us", _MS, 0.0, "fixed cost added to every step.")
 @_engine(
+    "--profile",
+    click.Path(path_type=Path, exists=True, dir_okay=False),
+    None,
+    "calibration profile TOML (loadgen plan calibrate); replaces the efficiencies.",
+)
+@_engine(
     "--tokenizer",
     click.Path(path_type=Path, exists=True, dir_okay=False),
     None,
@@ -226,7 +232,7 @@ _ENGINE_OPTIONS = (
     "prefill_gpus", "decode_instances", "decode_gpus", "link_gbps", "link_latency_us",
     "max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_capacity_tokens",
     "memory_fraction", "no_prefix_cache", "preempt", "time_scale", "efficiency_prefill",
-    "efficiency_decode", "step_overhead_us", "tokenizer",
+    "efficiency_decode", "step_overhead_us", "tokenizer", "profile",
 )  # fmt: skip
 
 

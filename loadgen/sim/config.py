@@ -56,6 +56,7 @@ class EngineConfig:
     memory_fraction: float = 0.9
     kv_capacity_tokens: int | None = None
     tokenizer: Path | None = None
+    profile: Path | None = None  # calibration profile TOML (loadgen plan calibrate)
 
     def __post_init__(self) -> None:
         _check(bool(self.model), "model", self.model, "must not be empty")

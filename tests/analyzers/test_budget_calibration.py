@@ -347,3 +347,54 @@ def test_weights_that_do_not_fit_exit_1_without_kv_figures() -> None:
     assert "TPOT at" not in out
     assert "throughput at" not in out
     assert "tokens/s" not in out
+
+
+# --- the profile plugged into the simulator and the decomposition --------------------------
+
+_PROFILE_TOML = """
+[profiles.h100]
+gpu = "h100"
+
+[profiles.h100.prefill]
+compute_efficiency = 0.5
+layer_overhead_s = 0.0005
+
+[profiles.h100.decode]
+memory_efficiency = 0.8
+layer_overhead_s = 0.0003
+step_overhead_s = 0.005
+"""
+
+
+def test_simulator_and_decomposition_time_steps_with_the_profile(tmp_path: Path) -> None:
+    from analyzers.decompose.model import BudgetModel
+    from loadgen.sim.physics import HardwareChoice, Physics
+
+    path = tmp_path / "p.toml"
+    path.write_text(_PROFILE_TOML)
+    profile = load_profiles(path)["h100"]
+    model = catalog.model("llama-3.1-8b")
+    work = [SequenceWork(new_tokens=1, cached_tokens=500)] * 4
+    want = step_cost(model, Deployment(hardware=H100, profile=profile), work).time_s
+    # decode: 32 layers x 0.3 ms launch floor + 5 ms step overhead
+    assert want == pytest.approx(32 * 0.0003 + 0.005)
+    phys = Physics(HardwareChoice(model="llama-3.1-8b", gpu="h100-sxm", profile=path))
+    assert phys.step_s(work) == pytest.approx(want)
+    plain = Physics(HardwareChoice(model="llama-3.1-8b", gpu="h100"))
+    plain_s = step_cost(model, Deployment(hardware=H100), work).time_s
+    assert plain.step_s(work) == pytest.approx(plain_s)
+    assert plain_s < 0.6 * want
+    budget = BudgetModel.from_catalog("llama-3.1-8b", "h100", profile_file=path)
+    assert budget.deployment.profile == profile
+
+
+def test_a_profile_without_the_gpu_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(_PROFILE_TOML)
+    code, _, err = run(["decompose", str(tmp_path), "--model", "llama-3.1-8b", "--gpu", "a100",
+                        "--profile", str(path)])  # fmt: skip
+    assert code == 2
+    assert "no profile for gpu 'a100'" in err
+    code, _, err = run(["decompose", str(tmp_path), "--profile", str(path)])
+    assert code == 2
+    assert "--profile goes with --model" in err

@@ -1,5 +1,5 @@
 """The budget of the commands that decompose TTFT (``decompose``, ``report``): ``--budget
-FILE`` or ``--model M --gpu G [--gpus N] [--catalog F]``, handed to the command as one
+FILE`` or ``--model M --gpu G [--gpus N] [--catalog F] [--profile P]``, handed to the command as one
 ``analyzers.decompose.model.BudgetModel`` (or None when the options name none).
 """
 
@@ -42,6 +42,13 @@ _OPTIONS = (
         default=None,
         help="A TOML catalog adding or replacing models and GPUs.",
     ),
+    click.option(
+        "--profile",
+        "profile_file",
+        type=click.Path(path_type=Path, dir_okay=False, exists=True),
+        default=None,
+        help="Calibration profile TOML from `loadgen plan calibrate` (with --model).",
+    ),
 )
 
 
@@ -58,9 +65,12 @@ def budget_options(func: Command) -> Command:
         gpu_name: str | None,
         gpus: int,
         catalog_file: Path | None,
+        profile_file: Path | None,
         **kwargs: Any,
     ) -> Any:
-        kwargs["budget"] = load_budget(budget_file, model_name, gpu_name, gpus, catalog_file)
+        kwargs["budget"] = load_budget(
+            budget_file, model_name, gpu_name, gpus, catalog_file, profile_file
+        )
         return func(*args, **kwargs)
 
     return apply(_OPTIONS, with_budget)
@@ -72,10 +82,13 @@ def load_budget(
     gpu_name: str | None,
     gpus: int,
     catalog_file: Path | None,
+    profile_file: Path | None = None,
 ) -> BudgetModel | None:
     """The budget the options name, or None when they name none."""
     if budget_file is not None and model_name is not None:
         raise click.UsageError("give either --budget or --model/--gpu, not both")
+    if profile_file is not None and model_name is None:
+        raise click.UsageError("--profile goes with --model/--gpu (a budget file carries its own)")
     if (model_name is None) != (gpu_name is None):
         raise click.UsageError("--model and --gpu go together")
     from analyzers.decompose.model import BudgetModel
@@ -83,7 +96,9 @@ def load_budget(
     if budget_file is not None:
         return BudgetModel.from_file(budget_file)
     if model_name is not None and gpu_name is not None:
-        return BudgetModel.from_catalog(model_name, gpu_name, gpus=gpus, catalog_file=catalog_file)
+        return BudgetModel.from_catalog(
+            model_name, gpu_name, gpus=gpus, catalog_file=catalog_file, profile_file=profile_file
+        )
     return None
 
 
