@@ -398,3 +398,20 @@ def test_a_profile_without_the_gpu_is_a_one_line_error(tmp_path: Path) -> None:
     code, _, err = run(["decompose", str(tmp_path), "--profile", str(path)])
     assert code == 2
     assert "--profile goes with --model" in err
+
+
+def test_a_budget_file_carries_its_profile_and_refusal(tmp_path: Path) -> None:
+    from analyzers.budget import load_budget
+
+    path = tmp_path / "p.toml"
+    path.write_text(_PROFILE_TOML)
+    out = tmp_path / "budget.toml"
+    code, _, err = run(["plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--profile",
+                        str(path), "--out", str(out)])  # fmt: skip
+    assert code == 0, err
+    report = load_budget(out)
+    assert report.deployment.profile == load_profiles(path)["h100"]
+    assert report.refusal == ""
+    code, _, _ = run(["plan", "--model", "llama-3.1-405b", "--gpu", "h100", "--out", str(out)])
+    assert code == 1
+    assert load_budget(out).refusal.startswith("DOES NOT FIT")
