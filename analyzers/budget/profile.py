@@ -1,8 +1,10 @@
 """A calibration profile: the step-time model's free parameters for one GPU type.
 
 ``loadgen plan calibrate`` fits them to measured prefill and decode times and writes a
-TOML file of ``[profiles.NAME]`` tables; ``loadgen plan --profile FILE`` (and anything
-else that builds a ``Deployment``) plugs one in. A deployment without a profile keeps the
+TOML file: per profile a ``[profiles.NAME]`` table (``gpu``, optional ``engine`` and
+``source``) with ``[profiles.NAME.prefill]`` and ``[profiles.NAME.decode]`` tables of the
+``PhaseProfile`` fields. ``loadgen plan/sim/decompose --profile FILE`` (and anything that
+builds a ``Deployment``, such as a deployment file naming the profile by path) plugs one in. A deployment without a profile keeps the
 seeds' plain roofline (two efficiencies and an optional step overhead), so the profile is
 opt-in. Pure standard library: this module imports only the errors (the engine loads it).
 """

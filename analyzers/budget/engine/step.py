@@ -131,9 +131,10 @@ def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]
     compute = (2 N_active sum(new) + sum attention_flops) / (tp x peak(dtype) x eff_prefill)
     memory  = (weights_read(sum(new)) + sum kv_bytes(cached + new)) / (tp x HBM BW x eff_decode)
     time    = max(compute, memory) + step_overhead
-    With a profile on ``deploy``, its efficiencies replace the deployment's and the
-    terms of ``analyzers.budget.engine.terms`` are added (all-reduces, launches, the
-    profile's step, prefill and per-sequence overheads).
+    With a profile on ``deploy``, the efficiencies of its phase (prefill for a step that
+    carries a prefill, else decode) replace the deployment's and the terms of
+    ``analyzers.budget.engine.terms`` join: ``time = max(launch, max(compute, memory) +
+    all-reduce) + step_overhead + profile overheads``.
     """
     tokens = sum(w.new_tokens for w in work)
     if model.attention == "sliding":
