@@ -386,17 +386,28 @@ def _images(lines: _Lines, m: ModelSpec, d: Deployment, inp: PlanInputs) -> None
     )
 
 
-def _refusal(m: ModelSpec, d: Deployment) -> str:
+def _refusal(m: ModelSpec, d: Deployment, inp: PlanInputs) -> str:
+    """Why the replica cannot serve the workload at all ("" when it can): its weights do
+    not fit, or one request's KV cache exceeds what the weights leave."""
     w = weights.weights_bytes(m)
     usable = weights.usable_memory_bytes(d)
-    per_gpu = d.memory_fraction * d.hardware.hbm_bytes
-    need = math.ceil(w / per_gpu)
-    return (
-        f"DOES NOT FIT: {m.name} weights {fmt_bytes(w)} exceed the usable {fmt_bytes(usable)} "
-        f"of {d.gpus} x {d.hardware.name} ({d.memory_fraction} x {fmt_bytes(d.hardware.hbm_bytes)}"
-        f" each); the weights alone need {need} GPUs, and the KV cache more; no KV capacity, "
-        f"TPOT or throughput is computed"
-    )
+    if not weights.fits(m, d):
+        need = math.ceil(w / (d.memory_fraction * d.hardware.hbm_bytes))
+        return (
+            f"DOES NOT FIT: {m.name} weights {fmt_bytes(w)} exceed the usable "
+            f"{fmt_bytes(usable)} of {d.gpus} x {d.hardware.name} ({d.memory_fraction} x "
+            f"{fmt_bytes(d.hardware.hbm_bytes)} each); the weights alone need {need} GPUs, and "
+            f"the KV cache more; no KV capacity, TPOT or throughput is computed"
+        )
+    seq = inp.prompt_tokens + inp.output_tokens
+    if kv.max_concurrent_requests(m, d, seq) < 1:
+        return (
+            f"DOES NOT FIT: one request of {seq} tokens needs {fmt_bytes(kv.kv_bytes(m, seq))} "
+            f"of KV cache; {d.gpus} x {d.hardware.name} leave {fmt_bytes(kv.kv_budget_bytes(m, d))}"
+            f" ({fmt_count(kv.kv_capacity_tokens(m, d))} tokens) after the weights; no TPOT or "
+            f"throughput is computed"
+        )
+    return ""
 
 
 def build_report(
@@ -416,13 +427,14 @@ def build_report(
     """
     lines = _Lines()
     _memory(lines, model, deploy, inputs)
-    if not weights.fits(model, deploy):
+    refusal = _refusal(model, deploy, inputs)
+    if refusal:
         return BudgetReport(
             model=model,
             deployment=deploy,
             inputs=inputs,
             predictions=tuple(lines.items),
-            refusal=_refusal(model, deploy),
+            refusal=refusal,
         )
     _prefill(lines, model, deploy, inputs)
     _images(lines, model, deploy, inputs)

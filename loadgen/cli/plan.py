@@ -234,8 +234,8 @@ def plan(
 ) -> None:
     """Predict prefill, decode, KV, image and disaggregation budgets from first principles.
 
-    A prompt longer than the model's context is an error (exit 2); weights that do not
-    fit print why and exit 1, with no figure computed from the empty KV cache.
+    A prompt longer than the model's context is an error (exit 2); weights, or one
+    request's KV cache, that do not fit print why and exit 1, with no TPOT or throughput.
 
     Example: loadgen plan --model llama-3.3-70b --gpu h200 --gpus 1 --dtype fp8
     """

@@ -415,3 +415,14 @@ def test_a_budget_file_carries_its_profile_and_refusal(tmp_path: Path) -> None:
     code, _, _ = run(["plan", "--model", "llama-3.1-405b", "--gpu", "h100", "--out", str(out)])
     assert code == 1
     assert load_budget(out).refusal.startswith("DOES NOT FIT")
+
+
+def test_a_request_whose_kv_does_not_fit_exits_1_without_tpot() -> None:
+    """70B FP8 on one H100 leaves 1.45 GB (4,425 tokens) of KV: a 100k prompt cannot run."""
+    code, out, _ = run(["plan", "--model", "llama-3.3-70b", "--gpu", "h100", "--dtype", "fp8",
+                        "--prompt-tokens", "100000"])  # fmt: skip
+    assert code == 1
+    assert "one request of 100256 tokens needs 32.85 GB" in out
+    assert "4,425 tokens" in out
+    assert "TPOT at" not in out
+    assert "break-even" not in out.lower()
