@@ -6,7 +6,8 @@ TOML file: per profile a ``[profiles.NAME]`` table (``gpu``, optional ``engine``
 ``PhaseProfile`` fields. ``loadgen plan/sim/decompose --profile FILE`` (and anything that
 builds a ``Deployment``, such as a deployment file naming the profile by path) plugs one
 in. A deployment without a profile keeps the seeds' plain roofline (two efficiencies and
-an optional step overhead), so the profile is opt-in. Pure standard library: this module imports only the errors (the engine loads it).
+an optional step overhead), so the profile is opt-in. Pure standard library: this module
+imports only the errors (the engine loads it).
 """
 
 from __future__ import annotations
