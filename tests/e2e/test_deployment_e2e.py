@@ -4,9 +4,9 @@ RUN`` with no flags builds the simulator's own budget and time scale from run.js
 A light load (each request alone, spaced by several service times) at time scale 1 and 4:
 the prefill predicted with the server's timings hidden is the simulator's truth within the
 acceptance tolerance (10% or 5 ms) at p50, p90 and p99, the queue at p50 (its tail holds
-this machine's jitter: tests/e2e/test_decompose_accuracy.py takes it out), and the network term is the loopback's
-(not the time-scaled 227 ms of issue 20). Disaggregated, the run carries the KV link to
-the budget (the transfer term is predicted, not 0).
+this machine's jitter: tests/e2e/test_decompose_accuracy.py takes it out), and the network
+term is the loopback's (not the time-scaled 227 ms of issue 20). Disaggregated, the run
+carries the KV link to the budget (the transfer term is predicted, not 0).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def test_decompose_with_no_flags_reads_the_simulators_deployment(
     server = sim("--deployment", str(MONOLITH), "--time-scale", str(scale))
     run_dir = light_run(tmp_path, server.base_url, scale)
     info = read_run_info(run_dir)
-    assert info is not None and info.deployment is not None
+    assert info is not None
+    assert info.deployment is not None
     spec = info.deployment.spec()
     assert (spec.model, spec.gpu, spec.replicas, spec.time_scale) == (
         "llama-3.1-8b", "h100", 2, scale,
@@ -85,7 +86,8 @@ def test_decompose_with_no_flags_reads_the_simulators_deployment(
     assert resolved.time_scale == scale
     assert budget.deployment.chunk_tokens == 2048
     assert (budget.replicas, budget.max_num_seqs, budget.first_token_in_prefill) == (2, 256, True)
-    assert resolved.provenance is not None and "simulator card" in resolved.provenance
+    assert resolved.provenance is not None
+    assert "simulator card" in resolved.provenance
 
     terms = request_terms(
         run_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=scale)
@@ -112,8 +114,10 @@ def test_decompose_with_no_flags_reads_the_simulators_deployment(
     assert "time_scale=" in result.output
     # A flag still overrides the run's deployment.
     flagged = BudgetChoice().resolve(run_dir, {"scheduler.max_num_seqs": 8})
-    assert flagged.budget is not None and flagged.budget.max_num_seqs == 8
-    assert flagged.provenance is not None and "flag --max-num-seqs" in flagged.provenance
+    assert flagged.budget is not None
+    assert flagged.budget.max_num_seqs == 8
+    assert flagged.provenance is not None
+    assert "flag --max-num-seqs" in flagged.provenance
 
 
 @pytest.mark.slow
@@ -124,7 +128,8 @@ def test_a_disaggregated_run_carries_its_kv_link_to_the_budget(
     run_dir = light_run(tmp_path, server.base_url, 4.0, n=4)
     resolved = BudgetChoice().resolve(run_dir)
     budget = resolved.budget
-    assert budget is not None and budget.link is not None
+    assert budget is not None
+    assert budget.link is not None
     assert budget.link.bandwidth_bytes_per_s == pytest.approx(400e9 / 8)
     assert budget.link.latency_s == pytest.approx(5e-6)
     assert not budget.first_token_in_prefill

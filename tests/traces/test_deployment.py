@@ -30,7 +30,8 @@ def test_there_are_the_four_examples() -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_loads_and_gives_a_budget(path: Path) -> None:
     spec = load_deployment(path)
-    assert spec.model is not None and spec.gpu is not None
+    assert spec.model is not None
+    assert spec.gpu is not None
     built = budget_from_deployment(spec, sources={}, default_source=str(path))
     assert built.budget.model.name == spec.model
     assert str(path) in built.summary(str(path))
