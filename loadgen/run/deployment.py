@@ -81,8 +81,8 @@ async def discover_deployment(
         gaps.append(DeploymentGap(source=MODELS_CARD, reason="not in the model card"))
     root = _root(base_url)
     for source, path, read in (
-        (VLLM_CACHE, "/metrics", _vllm_cache_facts),
-        (LLAMACPP_PROPS, "/props", _llamacpp_facts),
+        (VLLM_CACHE, "/metrics", vllm_cache_facts),
+        (LLAMACPP_PROPS, "/props", llamacpp_facts),
     ):
         try:
             resp = await http.get(root + path, headers=dict(headers), timeout=FETCH_TIMEOUT_S)
@@ -107,7 +107,7 @@ def _int(text: object) -> int | None:
     return value if value >= 1 else None
 
 
-def _vllm_cache_facts(body: bytes) -> tuple[dict[str, object], str]:
+def vllm_cache_facts(body: bytes) -> tuple[dict[str, object], str]:
     """Facts from vLLM's ``cache_config_info`` labels, or why there are none."""
     try:
         text = body.decode("utf-8")
@@ -145,7 +145,7 @@ def _vllm_cache_facts(body: bytes) -> tuple[dict[str, object], str]:
     return out, f"{_VLLM_INFO} has none of the labels read"
 
 
-def _llamacpp_facts(body: bytes) -> tuple[dict[str, object], str]:
+def llamacpp_facts(body: bytes) -> tuple[dict[str, object], str]:
     """Facts from llama.cpp's ``/props``: slots and the context of one slot."""
     try:
         doc = orjson.loads(body)

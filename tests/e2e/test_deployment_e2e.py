@@ -40,7 +40,7 @@ def within(inferred: float, truth: float) -> bool:
     return abs(inferred - truth) <= max(0.10 * abs(truth), 5.0)
 
 
-def light_run(tmp_path: Path, base_url: str, scale: float, n: int = 8) -> Path:
+def light_run(tmp_path: Path, base_url: str, scale: float, n: int = 6) -> Path:
     # An H100 prefills 3k tokens of an 8B model in about 0.15 s: 0.3 model s apart.
     trace = tmp_path / "t.parquet"
     write_trace(
@@ -142,3 +142,16 @@ def test_a_disaggregated_run_carries_its_kv_link_to_the_budget(
     assert transfer[0] > 0.0
     for inferred, true in zip(transfer, true_transfer, strict=True):
         assert within(inferred, true), (transfer, true_transfer)
+
+
+def test_sim_flags_override_the_file_and_the_card_tells_what_runs(sim: SimFactory) -> None:
+    import httpx
+
+    server = sim("--deployment", str(MONOLITH), "--replicas", "3", "--no-prefix-cache")
+    card = httpx.get(f"{server.base_url}/models", timeout=10).json()["data"][0]
+    spec = card["sim_deployment_spec"]
+    assert spec["replicas"] == 3  # the flag
+    assert spec["scheduler"]["prefix_caching"] is False  # the flag
+    assert spec["scheduler"]["max_batched_tokens"] == 2048  # the file
+    assert spec["efficiency"]["memory_fraction"] == 0.9  # the file
+    assert spec["time_scale"] == 1.0  # neither: the default

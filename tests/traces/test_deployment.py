@@ -3,9 +3,11 @@ key and the file, and what a run learnt of its endpoint's survives run.json."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from runbuilders import run_info
 
 from analyzers.decompose.deployment import budget_from_deployment
 from loadgen.sim.config import EngineConfig, engine_deployment, engine_options
@@ -17,6 +19,7 @@ from traces.deployment import (
     parse_deployment,
 )
 from traces.errors import DeploymentError
+from traces.runinfo import RunInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "deployments").glob("*.toml"))
@@ -89,8 +92,6 @@ def test_the_simulator_publishes_what_it_runs_and_reads_it_back() -> None:
 
 
 def test_run_json_keeps_the_facts_and_their_sources() -> None:
-    from tests.support.runbuilders import run_info
-
     info = DeploymentInfo(
         facts=(
             DeploymentFact(key="max_model_len", value=8192, source="/v1/models max_model_len"),
@@ -101,10 +102,6 @@ def test_run_json_keeps_the_facts_and_their_sources() -> None:
         unavailable=(DeploymentGap(source="llama.cpp /props", reason="HTTP 404"),),
     )
     base = run_info()
-    from dataclasses import replace
-
-    from traces.runinfo import RunInfo
-
     doc = replace(base, deployment=info).to_json()
     back = RunInfo.from_json(doc)
     assert back.deployment == info
@@ -113,3 +110,67 @@ def test_run_json_keeps_the_facts_and_their_sources() -> None:
     # A version 3 run.json (no deployment) still loads.
     old = {**base.to_json(), "schema_version": 3}
     assert RunInfo.from_json(old).deployment is None
+
+
+def test_plan_reads_the_file_and_flags_override_it() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from loadgen.cli.root import cli
+
+    path = str(ROOT / "examples" / "deployments" / "sglang.toml")
+    result = CliRunner().invoke(cli, ["plan", "--deployment", path, "--json"])
+    assert result.exit_code == 0, result.output
+    deploy = json.loads(result.output)["deployment"]
+    assert (deploy["tensor_parallel"], deploy["chunk_tokens"]) == (4, 8192)
+    assert (deploy["prefill_efficiency"], deploy["memory_fraction"]) == (0.55, 0.88)
+    result = CliRunner().invoke(cli, ["plan", "--deployment", path, "--gpus", "8", "--json"])
+    assert json.loads(result.output)["deployment"]["tensor_parallel"] == 8
+
+
+def test_a_bad_file_is_exit_2_on_one_line_for_every_reader(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from loadgen.cli.root import cli
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("model = 'llama-3.1-8b'\n[scheduler]\nchunk = 512\n")
+    for args in (
+        ["plan", "--deployment", str(bad)],
+        ["decompose", str(tmp_path), "--deployment", str(bad)],
+    ):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "unknown key 'scheduler.chunk'" in result.output
+        assert "Traceback" not in result.output
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen.cli.sim", "--deployment", str(bad)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "unknown key 'scheduler.chunk'" in proc.stderr
+
+
+def test_decompose_flags_override_the_deployment_file(tmp_path: Path) -> None:
+    from loadgen.cli.options.budget import budget_choice
+
+    path = ROOT / "examples" / "deployments" / "vllm-disagg.toml"
+    choice = budget_choice(None, path, None, None, None, None)
+    resolved = choice.resolve(tmp_path, {"scheduler.max_batched_tokens": 512, "time_scale": 4.0})
+    assert resolved.budget is not None
+    assert resolved.budget.deployment.chunk_tokens == 512
+    assert resolved.budget.link is not None
+    assert resolved.time_scale == 4.0
+    assert resolved.provenance is not None
+    assert "flag --chunk-tokens" in resolved.provenance
+    assert "flag --time-scale" in resolved.provenance
+    # --model alone is fine over a file that names the GPU.
+    choice = budget_choice(None, path, "llama-3.3-70b", None, 2, None)
+    built = choice.resolve()
+    assert built.budget is not None
+    assert built.budget.model.name == "llama-3.3-70b"
