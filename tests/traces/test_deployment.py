@@ -174,3 +174,17 @@ def test_decompose_flags_override_the_deployment_file(tmp_path: Path) -> None:
     built = choice.resolve()
     assert built.budget is not None
     assert built.budget.model.name == "llama-3.3-70b"
+
+
+def test_on_a_disaggregated_deployment_replicas_and_gpus_flags_size_the_prefill_pool(
+    tmp_path: Path,
+) -> None:
+    from loadgen.cli.options.budget import budget_choice
+
+    path = ROOT / "examples" / "deployments" / "vllm-disagg.toml"
+    resolved = budget_choice(None, path, None, None, 2, None).resolve(tmp_path, {"replicas": 3})
+    assert resolved.budget is not None
+    assert resolved.budget.replicas == 3
+    assert resolved.budget.deployment.tensor_parallel == 2
+    assert resolved.provenance is not None
+    assert "prefill.instances=3 (flag --replicas)" in resolved.provenance

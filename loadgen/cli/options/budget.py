@@ -147,7 +147,14 @@ class BudgetChoice:
                 provenance=note,
             )
         if values.get("topology") == "disagg":
-            values.pop("replicas", None)
+            # A disaggregated deployment's replicas are its prefill instances, and its
+            # replica's GPUs the prefill instance's: the flags say so in those words.
+            for flag_key, pool_key in (("replicas", "prefill.instances"), ("gpus", "prefill.gpus")):
+                if flag_key in given:
+                    values[pool_key] = given[flag_key]
+                    sources[pool_key] = sources[flag_key]
+            for key in ("replicas", "gpus", "tensor_parallel", "pipeline_parallel"):
+                values.pop(key, None)
         spec = parse_deployment(nest(values), where=" + ".join(where) or "the flags")
         built = budget_from_deployment(
             spec, sources=sources, default_source="default", catalog_file=self.catalog_file
