@@ -115,11 +115,16 @@ def report(
         raise click.UsageError("at most two sweeps (the crossover compares two)")
     # --slo-file is one more --slo FILE, read before the others.
     slos = load_slos((str(slo_file), *slo_args) if slo_file is not None else slo_args)
-    resolved = budget.resolve()
+    # The budget and time scale: the first run's recorded deployment, --deployment, flags.
+    resolved = budget.resolve(runs[0] if runs else None)
     if resolved.provenance is not None:
         click.echo(resolved.provenance, err=True)
     options = ReportOptions(
-        slo_ttft_ms=slo_ttft_ms, slos=slos, budget=resolved.budget, selection=selection
+        slo_ttft_ms=slo_ttft_ms,
+        slos=slos,
+        budget=resolved.budget,
+        selection=selection,
+        time_scale=resolved.time_scale or 1.0,
     )
     first = runs[0] if runs else sweep_dirs[0]
     home = first if first.is_dir() else first.parent
