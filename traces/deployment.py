@@ -241,23 +241,23 @@ def _describe(raw: object) -> str:
     return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
+def _typed(kind: type, raw: Scalar) -> bool:
+    """Whether ``raw`` is of the key's TOML type (an integer is a number; a boolean is
+    neither)."""
+    if kind is bool or isinstance(raw, bool):
+        return kind is bool and isinstance(raw, bool)
+    if kind is str:
+        return isinstance(raw, str)
+    return isinstance(raw, int) if kind is int else isinstance(raw, int | float)
+
+
 def _value(key: str, raw: object, where: str) -> Scalar:
     spec = KEYS[key]
-    ok_type = (
-        isinstance(raw, bool)
-        if spec.kind is bool
-        else isinstance(raw, str)
-        if spec.kind is str
-        else isinstance(raw, int) and not isinstance(raw, bool)
-        if spec.kind is int
-        else isinstance(raw, int | float) and not isinstance(raw, bool)
-    )
-    if not ok_type or not spec.check(raw):  # type: ignore[arg-type]
+    if not (isinstance(raw, str | int | float | bool) and _typed(spec.kind, raw)) or not (
+        spec.check(raw)
+    ):
         raise DeploymentError(f"{where}: key {key!r} must be {spec.why}, got {_describe(raw)}")
-    assert isinstance(raw, str | int | float | bool)
-    if spec.kind is float:
-        return float(raw)
-    return raw
+    return float(raw) if spec.kind is float else raw
 
 
 def parse_deployment(doc: Mapping[str, object], *, where: str) -> DeploymentSpec:

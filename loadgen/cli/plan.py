@@ -251,15 +251,27 @@ def plan(
             for name, value in _from_deployment(spec).items()
             if ctx.get_parameter_source(name) is not click.core.ParameterSource.COMMANDLINE
         }
-        model_name = given.get("model_name", model_name)  # type: ignore[assignment]
-        gpu_name = given.get("gpu_name", gpu_name)  # type: ignore[assignment]
-        gpus = given.get("gpus", gpus)  # type: ignore[assignment]
-        pp = given.get("pp", pp)  # type: ignore[assignment]
-        chunk_tokens = given.get("chunk_tokens", chunk_tokens)  # type: ignore[assignment]
-        efficiency_prefill = given.get("efficiency_prefill", efficiency_prefill)  # type: ignore[assignment]
-        efficiency_decode = given.get("efficiency_decode", efficiency_decode)  # type: ignore[assignment]
-        step_overhead_ms = given.get("step_overhead_ms", step_overhead_ms)  # type: ignore[assignment]
-        memory_fraction = given.get("memory_fraction", memory_fraction)  # type: ignore[assignment]
+
+        def text(name: str, value: str | None) -> str | None:
+            found = given.get(name, value)
+            return found if isinstance(found, str) else value
+
+        def integer(name: str, value: int) -> int:
+            found = given.get(name, value)
+            return found if isinstance(found, int) else value
+
+        def number(name: str, value: float) -> float:
+            found = given.get(name, value)
+            return float(found) if isinstance(found, int | float) else value
+
+        model_name, gpu_name = text("model_name", model_name), text("gpu_name", gpu_name)
+        gpus, pp = integer("gpus", gpus), integer("pp", pp)
+        chunk = given.get("chunk_tokens", chunk_tokens)
+        chunk_tokens = chunk if isinstance(chunk, int) else chunk_tokens
+        efficiency_prefill = number("efficiency_prefill", efficiency_prefill)
+        efficiency_decode = number("efficiency_decode", efficiency_decode)
+        step_overhead_ms = number("step_overhead_ms", step_overhead_ms)
+        memory_fraction = number("memory_fraction", memory_fraction)
         if spec.kv_link.gbps is not None and "link_name" in given:
             link = LinkSpec(
                 name=f"{spec.kv_link.gbps:g}gbps ({deployment_file})",
