@@ -33,6 +33,7 @@ from loadgen.errors import (
     RunDirError,
 )
 from traces.errors import (
+    DeploymentError,
     MissingExtraError,
     NewerRunInfoError,
     PromptError,
@@ -58,6 +59,7 @@ PACKAGES = ("loadgen", "traces", "analyzers", "reports")
         (RunInfoError("x"), 2),
         (NewerRunInfoError("x"), 2),
         (SchemaError("x"), 2),
+        (DeploymentError("x"), 2),
         (ValidationError("x", row=1, column="c"), 2),
         (SourceError("f", line=3, column="c", problem="bad"), 2),
         (ImportOptionError("x"), 2),

@@ -12,8 +12,10 @@ absent rather than null.
 Versions (``schema_version``, ``RUN_INFO_VERSION``): version 1 was the untyped dict of
 earlier builds, whose keys changed from build to build; version 2 has the same layout
 under this contract; version 3 adds the optional ``incomplete`` section (a run recovered
-after a crash, ``loadgen recover``). A new optional key needs a new version: a build that
-reads its own version strictly would refuse the key by name. Reading a document of
+after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` section
+(what the preflight learnt of the endpoint's deployment, ``traces.deployment``). A new
+optional key needs a new version: a build that reads its own version strictly would
+refuse the key by name. Reading a document of
 
 - this version: every key must be known (an unknown one is an error naming it), every
   field without a default present and of its type;
@@ -36,10 +38,11 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from types import NoneType, UnionType
 from typing import Any, Final
 
+from traces.deployment import DeploymentInfo
 from traces.errors import NewerRunInfoError, RunInfoError
 from traces.prompts.maker import CalibrationSample, PromptStrategy
 
-RUN_INFO_VERSION: Final = 3
+RUN_INFO_VERSION: Final = 4
 """The ``schema_version`` this build writes and the newest it reads."""
 VERSION_KEY: Final = "schema_version"
 
@@ -303,6 +306,9 @@ class RunInfo:
     health: GeneratorHealth | None = field(default=None, metadata=_OMIT_NONE)
     server_metrics: ScrapeReport | None = field(default=None, metadata=_OMIT_NONE)
     incomplete: Incomplete | None = field(default=None, metadata=_OMIT_NONE)
+    deployment: DeploymentInfo | None = field(default=None, metadata=_OMIT_NONE)
+    """What the preflight learnt of the endpoint's deployment (None: no preflight, or a
+    run.json older than version 4)."""
 
     @property
     def complete(self) -> bool:

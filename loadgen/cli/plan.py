@@ -11,8 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from traces.deployment import DeploymentSpec
 
 from analyzers.budget.budgetfile import report_to_json, write_budget
 from analyzers.budget.calibrate import fit_profiles, prompt_split
@@ -21,7 +25,7 @@ from analyzers.budget.claims import check_claim
 from analyzers.budget.measurements import load_measurements
 from analyzers.budget.profile import StepProfile, load_profile_for, profiles_to_toml
 from analyzers.budget.report import PlanInputs, build_report
-from analyzers.budget.specs import DTYPES, Deployment, ModelSpec, check_dtype
+from analyzers.budget.specs import DTYPES, Deployment, LinkSpec, ModelSpec, check_dtype
 from analyzers.errors import BudgetError
 from reports.plan import render_calibration, render_claim, render_report
 
@@ -81,6 +85,27 @@ def _int_set(text: str, option: str) -> frozenset[int]:
         raise BudgetError(f"{option} takes integers separated by commas, got {text!r}") from None
 
 
+def _from_deployment(spec: DeploymentSpec) -> dict[str, object]:
+    """The plan options a deployment file sets (parameter name to value). A disaggregated
+    deployment is planned on its prefill instances' GPUs; its KV link is the break-even's."""
+    gpus = spec.prefill.gpus if spec.disaggregated else spec.tensor_parallel or spec.gpus
+    eff = spec.efficiency
+    overhead = None if eff.step_overhead_us is None else eff.step_overhead_us / 1e3
+    pairs = {
+        "model_name": spec.model,
+        "gpu_name": spec.gpu,
+        "gpus": gpus,
+        "pp": spec.pipeline_parallel,
+        "chunk_tokens": spec.scheduler.max_batched_tokens,
+        "efficiency_prefill": eff.prefill,
+        "efficiency_decode": eff.decode,
+        "step_overhead_ms": overhead,
+        "memory_fraction": eff.memory_fraction,
+        "link_name": spec.kv_link.gbps,
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
 _model_opt = click.option(
     "--model", "model_name", help="Model name from the catalog, e.g. llama-3.3-70b."
 )
@@ -109,6 +134,14 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 
 
 @click.group(invoke_without_command=True)
+@click.option(
+    "--deployment",
+    "deployment_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="A deployment.toml (docs/deployment.md): model, GPUs, chunk size, efficiencies, "
+    "KV link; the flags given as well override it.",
+)
 @_model_opt
 @_gpu_opt
 @_gpus_opt
@@ -206,6 +239,7 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 @click.pass_context
 def plan(
     ctx: click.Context,
+    deployment_file: Path | None,
     model_name: str | None,
     gpu_name: str | None,
     gpus: int,
@@ -238,11 +272,52 @@ def plan(
     request's KV cache, that do not fit print why and exit 1, with no TPOT or throughput.
 
     Example: loadgen plan --model llama-3.3-70b --gpu h200 --gpus 1 --dtype fp8
+
+    Or from a deployment file (flags override it):
+    loadgen plan --deployment examples/deployments/sglang.toml
     """
     if ctx.invoked_subcommand is not None:
         return
+    link = None
+    if deployment_file is not None:
+        from analyzers.decompose.deployment import with_profile
+        from traces.deployment import load_deployment
+
+        spec = with_profile(load_deployment(deployment_file))
+        given = {
+            name: value
+            for name, value in _from_deployment(spec).items()
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.COMMANDLINE
+        }
+
+        def text(name: str, value: str | None) -> str | None:
+            found = given.get(name, value)
+            return found if isinstance(found, str) else value
+
+        def integer(name: str, value: int) -> int:
+            found = given.get(name, value)
+            return found if isinstance(found, int) else value
+
+        def number(name: str, value: float) -> float:
+            found = given.get(name, value)
+            return float(found) if isinstance(found, int | float) else value
+
+        model_name, gpu_name = text("model_name", model_name), text("gpu_name", gpu_name)
+        gpus, pp = integer("gpus", gpus), integer("pp", pp)
+        chunk = given.get("chunk_tokens", chunk_tokens)
+        chunk_tokens = chunk if isinstance(chunk, int) else chunk_tokens
+        efficiency_prefill = number("efficiency_prefill", efficiency_prefill)
+        efficiency_decode = number("efficiency_decode", efficiency_decode)
+        step_overhead_ms = number("step_overhead_ms", step_overhead_ms)
+        memory_fraction = number("memory_fraction", memory_fraction)
+        if spec.kv_link.gbps is not None and "link_name" in given:
+            link = LinkSpec(
+                name=f"{spec.kv_link.gbps:g}gbps ({deployment_file})",
+                bandwidth_bytes_per_s=spec.kv_link.gbps * 1e9 / 8,
+                latency_s=(spec.kv_link.latency_us or 0.0) / 1e6,
+            )
     if model_name is None or gpu_name is None:
-        raise click.UsageError("plan needs --model and --gpu (or a subcommand)")
+        raise click.UsageError("plan needs --model and --gpu (or --deployment, or a subcommand)")
     cat = load_catalog(catalog_file)
     model = _model(cat, model_name, dtype, kv_dtype)
     _check_context(model, prompt_tokens)
@@ -275,7 +350,7 @@ def plan(
         deploy,
         inputs,
         links=[cat.link(name) for name in _DEFAULT_LINKS],
-        break_even_link=cat.link(link_name),
+        break_even_link=link or cat.link(link_name),
         trace_lengths=_trace_lengths(trace_path) if trace_path else None,
     )
     if out_path is not None:

@@ -164,10 +164,12 @@ async def run_session(
                 x_request_id=f"{run_id}-preflight",
             )
         model, caps, served = info.model, info.capabilities, tuple(info.served_models)
+        deployment = info.deployment
     else:
         if opts.model is None:
             raise ConfigError("--model is required with --no-preflight")
         model, caps, served = opts.model, Capabilities(), ()
+        deployment = None
     prompt_plan, calibration = PromptPlan(template_tokens=opts.template_tokens), None
     if opts.calibrate_prompts:
         async with http_client(opts, clock, 4) as http:
@@ -222,6 +224,7 @@ async def run_session(
         ),
         versions=versions(),
         status="running",
+        deployment=deployment,
     )
     write_run_info(opts.run_dir, base_info)
     plan = ShardPlan(

@@ -395,9 +395,14 @@ def test_a_profile_without_the_gpu_is_a_one_line_error(tmp_path: Path) -> None:
                         "--profile", str(path)])  # fmt: skip
     assert code == 2
     assert "no profile for gpu 'a100'" in err
-    code, _, err = run(["decompose", str(tmp_path), "--profile", str(path)])
+    budget = tmp_path / "budget.toml"
+    code, _, err = run(["plan", "--model", "llama-3.1-8b", "--gpu", "h100", "--out", str(budget)])
+    assert code == 0, err
+    code, _, err = run(
+        ["decompose", str(tmp_path), "--budget", str(budget), "--profile", str(path)]
+    )
     assert code == 2
-    assert "--profile goes with --model" in err
+    assert "--profile goes with --model/--gpu or --deployment" in err
 
 
 def test_a_budget_file_carries_its_profile_and_refusal(tmp_path: Path) -> None:
