@@ -68,6 +68,8 @@ def validity_json(v: RunValidity) -> dict[str, Any]:
         "client_bound": v.client_bound,
         "unfaithful": v.unfaithful,
         "too_small": v.too_small,
+        "backpressure": v.backpressure,
+        "sim_slip": v.sim_slip,
         "reasons": list(v.reasons),
     }
 
@@ -237,5 +239,6 @@ def gate_json(report: GateReport) -> dict[str, Any]:
             for g in report.regressions
         ],
         "problems": list(report.problems),
+        "warnings": list(report.warnings),
         "infrastructure": report.infra.reason,
     }

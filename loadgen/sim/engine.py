@@ -237,6 +237,10 @@ class GroundTruth:
     instance: str
     cached_tokens: int = 0
     prefill_instance: str | None = None
+    slip_ms: float = 0.0
+    """The simulator's own lateness: the worst chunk's ``send`` completion after its planned
+    time, in *wall* ms (not model time). The other terms are the plan and the measured
+    first/last writes; this says how far the writes trailed the plan."""
 
     @classmethod
     def measure(
@@ -249,6 +253,7 @@ class GroundTruth:
         completion_tokens: int,
         instance: str,
         time_scale: float = 1.0,
+        slip_ns: int = 0,
     ) -> GroundTruth:
         """Combine the engine's planned phases with the measured first and last writes."""
         ttft_ns = (first_ns - received_ns) / time_scale
@@ -264,6 +269,7 @@ class GroundTruth:
             instance=phases.instance or instance,
             cached_tokens=phases.cached_tokens,
             prefill_instance=phases.prefill_instance,
+            slip_ms=max(0, slip_ns) / 1e6,
         )
 
     def as_json(self) -> dict[str, float | int | str]:
@@ -281,6 +287,7 @@ class GroundTruth:
             "ttft_ms": self.ttft_ms,
             "decode_ms": self.decode_ms,
             "instance": self.instance,
+            "slip_ms": self.slip_ms,
             **extra,
             "time_to_first_token_ms": self.ttft_ms,
             "queue_time_ms": self.queue_ms,
