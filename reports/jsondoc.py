@@ -111,6 +111,8 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
             "schedule_lag_p99_ms": a.health.schedule_lag_p99_ms,
             "loop_lag_p99_ms": a.health.loop_lag_p99_ms,
             "loop_lag_max_ms": a.health.loop_lag_max_ms,
+            "stamp_delay_p99_ms": a.health.stamp_delay_p99_ms,
+            "stamp_delay_max_ms": a.health.stamp_delay_max_ms,
             "cpu_utilisation": a.health.cpu_utilisation,
         },
         "validity": validity_json(a.validity),
