@@ -12,6 +12,7 @@ the run's clock with absolute slots (``loadgen.pacer``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,7 +80,8 @@ class ReplayResult:
     cpu_s: float
     """The process's CPU seconds during the replay (start-up and summary excluded)."""
     stamp_delay: LagSummary | None = None
-    """How long arrived bytes waited before the loop stamped them (``loadgen.stampdelay``)."""
+    """How long arrived bytes waited before the loop stamped them (``loadgen.stampdelay``);
+    None when the probe could not open its two sockets (descriptors at their limit)."""
     held: LagSummary | None = None
     """Open loop with ``max_inflight``: how long each request the cap held back waited
     (samples: the requests held); None without a cap."""
@@ -143,8 +145,11 @@ class Replayer:
         if start_ns is not None:
             await self._sleep_until(start_ns)
         monitor = LoopLagMonitor()
-        probe = StampDelayProbe()
-        probe.start()
+        probe: StampDelayProbe | None = None
+        with contextlib.suppress(OSError):  # no socket to spare (descriptors at their limit)
+            started = StampDelayProbe()
+            started.start()
+            probe = started
         start = start_ns if start_ns is not None else self._clock.now_ns()
         try:
             async with asyncio.TaskGroup() as tg:
@@ -158,7 +163,8 @@ class Replayer:
                 finally:
                     monitor_task.cancel()
         finally:
-            probe.stop()
+            if probe is not None:
+                probe.stop()
             self._client.flush()  # records the client deferred (``defer_records``)
         capped = self._shape.concurrency is None and self._shape.max_inflight is not None
         return ReplayResult(
@@ -170,7 +176,7 @@ class Replayer:
             schedule_lag=summarize_us(self._stats.schedule_lag_us),
             cpu_utilisation=monitor.cpu_utilisation(),
             cpu_s=monitor.cpu_seconds(),
-            stamp_delay=probe.summary(),
+            stamp_delay=probe.summary() if probe is not None else None,
             held=summarize_us(self._held_us) if capped else None,
             dispatch_lag=summarize_us(self._dispatch_lag_us) if capped else None,
         )

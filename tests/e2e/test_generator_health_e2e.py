@@ -24,6 +24,8 @@ from loadgen.live import LiveStats
 from loadgen.prepare import Preparer
 from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.run.session import (
+    CLIENT_BOUND_LOOP_LAG_MS,
+    CLIENT_BOUND_STAMP_DELAY_MS,
     CLIENT_BOUND_STAMP_STALL_MS,
     backpressure_of,
     backpressure_warning,
@@ -142,7 +144,14 @@ def test_an_idle_loop_has_no_stamp_delay_to_speak_of(sim: SimFactory) -> None:
         cpu_utilisation=0.0,
         stamp_delay=delay,
     )
-    assert not any("stamp" in w for w in warnings), warnings
+    # The probe and the loop-lag sampler watch the same loop: on a machine busy enough to
+    # delay the one, the other sees it too; on a calm one, the stamps are not flagged.
+    assert delay.p99_ms <= max(CLIENT_BOUND_STAMP_DELAY_MS, 2 * result.loop_lag.p99_ms), (
+        delay,
+        result.loop_lag,
+    )
+    if result.loop_lag.p99_ms <= CLIENT_BOUND_LOOP_LAG_MS:
+        assert not any("stamp delay" in w for w in warnings), warnings
 
 
 def test_a_max_inflight_cap_is_backpressure_not_client_bound(sim: SimFactory) -> None:
@@ -156,7 +165,8 @@ def test_a_max_inflight_cap_is_backpressure_not_client_bound(sim: SimFactory) ->
     assert result.held.samples == n - 1  # all but the first waited for the slot
     assert result.held.max_ms >= 50 * (n - 2), result.held
     rows_lag_p99 = max((r.sent_ns or 0) - r.due_ns for r in records) / 1e6
-    assert rows_lag_p99 >= result.held.max_ms  # the rows' schedule lag holds the wait...
+    # The rows' schedule lag holds the wait (to the histogram's 3 significant digits)...
+    assert rows_lag_p99 >= result.held.max_ms * 0.99
     assert result.dispatch_lag.max_ms < result.held.max_ms / 4  # ...the client's own does not
     bp = backpressure_of(result, 1)
     assert bp is not None

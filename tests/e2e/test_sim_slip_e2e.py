@@ -71,10 +71,12 @@ def test_a_frozen_simulator_reports_its_slip(sim: SimFactory) -> None:
         finally:
             freezer.join()
         exposition = client.get(f"{server.root_url}/metrics").text
-    # Idle, a chunk goes out within a wake-up of its plan (ms on a busy machine).
-    assert 0.0 <= calm["slip_ms"] < 50.0, calm
+    # Left alone, a chunk goes out within a wake-up of its plan (well under a millisecond
+    # idle, milliseconds on a busy machine; the bound leaves room for a loaded 2-core box).
+    assert 0.0 <= calm["slip_ms"] < 100.0, calm
     # Frozen for 300 ms mid-stream: the chunks planned meanwhile went out that much late.
     assert frozen["slip_ms"] >= FREEZE_S * 1000 * 0.7, frozen
+    assert frozen["slip_ms"] - calm["slip_ms"] >= FREEZE_S * 1000 * 0.5, (calm, frozen)
     slips = {
         sample.name: sample.value
         for family in text_string_to_metric_families(exposition)
