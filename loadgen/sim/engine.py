@@ -219,8 +219,10 @@ class GroundTruth:
 
     Our keys, floats in ms: ``queue_ms``, ``prefill_ms``, ``transfer_ms`` and ``first_token_ms``
     add up to ``ttft_ms``, the *measured* time from the request body's receipt to the write of
-    the first content chunk (``first_token_ms`` absorbs the few microseconds by which the
-    write trailed the plan); ``decode_ms`` is first to last content chunk write.
+    the first content chunk (stamped as its ``send`` starts; ``first_token_ms`` absorbs
+    whatever the write trailed the plan by, and ``slip_ms`` states the worst chunk's
+    lateness, to its ``send``'s return, on its own); ``decode_ms`` is first to last content
+    chunk write.
     vLLM's per-request keys (``--enable-per-request-metrics``, vLLM PR #46768) are derived:
     ``time_to_first_token_ms`` = ttft, ``queue_time_ms`` = queue, ``generation_time_ms`` =
     decode, ``mean_itl_ms`` = decode / (completion_tokens - 1), ``tokens_per_second`` =

@@ -1,10 +1,12 @@
 """Write one generation response, streaming (SSE) or whole, and keep its server record.
 
-Each content chunk is stamped immediately before its ``send`` and again when the ``send``
-returned (the bytes were handed to the transport); the ground truth of the final chunk
-combines the engine's phases with the measured writes, in model time (wall durations
-divided by the engine's time scale), and reports the simulator's own slip: how much later
-than planned its chunks went out (wall ms, ``slip_ms``; the last chunk's own send is
+Each content chunk is stamped immediately before its ``send`` (``chunk_write_ns``: the
+write cannot have happened earlier, so a client never sees a token before it) and again
+when the ``send`` returned (``chunk_sent_ns``: the bytes were with the transport, so the
+write cannot have happened later). The ground truth of the final chunk combines the
+engine's phases with the first, in model time (wall durations divided by the engine's
+time scale), and reports the simulator's own slip on its own: how much later than planned
+its chunks went out by the second (wall ms, ``slip_ms``; the last chunk's own send is
 counted up to its stamp when the truth rides on it, in full when a usage chunk follows).
 Faults that act inside a stream (drop, malformed chunk) are applied here; a drop is
 reported as the outcome ``dropped`` for the app to raise.
@@ -176,6 +178,7 @@ class ResponseWriter:
         write_ns = time.perf_counter_ns()
         record.chunk(write_ns, emitted)
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        record.sent(time.perf_counter_ns())
         metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale)
         return "ok"
 
