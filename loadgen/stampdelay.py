@@ -17,9 +17,9 @@ only the kernel's arrival time and the loop's stamp enter the delay. Where the k
 no timestamp (not Linux), the sender's own reading, taken just before ``sendto``, stands in
 (late by the thread's wait for the GIL, so the delay then reads low).
 
-Cost: ``1 / interval_s`` datagrams a second (100 by default; measured on a 2-core VM: about
-1-2% of a core, most of it the thread's wake-ups); nothing on the responses' path. Sampling in time,
-not per response read: a stall of ``d`` shows as samples from ``d`` down to 0, so the
+Cost: ``1 / interval_s`` datagrams a second (100 by default; measured on a 2-core VM: 1.4%
+of a core, most of it the thread's wake-ups); nothing on the responses' path. Sampling in
+time, not per response read: a stall of ``d`` shows as samples from ``d`` down to 0, so the
 maximum is the longest stall the probe overlapped, to within ``interval_s``.
 """
 
