@@ -26,5 +26,6 @@ __all__ = [
     "run",
     "schedule",
     "sim",
+    "stampdelay",
     "stream",
 ]
