@@ -170,7 +170,7 @@ class _Cluster:
         self.cluster = VirtualCluster(
             self.front,
             self.back,
-            router=spec.router,
+            router="round-robin" if spec.router == "round-robin" else "least-loaded",
             transfer_s=transfer if self.back else None,
             record_tokens=True,
             on_finish=on_finish,

@@ -65,29 +65,37 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         """``n`` fresh blocks, evicting the least recently freed cached ones first."""
-        if n > len(self._free):
-            raise RuntimeError(f"asked for {n} KV blocks, {len(self._free)} free")
+        free = self._free
+        if n > len(free):
+            raise RuntimeError(f"asked for {n} KV blocks, {len(free)} free")
         out: list[int] = []
+        # Locals: a long prompt allocates hundreds of blocks at once.
+        pop, refs, hashes, by_hash, append = (
+            free.popitem,
+            self._refs,
+            self._hash,
+            self._by_hash,
+            out.append,
+        )
         for _ in range(n):
-            block, _ = self._free.popitem(last=False)
-            key = self._hash[block]
+            block = pop(last=False)[0]
+            key = hashes[block]
             if key is not None:
-                del self._by_hash[key]
-                self._hash[block] = None
-            self._refs[block] = 1
-            out.append(block)
+                del by_hash[key]
+                hashes[block] = None
+            refs[block] = 1
+            append(block)
         return out
 
     def free(self, blocks: Sequence[int]) -> None:
         """Drop one holder of each block; the tail of a sequence is evicted before its head."""
+        free, refs, hashes, caching = self._free, self._refs, self._hash, self.caching
         for block in reversed(blocks):
-            self._refs[block] -= 1
-            if self._refs[block] == 0:
-                if self.caching and self._hash[block] is not None:
-                    self._free[block] = None
-                else:
-                    self._free[block] = None
-                    self._free.move_to_end(block, last=False)  # uncached: reuse first
+            left = refs[block] = refs[block] - 1
+            if left == 0:
+                free[block] = None
+                if not (caching and hashes[block] is not None):
+                    free.move_to_end(block, last=False)  # uncached: reuse first
 
     def register(self, block: int, key: int) -> None:
         """Note that ``block`` now holds the full prompt block with chained hash ``key``."""
@@ -95,3 +103,16 @@ class BlockPool:
             return
         self._hash[block] = key
         self._by_hash[key] = block
+
+    def register_run(
+        self, blocks: Sequence[int], keys: Sequence[int], start: int, stop: int
+    ) -> None:
+        """:meth:`register` ``blocks[i]`` under ``keys[i]`` for ``i`` in ``start..stop-1``."""
+        if not self.caching:
+            return
+        hashes, by_hash = self._hash, self._by_hash
+        for i in range(start, stop):
+            block, key = blocks[i], keys[i]
+            if hashes[block] is None and key not in by_hash:
+                hashes[block] = key
+                by_hash[key] = block

@@ -299,8 +299,7 @@ class Scheduler:
             hashes = spec.block_hashes
             if seq.registered < len(hashes):
                 full = min(computed, spec.prompt_tokens) // bs
-                for b in range(seq.registered, min(full, len(hashes))):
-                    self.pool.register(seq.blocks[b], hashes[b])
+                self.pool.register_run(seq.blocks, hashes, seq.registered, min(full, len(hashes)))
                 seq.registered = max(seq.registered, full)
             if computed < spec.prompt_tokens + seq.generated:
                 continue

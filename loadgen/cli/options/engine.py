@@ -25,7 +25,7 @@ _POS = click.IntRange(min=1)
 _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
 _ENGINE_HELP = "Physics engine (needs --model): "
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+Decorator = Callable[[Any], Any]
 
 
 def _engine(
