@@ -14,7 +14,8 @@ inputs give the same rows.
 
 Load: open loop (trace timestamps times a factor) or closed loop (``concurrency``
 requests in flight, the next one sent when one finishes). Prompts are counted as the
-replay renders them for the simulator: ``input_tokens`` (plus ``image_tokens``), and equal
+replay renders them for the simulator: ``input_tokens`` of text plus each image's tokens by
+the model's vision rule (as the HTTP simulator counts them), and equal
 ``prefix_blocks`` ids of the trace become equal prefix-cache keys, block by block, as the
 rendered text does. Sessions are replayed like the replay does, at their timestamps.
 
@@ -229,24 +230,24 @@ def simulate(
 
     sim = _Cluster(engine, on_finish if load.concurrency is not None else None)
     physics = sim.physics
-    specs: dict[int, SeqSpec] = {}
+    prompts: dict[int, int] = {}
 
     def admit(req: TraceRequest, at_s: float) -> str | None:
+        # As the HTTP simulator counts what the replay sends: the text's tokens, plus each
+        # image's by the model's vision rule (0 for a text-only model, its default).
         images = [ImageSize(width=im.width, height=im.height) for im in req.images or ()]
-        prompt = req.input_tokens + (req.image_tokens or 0)
+        prompt = req.input_tokens + sum(physics.image_tokens(im, fallback=0) for im in images)
+        prompts[req.index] = prompt
         spec = SeqSpec(
             seq_id=req.index,
             prompt_tokens=max(1, prompt),
             max_tokens=req.output_tokens,
             # Image tokens have no text to hash: such prompts are not prefix-cached.
-            block_hashes=(
-                () if images or req.image_tokens else keys.keys(req.prefix_blocks, prompt)
-            ),
+            block_hashes=() if images else keys.keys(req.prefix_blocks, prompt),
             encoder_s=physics.encoder_s(images),
         )
         why = sim.never_fits(spec)
         if why is None:
-            specs[req.index] = spec
             sim.cluster.arrive(spec, at_s)
         return why
 
@@ -264,7 +265,14 @@ def simulate(
     sim.cluster.run(max_steps=MAX_STEPS)
     tracks = sim.cluster.tracks
     records = tuple(
-        _record(req, run_id, due[req.index], tracks.get(req.index), refused.get(req.index))
+        _record(
+            req,
+            run_id,
+            due[req.index],
+            tracks.get(req.index),
+            refused.get(req.index),
+            prompts[req.index],
+        )
         for req in order
         if req.index in due
     )
@@ -281,7 +289,12 @@ def _ns(t_s: float) -> int:
 
 
 def _record(
-    req: TraceRequest, run_id: str, due_s: float, track: VirtualTrack | None, refused: str | None
+    req: TraceRequest,
+    run_id: str,
+    due_s: float,
+    track: VirtualTrack | None,
+    refused: str | None,
+    prompt_tokens: int,
 ) -> RequestRecord:
     sent = _ns(due_s)
     refusal = RequestRecord(
@@ -321,7 +334,7 @@ def _record(
         end_ns=last,
         chunk_offsets_us=[(t - sent) // 1000 for t in times],
         chunk_tokens=[1] * len(times),
-        prompt_tokens=req.input_tokens + (req.image_tokens or 0),
+        prompt_tokens=prompt_tokens,
         completion_tokens=len(times),
         cached_tokens=track.cached,
         outcome=s.OUTCOME_OK,
