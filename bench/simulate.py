@@ -2,7 +2,7 @@
 
 One command::
 
-    .venv/bin/python bench/simulate.py [--requests 10000] [--replicas 1] [--source JSONL]
+    .venv/bin/python bench/simulate.py [--requests 10000] [--replicas 1] [--source JSONL] [--json F]
 
 Builds a Mooncake-format JSONL (``timestamp`` ms, ``input_length``, ``output_length``,
 ``hash_ids``) of ``--requests`` rows by tiling a source file one copy after the other
@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--source", type=Path, default=_SAMPLE)
+    parser.add_argument("--json", type=Path, default=None, help="Also write the figures here.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         jsonl = Path(tmp) / "mooncake.jsonl"
@@ -101,6 +102,17 @@ def main() -> None:
         f"{(result.end_ns - result.start_ns) / 1e9:,.0f} s simulated; "
         f"{len(requests) / wall:,.0f} req/s; target <= {TARGET_S:g} s: {verdict}"
     )
+    if args.json is not None:
+        doc = {
+            "requests": len(requests),
+            "served": sum(1 for r in result.records if r.outcome == "ok"),
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "steps": result.steps,
+            "output_tokens": tokens,
+            "target_s": TARGET_S,
+        }
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":
