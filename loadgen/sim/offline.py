@@ -98,7 +98,7 @@ class PrefixKeys:
         self._kv_block = kv_block
         self._next = 1
         self._memo: dict[tuple[int, object], int] = {}
-        self._runs: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
+        self._runs: dict[tuple[int, int], int] = {}
 
     def keys(self, blocks: Sequence[int] | None, prompt_tokens: int) -> tuple[int, ...]:
         """The keys of the full KV blocks of a prompt of ``prompt_tokens`` tokens."""
@@ -127,12 +127,12 @@ class PrefixKeys:
         for block in blocks:
             if len(out) >= full:
                 break
-            hit = runs.get((node, block))
-            if hit is None:
-                first = self._take(per + 1)
-                hit = runs[(node, block)] = (first, tuple(range(first + 1, first + 1 + per)))
-            node = hit[0]
-            out.extend(hit[1])
+            # A run of ``per`` keys: node + 1 .. node + per; the trace block's node is first.
+            first = runs.get((node, block))
+            if first is None:
+                first = runs[(node, block)] = self._take(per + 1)
+            node = first
+            out.extend(range(first + 1, first + 1 + per))
         del out[full:]
 
     def _general(self, blocks: Sequence[int], full: int, out: list[int]) -> None:
@@ -322,8 +322,9 @@ def _record(
     )
     if track is None or not track.times or track.first_step is None:
         return refusal
-    times = [SIM_EPOCH_NS + round(t * 1e9) for t in track.times]
-    first, last = times[0], times[-1]
+    origin = SIM_EPOCH_NS - sent
+    offsets = [(origin + round(t * 1e9)) // 1000 for t in track.times]
+    first, last = _ns(track.times[0]), _ns(track.times[-1])
     prefill_end = track.prefill_end if track.prefill_end is not None else track.first_step
     ready = track.transfer_end if track.transfer_end is not None else prefill_end
     sample = track.times[0]
@@ -332,10 +333,10 @@ def _record(
         first_byte_ns=first,
         first_token_ns=first,
         end_ns=last,
-        chunk_offsets_us=[(t - sent) // 1000 for t in times],
-        chunk_tokens=[1] * len(times),
+        chunk_offsets_us=offsets,
+        chunk_tokens=[1] * len(offsets),
         prompt_tokens=prompt_tokens,
-        completion_tokens=len(times),
+        completion_tokens=len(offsets),
         cached_tokens=track.cached,
         outcome=s.OUTCOME_OK,
         http_status=200,
