@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) bench/client_ingest.py
 	$(PY) bench/replay_schedule.py
 	$(PY) bench/sim_engine.py
+	$(PY) bench/simulate.py
 	$(PY) bench/prompts.py
 	$(PY) bench/analyze.py --requests 200000
 	$(PY) bench/hostile.py

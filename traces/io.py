@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from traces import schema as s
 from traces.errors import RunInfoError, SchemaError, TraceFileError
-from traces.records import TraceRequest, trace_requests_from_table
+from traces.records import RequestRecord, TraceRequest, records_to_batch, trace_requests_from_table
 from traces.runinfo import RunInfo
 from traces.validate import check_columns, validate_trace
 
@@ -195,5 +195,20 @@ def write_run_info(run_dir: Path, info: RunInfo) -> Path:
     path = Path(run_dir) / s.RUN_JSON
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_run_records(
+    run_dir: Path, records: Iterable[RequestRecord], provenance: Mapping[str, Any]
+) -> Path:
+    """Write whole-run rows as ``requests.parquet`` in one go (a run made without a
+    recorder, such as ``loadgen simulate``'s), atomically; same schema and compression as
+    the recorder's. ``provenance`` joins the file metadata (``run_id``, ``shard``)."""
+    path = Path(run_dir) / s.REQUESTS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    batch = records_to_batch(records)
+    table = pa.Table.from_batches([batch]).replace_schema_metadata(file_metadata("run", provenance))
+    pq.write_table(table, tmp, compression="zstd", row_group_size=65_536)
     os.replace(tmp, path)
     return path
