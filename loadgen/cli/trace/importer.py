@@ -108,6 +108,13 @@ def _formats_help() -> str:
     help="[sharegpt] One request per conversation, or one per user turn.",
 )
 @click.option(
+    "--think-s",
+    type=float,
+    default=None,
+    help="[sharegpt] With --turns all: mean think time between a conversation's turns, s "
+    "(conversations then start at --rate).",
+)
+@click.option(
     "--image-size",
     default=None,
     help="[azure_mm2025] Size of every synthesized image, WIDTHxHEIGHT (default 1920x1080).",
@@ -128,6 +135,7 @@ def import_(
     seed: int,
     tokens_per_word: float,
     turns: str,
+    think_s: float | None,
     image_size: str | None,
 ) -> None:
     """Convert the public trace at PATH, in FORMAT, into a trace file (schema v1).
@@ -149,6 +157,7 @@ def import_(
         seed=seed,
         tokens_per_word=tokens_per_word,
         turns=turns,
+        think_s=think_s,
         image_size=_image_size(image_size),
     )
     result = import_trace(fmt, path, out, options)
