@@ -289,12 +289,13 @@ def _gap_sampler(w: Window, rng: random.Random) -> Callable[[], float]:
 def _dataset_at(client: Client, t: float, w: Window) -> dict[str, Pmf]:
     """The dataset window in force at ``t``; when it is idle (no lengths recorded) while the
     arrival window has traffic, the nearest busy one before it, else after it."""
+    datasets = client.datasets
     i = max(0, bisect.bisect_right(client.dataset_starts, t) - 1)
-    if client.datasets[i]:
-        return client.datasets[i]
-    for j in [*range(i - 1, -1, -1), *range(i + 1, len(client.datasets))]:
-        if client.datasets[j]:
-            return client.datasets[j]
+    order: list[int] = [i, *range(i - 1, -1, -1), *range(i + 1, len(datasets))]
+    for j in order:
+        found: dict[str, Pmf] = datasets[j]
+        if found:
+            return found
     raise SourceError(
         f"chunk-{client.name}-trace.csv",
         line=w.line,
