@@ -25,9 +25,11 @@ def test_console_html_and_json_show_the_token_weighted_share(tmp_path: Path) -> 
     text = console.export_text()
     assert "1.0% of prompt tokens" in text  # 10 / 1,000, not the 50% mean of fractions
     assert "Prefix cache by turn depth" in text
-    assert "100.0%" in text and "0.0%" in text
+    assert "100.0%" in text
+    assert "0.0%" in text
     html = analysis_tables(a)
-    assert "Prefix cache by turn depth" in html and "1.0%" in html
+    assert "Prefix cache by turn depth" in html
+    assert "1.0%" in html
     doc = analysis_json(a)
     assert doc["overall"]["prompt_fidelity"]["cached_share"] == 0.01
     assert [d["turn"] for d in doc["cache_by_turn"]] == [1, 2]
