@@ -58,6 +58,8 @@ class ImportOptions:
     tokens_per_word: float = 1.0
     turns: str = "first"
     think_s: float | None = None
+    columns: tuple[tuple[str, str], ...] = ()
+    """``dataset``: (trace target, source column) pairs of ``--map``."""
     image_size: ImageSpec | None = None
 
     def __post_init__(self) -> None:
