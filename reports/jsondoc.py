@@ -45,6 +45,7 @@ def class_json(c: ClassSummary) -> dict[str, Any]:
             "abs_error_median": c.fidelity.abs_error_median,
             "cached_tokens_mean": c.fidelity.cached_tokens_mean,
             "cached_fraction_mean": c.fidelity.cached_fraction_mean,
+            "cached_share": c.fidelity.cached_share,
         },
         "goodput": None
         if gp is None
@@ -116,6 +117,16 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
             "cpu_utilisation": a.health.cpu_utilisation,
         },
         "validity": validity_json(a.validity),
+        "cache_by_turn": [
+            {
+                "turn": d.turn,
+                "requests": d.requests,
+                "prompt_tokens": d.prompt_tokens,
+                "cached_tokens": d.cached_tokens,
+                "share": d.share,
+            }
+            for d in a.cache_by_turn
+        ],
     }
 
 
