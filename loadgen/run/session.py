@@ -44,7 +44,7 @@ from loadgen.run.shard import (
     shard_shape,
 )
 from loadgen.run.sharding import select_shard
-from loadgen.schedule import time_factor
+from loadgen.schedule import check_span, time_factor
 from traces import schema as s
 from traces.io import write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
@@ -64,6 +64,7 @@ from traces.runinfo import (
     TraceRef,
     WorkerHealth,
 )
+from traces.validate import block_size_of
 
 __all__ = [
     "SessionOptions",
@@ -143,15 +144,15 @@ async def run_session(
     """Run one replay session. ``on_start(stats, total)`` lets a UI follow progress."""
     check_options(opts)
     requests, trace_meta = load_requests(opts)
-    factor = time_factor(
-        [r.arrival_s for r in requests], time_scale=opts.time_scale, rate=opts.rate
-    )
+    block_size = block_size_of(trace_meta, str(opts.trace_path))
+    arrivals = [r.arrival_s for r in requests]
+    factor = time_factor(arrivals, time_scale=opts.time_scale, rate=opts.rate)
+    check_span(arrivals, factor)
     if opts.ray is None:  # Ray shards run on other hosts, under their limits: each checks
         _ensure_descriptors(opts, factor, requests)
     _prepare_run_dir(opts.run_dir, opts.overwrite)
     run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
     api = requests[0].api if requests else s.API_CHAT
-    block_size = int(trace_meta.get("block_size", 512) or 512)
     clock = Clock()
     if opts.preflight:
         async with http_client(opts, clock, 4) as http:
