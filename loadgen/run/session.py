@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from loadgen import __version__
 from loadgen.clock import Clock
 from loadgen.errors import ConfigError, RecorderError, RunDirError, WorkerDiedError
 from loadgen.live import StatsView
-from loadgen.redact import redact_url
+from loadgen.redact import Scrubber, redact_url
 from loadgen.replay import ReplayResult
 from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import SessionOptions, check_options, load_requests
@@ -164,7 +164,7 @@ async def run_session(
                 headers={},
                 x_request_id=f"{run_id}-preflight",
             )
-        model, caps, served = info.model, info.capabilities, tuple(info.served_models)
+        model, caps, served = info.model, info.capabilities, info.served_models
     else:
         if opts.model is None:
             raise ConfigError("--model is required with --no-preflight")
@@ -194,21 +194,24 @@ async def run_session(
         )
     strategy = prompt_maker(opts, block_size, prompt_plan).strategy
     mode = "closed" if opts.concurrency is not None else "open"
+    # What the server listed and what the trace file says are stored: never with a secret
+    # of the run in them (a server may echo the key in its model ids).
+    scrubber = opts.scrubber()
     base_info = RunInfo(
         run_id=run_id,
         generator=GeneratorInfo(name="llm-loadgen", version=__version__),
         config=opts.public_config(),
         endpoint=Endpoint(
             base_url=redact_url(opts.base_url),
-            model=model,
-            served_models=served,
+            model=scrubber.scrub(model),
+            served_models=tuple(scrubber.scrub(name) for name in served),
             capabilities=caps,
         ),
         load=RunLoad(mode=mode, time_factor=factor, requests=len(requests), workers=opts.workers),
         trace=TraceRef(
             path=str(opts.trace_path),
             sha256=_file_sha256(opts.trace_path),
-            metadata=trace_meta,
+            metadata=_scrubbed_metadata(scrubber, trace_meta),
         ),
         prompts=PromptsInfo(strategy=strategy, calibration=calibration),
         clock=ClockAnchor(
@@ -297,6 +300,13 @@ def _ensure_descriptors(opts: SessionOptions, factor: float, requests: list[Trac
     )
 
 
+def _scrubbed_metadata(scrubber: Scrubber, metadata: Mapping[str, object]) -> dict[str, object]:
+    """The trace's file metadata as run.json keeps it: every string scrubbed."""
+    scrubbed = scrubber.scrub_tree(metadata)
+    assert isinstance(scrubbed, dict)
+    return scrubbed
+
+
 def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
     """What to scrape: the given URL (required), else the endpoint's /metrics if present;
     credentials go only to the endpoint's own origin."""
@@ -305,9 +315,7 @@ def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
     url = opts.scrape_url or metrics_url_for(opts.base_url)
     headers: dict[str, str] = {}
     if same_origin(url, opts.base_url):
-        headers.update(opts.headers)
-        if opts.api_key:
-            headers["authorization"] = f"Bearer {opts.api_key}"
+        headers.update(opts.request_headers())
     return ScrapeConfig(
         url=url,
         out_path=opts.run_dir / s.SERVER_METRICS_FILE,
