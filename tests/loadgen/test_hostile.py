@@ -30,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 from feeds import IMPLS
 from hostile import SCENARIOS, hostile_server, hostile_server_thread
+from scripted import scripted_server
 
 from loadgen.cli.replay import replay
 from loadgen.client import PreparedRequest, StreamingClient
@@ -285,3 +286,26 @@ def test_max_event_mib_reaches_the_client_and_run_json(tmp_path: Path) -> None:
     info = read_run_info(run_dir)
     assert info is not None
     assert info.config.max_event_bytes == MIB
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_a_server_that_goes_away_mid_body_is_a_disconnect(kind: str, framing: str) -> None:
+    """The other side of ``MalformedResponse``: a body cut short by the server's close is
+    ``disconnect`` on both transports (h11 raises the same exception type for both)."""
+    event = b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+    if framing == "length":
+        head = b"content-length: %d\r\n" % (len(event) * 4)
+        body = event
+    else:
+        head = b"transfer-encoding: chunked\r\n"
+        body = b"%x\r\n%s\r\n" % (len(event), event)
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n" + head + b"\r\n" + body
+
+    async def main() -> Measured:
+        async with scripted_server([reply], close_after=True) as (url, _):
+            return await one_request(url, kind=kind)
+
+    rec = asyncio.run(main()).record
+    assert (rec.outcome, rec.http_status) == (s.OUTCOME_DISCONNECT, 200), rec.error
+    assert len(rec.chunk_offsets_us) == 1
