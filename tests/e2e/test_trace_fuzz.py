@@ -16,6 +16,10 @@ lists with bad, missing, too many or too large images, null list items) and the 
   transports (``StreamingClient.ready``), and the run row it would be recorded as fits
   the run table (``record_problem``).
 
+The run's options that reach every request are drawn too (a ``--header`` and a
+``--run-id`` of any text, the URL's user info and an API key for the credential): refused
+with one line naming the option, or sent with every row.
+
 The default runs a few hundred examples in seconds; ``LOADGEN_LONG_FUZZ=1`` runs 10,000.
 A handful more go through the real ``loadgen replay`` command against the simulator:
 no traceback, exit 0 with one row per request or exit 2 (bad input) before the run.
@@ -41,8 +45,10 @@ from hypothesis import strategies as st
 
 from loadgen.client import StreamingClient
 from loadgen.clock import Clock
+from loadgen.errors import ConfigError
 from loadgen.http.stamping import Progress
 from loadgen.prepare import Preparer
+from loadgen.run.options import SessionOptions, check_wire_values
 from loadgen.run.shard import make_transport
 from loadgen.schedule import due_offsets_ns
 from loadgen.sim.launch import SimProcess, start_sim
@@ -113,6 +119,15 @@ _BLOCK_SIZE = st.one_of(
     st.sampled_from([0, -3, MAX_TOKENS + 1, 10**12, True, 2.5, "512", [512]]),
 )
 _TYPES = {field.name: field.type for field in s.TRACE_SCHEMA}
+_ONE_IN_SIX = st.sampled_from([False, False, False, False, False, True])
+"""True about once in six draws (``integers(0, 5) == 0`` would be far more often: hypothesis
+favours 0)."""
+_TOKEN = st.from_regex(r"x-[a-z0-9-]{1,8}", fullmatch=True)
+"""A header name HTTP takes (a token)."""
+_HEADER_NAME = st.one_of(
+    st.sampled_from(["x-a b", "x-évil", "x:y", "x-evil\r\nInjected", "", "Authorization"]),
+    st.text(max_size=6),
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +136,10 @@ class Drawn:
 
     columns: dict[str, pa.Array]
     block_size: object
+    header: tuple[str, str] = ("x-test", "1")
+    """A ``--header`` NAME: VALUE the run sends with every request."""
+    run_id: str | None = None
+    """``--run-id``: the prefix of every ``X-Request-Id``."""
 
 
 _VISIBLE = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=8)
@@ -179,7 +198,8 @@ def traces(draw: st.DrawFn, max_rows: int = 4) -> Drawn:
     n = draw(st.integers(1, max_rows))
     hostile = draw(
         st.one_of(
-            st.sets(st.sampled_from(list(_ANY)), max_size=2),
+            st.just(set()),
+            st.sets(st.sampled_from(list(_ANY)), min_size=1, max_size=2),
             st.just(set(_ANY)),
         )
     )
@@ -204,7 +224,10 @@ def traces(draw: st.DrawFn, max_rows: int = 4) -> Drawn:
             arrays[name] = pa.array([v if v is None else v * scale for v in values_], pa.int64())  # type: ignore[operator]
         else:
             arrays[name] = pa.array(values_, type_)
-    return Drawn(columns=arrays, block_size=draw(_BLOCK_SIZE))
+    odd = draw(_ONE_IN_SIX)
+    header = (draw(_HEADER_NAME if odd else _TOKEN), draw(_ODD_TEXT if odd else _VISIBLE))
+    run_id = draw(st.one_of(st.none(), _ODD_TEXT if draw(_ONE_IN_SIX) else _VISIBLE))
+    return Drawn(columns=arrays, block_size=draw(_BLOCK_SIZE), header=header, run_id=run_id)
 
 
 def _write(drawn: Drawn, path: Path) -> None:
@@ -217,32 +240,43 @@ def _write(drawn: Drawn, path: Path) -> None:
     pq.write_table(table, path)  # as found on disk: no writer of ours validated it
 
 
+Transports = tuple[tuple[httpx.AsyncClient, httpx.AsyncBaseTransport], ...]
+
+
 @pytest.fixture(scope="module")
-def clients() -> Iterator[tuple[StreamingClient, ...]]:
-    """A streaming client per transport, as a replay builds them (nothing is sent)."""
+def transports() -> Iterator[Transports]:
+    """An httpx client on each transport, as a replay builds them (nothing is sent)."""
     clock = Clock()
-    made: list[httpx.AsyncClient] = []
-    out: list[StreamingClient] = []
+    made: list[tuple[httpx.AsyncClient, httpx.AsyncBaseTransport]] = []
     for kind in ("fast", "httpx"):
         transport = make_transport(kind, clock.now_ns, max_connections=4)
-        http = httpx.AsyncClient(transport=transport, headers={"authorization": "Bearer k"})
-        made.append(http)
-        out.append(
-            StreamingClient(
-                http,
-                base_url="http://127.0.0.1:9/v1",
-                now_ns=clock.now_ns,
-                run_id="20261202T000000-abcdef",
-                transport=transport,
-            )
-        )
-    yield tuple(out)
+        made.append((httpx.AsyncClient(transport=transport, auth=httpx.Auth()), transport))
+    yield tuple(made)
 
     async def close() -> None:
-        for http in made:
+        for http, _ in made:
             await http.aclose()
 
     asyncio.run(close())
+
+
+def _options(drawn: Drawn, path: Path) -> SessionOptions:
+    return SessionOptions(
+        trace_path=path,
+        run_dir=path.parent / "run",
+        base_url="http://u:p@127.0.0.1:9/v1",
+        headers=dict([drawn.header]),
+        run_id=drawn.run_id,
+        api_key="sk-k",
+    )
+
+
+def _option_refusal(opts: SessionOptions) -> str | None:
+    try:
+        check_wire_values(opts)
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def _read(path: Path) -> tuple[list[TraceRequest], int] | UserError:
@@ -272,16 +306,29 @@ def _check_refusal(exc: UserError, path: Path, drawn: Drawn) -> None:
 
 
 def _prepare_all(
-    requests: list[TraceRequest], block_size: int, clients: tuple[StreamingClient, ...]
+    requests: list[TraceRequest], block_size: int, opts: SessionOptions, transports: Transports
 ) -> None:
     """Everything the replay does with each row before and after sending it."""
-    start_ns = Clock().now_ns()
+    clock = Clock()
+    run_id = opts.run_id or "20261202T000000-abcdef"
+    clients = [
+        StreamingClient(
+            http,
+            base_url=opts.base_url,
+            now_ns=clock.now_ns,
+            run_id=run_id,
+            headers=opts.request_headers(),
+            transport=transport,
+        )
+        for http, transport in transports
+    ]
+    start_ns = clock.now_ns()
     for offset in due_offsets_ns([r.arrival_s for r in requests], 1.0):
         assert 0 <= start_ns + offset < 2**63
     preparer = Preparer(
         prompts=PromptMaker(block_size=block_size),
         model="m",
-        run_id="20261202T000000-abcdef",
+        run_id=run_id,
         capabilities=Capabilities(),
         warmup_requests=1,
     )
@@ -297,10 +344,17 @@ def _prepare_all(
             assert record_problem(record) is None, (record_problem(record), ready)
 
 
-def _check(drawn: Drawn, clients: tuple[StreamingClient, ...]) -> None:
+def _check(drawn: Drawn, transports: Transports) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t.parquet"
         _write(drawn, path)
+        opts = _options(drawn, path)
+        refused = _option_refusal(opts)  # the options' part of what reaches every request
+        if refused is not None:
+            event("refused: option")
+            assert "\n" not in refused
+            assert refused.startswith(("--header", "--run-id")), refused
+            return
         got = _read(path)
         if isinstance(got, UserError):
             event(f"refused: {getattr(got, 'column', None) or type(got).__name__}")
@@ -308,7 +362,7 @@ def _check(drawn: Drawn, clients: tuple[StreamingClient, ...]) -> None:
             return
         requests, block_size = got
         event("prepared")
-        _prepare_all(requests, block_size, clients)
+        _prepare_all(requests, block_size, opts, transports)
 
 
 def _one(**columns: list[object]) -> Drawn:
@@ -337,10 +391,11 @@ _SETTINGS = {"suppress_health_check": [HealthCheck.function_scoped_fixture, Heal
 @example(drawn=_one(arrival_s=[1e300]))
 @example(drawn=_one(images=[[{"width": MAX_SIDE, "height": MAX_SIDE}] * 2]))
 @example(drawn=Drawn(columns=_one().columns, block_size=10**12))
+@example(drawn=Drawn(columns=_one().columns, block_size=None, header=("x-a", "v\r\nX-Evil: 1")))
 def test_a_fuzzed_trace_is_refused_with_its_row_or_every_row_prepares(
-    clients: tuple[StreamingClient, ...], drawn: Drawn
+    transports: Transports, drawn: Drawn
 ) -> None:
-    _check(drawn, clients)
+    _check(drawn, transports)
 
 
 @pytest.mark.slow
@@ -352,9 +407,9 @@ def test_a_fuzzed_trace_is_refused_with_its_row_or_every_row_prepares(
 @settings(max_examples=10_000, **_SETTINGS)  # type: ignore[arg-type]
 @given(drawn=traces())
 def test_a_fuzzed_trace_is_refused_with_its_row_or_every_row_prepares_10k(
-    clients: tuple[StreamingClient, ...], drawn: Drawn
+    transports: Transports, drawn: Drawn
 ) -> None:
-    _check(drawn, clients)
+    _check(drawn, transports)
 
 
 # ---------------------------------------------------------------- the real command
