@@ -353,9 +353,8 @@ def _bad_prefix_blocks(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
 
 def find_bad_value(table: pa.Table) -> BadValue | None:
     """The first value, by column then row, that the replay could not send or use: a
-    request id that is not visible ASCII or longer than ``MAX_ID_CHARS``, an arrival after
-    ``MAX_ARRIVAL_S``, a token count beyond ``MAX_TOKENS``, ``messages`` that are not an
-    array of JSON objects, an SLO that is not a positive finite number, image tokens
+    request id that is not visible ASCII or longer than ``MAX_ID_CHARS``, ``messages``
+    that are not an array of JSON objects, an SLO that is not a positive finite number, image tokens
     outside 0..MAX_TOKENS, an image side outside 1..MAX_SIDE, more than ``MAX_IMAGES``
     images or ``MAX_IMAGE_PIXELS`` pixels in one request, a null block id. Columns the
     table lacks are skipped, so an importer's batch with trace columns of any compatible
@@ -365,15 +364,6 @@ def find_bad_value(table: pa.Table) -> BadValue | None:
         found = _bad_request_id(table.column(s.REQUEST_ID))
         if found is not None:
             return found
-    if s.ARRIVAL_S in names:
-        found = _bad_arrival(table.column(s.ARRIVAL_S))
-        if found is not None:
-            return found
-    for column in (s.INPUT_TOKENS, s.OUTPUT_TOKENS):
-        if column in names:
-            found = _bad_size(column, table.column(column))
-            if found is not None:
-                return found
     if s.MESSAGES in names:
         found = _bad_messages(table.column(s.MESSAGES))
         if found is not None:
@@ -468,6 +458,19 @@ def validate_trace(table: pa.Table, where: str) -> None:
                 f"got {table.column(col)[bad].as_py()}",
                 row=bad,
                 column=col,
+            )
+    # Bounds of what a replay can build and schedule; table rules, not value rules: an
+    # importer's batch still has source times (not yet re-zeroed) and unclipped counts.
+    for found in (
+        _bad_arrival(arrival),
+        _bad_size(s.INPUT_TOKENS, table.column(s.INPUT_TOKENS)),
+        _bad_size(s.OUTPUT_TOKENS, table.column(s.OUTPUT_TOKENS)),
+    ):
+        if found is not None:
+            raise ValidationError(
+                f"{where}: row {found.row}, column {found.column!r}: {found.problem}",
+                row=found.row,
+                column=found.column,
             )
     apis = pc.cast(table.column(s.API), pa.string())
     bad = _first_true(pc.invert(pc.is_in(apis, value_set=pa.array(sorted(s.APIS)))))
