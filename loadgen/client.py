@@ -33,10 +33,10 @@ import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
-from loadgen.http.connection import MalformedResponse
 from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
 from loadgen.http.stamping import (
     STAMPED,
+    MalformedResponse,
     Progress,
     StampedStream,
     error_note,

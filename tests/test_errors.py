@@ -131,7 +131,7 @@ def test_the_scan_finds_the_exceptions() -> None:
 
 # The fast transport raises httpx's own exception types, so that the client handles both
 # transports alike; the client turns them into a row's outcome: they never reach a user.
-HTTPX_FAMILY: Final = {("loadgen.http.connection", "MalformedResponse")}
+HTTPX_FAMILY: Final = {("loadgen.http.stamping", "MalformedResponse")}
 
 
 @pytest.mark.parametrize(("module", "name"), _exception_classes())

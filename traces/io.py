@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traces import schema as s
-from traces.errors import RunInfoError, SchemaError, TraceFileError
+from traces.errors import RunInfoError, SchemaError, TraceFileError, ValidationError, shown
 from traces.records import RequestRecord, TraceRequest, records_to_batch, trace_requests_from_table
 from traces.runinfo import RunInfo
 from traces.validate import check_columns, validate_trace
@@ -42,6 +43,20 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _first_unfit(column: pa.ChunkedArray, want: pa.DataType) -> int | None:
+    """The first row of an integer column whose value an integer ``want`` cannot hold."""
+    if not (pa.types.is_integer(want) and pa.types.is_integer(column.type)):
+        return None
+    bits = want.bit_width
+    signed = pa.types.is_signed_integer(want)
+    least, most = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    outside = pc.or_(pc.less(column, least), pc.greater(column, most))
+    filled = pc.fill_null(outside, False)
+    if not pc.any(filled).as_py():
+        return None
+    return int(pc.index(filled, True).as_py())
+
+
 def conform_trace(table: pa.Table, where: str) -> pa.Table:
     """Cast a table with trace columns into ``TRACE_SCHEMA``, filling absent optional columns."""
     check_columns(table, where)
@@ -53,6 +68,14 @@ def conform_trace(table: pa.Table, where: str) -> pa.Table:
             try:
                 col = col.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                row = _first_unfit(col, field.type)
+                if row is not None:
+                    raise ValidationError(
+                        f"{where}: row {row}, column {field.name!r}: "
+                        f"{shown(col[row].as_py())} does not fit {field.type}",
+                        row=row,
+                        column=field.name,
+                    ) from exc
                 raise SchemaError(
                     f"{where}: column {field.name!r} cannot be read as {field.type}: {exc}"
                 ) from exc

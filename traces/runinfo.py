@@ -152,7 +152,8 @@ class RunLoad:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceRef:
     """The trace replayed: its path as given, its content hash (compare and gate refuse
-    runs of different traces) and its file-level provenance, copied as found.
+    runs of different traces) and its file-level provenance, copied as found (the
+    replay scrubs the run's secrets from its strings first).
 
     ``metadata`` is open-ended by design: each importer and synthesizer records its own
     options there (``source``, ``block_size``, ``seed``, ...).

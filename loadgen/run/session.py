@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from loadgen import __version__
 from loadgen.clock import Clock
 from loadgen.errors import ConfigError, RecorderError, RunDirError, WorkerDiedError
 from loadgen.live import StatsView
-from loadgen.redact import redact_url
+from loadgen.redact import Scrubber, redact_url
 from loadgen.replay import ReplayResult
 from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import SessionOptions, check_options, load_requests
@@ -44,7 +44,7 @@ from loadgen.run.shard import (
     shard_shape,
 )
 from loadgen.run.sharding import select_shard
-from loadgen.schedule import time_factor
+from loadgen.schedule import check_span, time_factor
 from traces import schema as s
 from traces.io import write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
@@ -65,6 +65,7 @@ from traces.runinfo import (
     TraceRef,
     WorkerHealth,
 )
+from traces.validate import block_size_of
 
 __all__ = [
     "SessionOptions",
@@ -152,15 +153,15 @@ async def run_session(
     """Run one replay session. ``on_start(stats, total)`` lets a UI follow progress."""
     check_options(opts)
     requests, trace_meta = load_requests(opts)
-    factor = time_factor(
-        [r.arrival_s for r in requests], time_scale=opts.time_scale, rate=opts.rate
-    )
+    block_size = block_size_of(trace_meta, str(opts.trace_path))
+    arrivals = [r.arrival_s for r in requests]
+    factor = time_factor(arrivals, time_scale=opts.time_scale, rate=opts.rate)
+    check_span(arrivals, factor)
     if opts.ray is None:  # Ray shards run on other hosts, under their limits: each checks
         _ensure_descriptors(opts, factor, requests)
     _prepare_run_dir(opts.run_dir, opts.overwrite)
     run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
     api = requests[0].api if requests else s.API_CHAT
-    block_size = int(trace_meta.get("block_size", 512) or 512)
     clock = Clock()
     if opts.preflight:
         async with http_client(opts, clock, 4) as http:
@@ -204,21 +205,24 @@ async def run_session(
         )
     strategy = prompt_maker(opts, block_size, prompt_plan).strategy
     mode = "closed" if opts.concurrency is not None else "open"
+    # What the server listed and what the trace file says are stored: never with a secret
+    # of the run in them (a server may echo the key in its model ids).
+    scrubber = opts.scrubber()
     base_info = RunInfo(
         run_id=run_id,
         generator=GeneratorInfo(name="llm-loadgen", version=__version__),
         config=opts.public_config(),
         endpoint=Endpoint(
             base_url=redact_url(opts.base_url),
-            model=model,
-            served_models=served,
+            model=scrubber.scrub(model),
+            served_models=tuple(scrubber.scrub(name) for name in served),
             capabilities=caps,
         ),
         load=RunLoad(mode=mode, time_factor=factor, requests=len(requests), workers=opts.workers),
         trace=TraceRef(
             path=str(opts.trace_path),
             sha256=_file_sha256(opts.trace_path),
-            metadata=trace_meta,
+            metadata=_scrubbed_metadata(scrubber, trace_meta),
         ),
         prompts=PromptsInfo(strategy=strategy, calibration=calibration),
         clock=ClockAnchor(
@@ -308,6 +312,13 @@ def _ensure_descriptors(opts: SessionOptions, factor: float, requests: list[Trac
     )
 
 
+def _scrubbed_metadata(scrubber: Scrubber, metadata: Mapping[str, object]) -> dict[str, object]:
+    """The trace's file metadata as run.json keeps it: every string scrubbed."""
+    scrubbed = scrubber.scrub_tree(metadata)
+    assert isinstance(scrubbed, dict)
+    return scrubbed
+
+
 def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
     """What to scrape: the given URL (required), else the endpoint's /metrics if present;
     credentials go only to the endpoint's own origin."""
@@ -316,9 +327,7 @@ def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
     url = opts.scrape_url or metrics_url_for(opts.base_url)
     headers: dict[str, str] = {}
     if same_origin(url, opts.base_url):
-        headers.update(opts.headers)
-        if opts.api_key:
-            headers["authorization"] = f"Bearer {opts.api_key}"
+        headers.update(opts.request_headers())
     return ScrapeConfig(
         url=url,
         out_path=opts.run_dir / s.SERVER_METRICS_FILE,

@@ -109,9 +109,7 @@ def http_client(
     max_connections: int,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
-    headers = dict(opts.headers)
-    if opts.api_key:
-        headers["authorization"] = f"Bearer {opts.api_key}"
+    headers = opts.request_headers()
     timeout = httpx.Timeout(
         connect=min(30.0, opts.request_timeout_s),
         read=opts.request_timeout_s,
@@ -120,7 +118,11 @@ def http_client(
     )
     if transport is None:
         transport = make_transport(opts.transport, clock.now_ns, max_connections=max_connections)
-    return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
+    # ``auth``: no credential of httpx's own. Without it httpx would turn a URL's user info
+    # into Basic auth on the requests it sends itself (the preflight), over the header.
+    return httpx.AsyncClient(
+        transport=transport, timeout=timeout, headers=headers, auth=httpx.Auth()
+    )
 
 
 def shard_connections(shape: LoadShape, requests: int) -> tuple[int, str | None]:
