@@ -97,6 +97,9 @@ SERVER_INSTANCE: Final = "server_instance"
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
+OUTCOME_CONTEXT_EXCEEDED: Final = "context_exceeded"
+"""An HTTP error refusing the prompt for its length (vLLM's and OpenAI's 400 "maximum
+context length", llama.cpp's "exceeds the available context size")."""
 OUTCOME_TIMEOUT: Final = "timeout"
 OUTCOME_CONNECT_ERROR: Final = "connect_error"
 OUTCOME_DISCONNECT: Final = "disconnect"
@@ -105,6 +108,7 @@ OUTCOME_CANCELLED: Final = "cancelled"
 OUTCOMES: Final = (
     OUTCOME_OK,
     OUTCOME_HTTP_ERROR,
+    OUTCOME_CONTEXT_EXCEEDED,
     OUTCOME_TIMEOUT,
     OUTCOME_CONNECT_ERROR,
     OUTCOME_DISCONNECT,

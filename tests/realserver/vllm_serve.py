@@ -24,7 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, TextIO
 
 _READY_TIMEOUT_S = 300.0
 
@@ -42,10 +42,10 @@ def wait_healthy(url: str, deadline: float) -> bool:
     return False
 
 
-def _announce(root: str) -> None:
+def _announce(root: str, ready: TextIO) -> None:
     """Print READY once the server is healthy (from a thread: the server owns the main one)."""
     if wait_healthy(root + "/health", time.monotonic() + _READY_TIMEOUT_S):
-        print(f"READY {root}", flush=True)
+        print(f"READY {root}", file=ready, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     os.sched_setaffinity(0, {cpu})
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cpu)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # vLLM logs to stdout: keep stdout for the READY line alone and send the rest (this
+    # process's and its children's) to stderr.
+    ready = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
     import uvloop
     from vllm.entrypoints.launchers.api_server.entry import run_server_worker
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     listen_address, sock = setup_server(args, reuse_port=False)
     host, port = sock.getsockname()[:2]
     root = f"http://{host}:{port}"
-    threading.Thread(target=_announce, args=(root,), daemon=True).start()
+    threading.Thread(target=_announce, args=(root, ready), daemon=True).start()
     uvloop.run(run_server_worker(listen_address, sock, args))
     return 0
 
