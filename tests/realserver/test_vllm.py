@@ -20,6 +20,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from promfamilies import drift, families, load
 
 from analyzers.server_metrics import summarize_server_metrics
 from loadgen.openai.timings import parse_timings
@@ -205,50 +206,18 @@ def test_live_stream_has_the_recorded_shape(vllm: Any) -> None:
     assert timings.decode_ms == last["metrics"]["generation_time_ms"]
 
 
-Family = tuple[str, frozenset[str], tuple[float, ...]]
-
-
-def families(exposition: str) -> dict[str, Family]:
-    """Each metric family of a Prometheus exposition: its type, its label names (``le``
-    aside) and, for a histogram, its bucket bounds."""
-    found: dict[str, Family] = {}
-    for family in text_string_to_metric_families(exposition):
-        labels: set[str] = set()
-        bounds: set[float] = set()
-        for sample in family.samples:
-            labels |= set(sample.labels) - {"le"}
-            if sample.name.endswith("_bucket"):
-                bounds.add(float(sample.labels["le"]))
-        found[family.name] = (family.type, frozenset(labels), tuple(sorted(bounds)))
-    return found
-
-
-def drift(sim: dict[str, Family], real: dict[str, Family]) -> list[str]:
-    """How the simulator's ``vllm:`` metrics differ from the real server's, one line each."""
-    lines = []
-    for name, (kind, labels, bounds) in sorted(sim.items()):
-        if not name.startswith("vllm:"):
-            continue
-        if name not in real:
-            lines.append(f"{name}: not exposed by vLLM")
-            continue
-        real_kind, real_labels, real_bounds = real[name]
-        if kind != real_kind:
-            lines.append(f"{name}: type {kind}, vLLM's is {real_kind}")
-        if labels != real_labels:
-            lines.append(f"{name}: labels {sorted(labels)}, vLLM's are {sorted(real_labels)}")
-        if bounds != real_bounds:
-            lines.append(f"{name}: buckets {bounds}, vLLM's are {real_bounds}")
-    return lines
-
-
 def test_simulator_metrics_are_vllms(vllm: Any) -> None:
     """Every ``vllm:`` metric ``loadgen sim`` exposes exists in vLLM 0.32's ``/metrics`` with
     the same type, label names and buckets (both after serving a request, so every labelled
-    series exists)."""
+    series exists); and the recorded table the default suite holds the simulator to
+    (tests/data/vllm_metrics.json) is still this server's."""
     body = {"model": vllm.model_id, "prompt": "import os", "max_tokens": 2}
     assert httpx.post(f"{vllm.base_url}/completions", json=body, timeout=60).status_code == 200
     real = families(httpx.get(f"{vllm.root_url}/metrics", timeout=30).text)
+    recorded = drift(load(), real)
+    assert not recorded, "tests/data/vllm_metrics.json is not this server's:\n" + "\n".join(
+        recorded
+    )
     with start_sim(["--served-model-name", "sim-model"]) as sim:
         body["model"] = "sim-model"
         assert httpx.post(f"{sim.base_url}/completions", json=body, timeout=30).status_code == 200
