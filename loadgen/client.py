@@ -44,6 +44,7 @@ from loadgen.http.stamping import (
     stamped_body,
 )
 from loadgen.openai.chunks import Usage
+from loadgen.openai.refusals import is_context_exceeded
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
@@ -205,7 +206,11 @@ class StreamingClient:
         try:
             header_timings, error = await self._exchange(ready.send, progress, state)
             if error is not None:
-                outcome = s.OUTCOME_HTTP_ERROR
+                outcome = (
+                    s.OUTCOME_CONTEXT_EXCEEDED
+                    if is_context_exceeded(progress.status, error)
+                    else s.OUTCOME_HTTP_ERROR
+                )
         except TimeoutError:
             outcome, error = s.OUTCOME_TIMEOUT, f"no complete response within {self._timeout_s:g} s"
         except httpx.TimeoutException as exc:

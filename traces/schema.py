@@ -100,6 +100,9 @@ chunks (wall ms, the worst chunk); null from servers that do not say."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
+OUTCOME_CONTEXT_EXCEEDED: Final = "context_exceeded"
+"""An HTTP error refusing the prompt for its length (vLLM's and OpenAI's 400 "maximum
+context length", llama.cpp's "exceeds the available context size")."""
 OUTCOME_TIMEOUT: Final = "timeout"
 OUTCOME_CONNECT_ERROR: Final = "connect_error"
 OUTCOME_DISCONNECT: Final = "disconnect"
@@ -108,6 +111,7 @@ OUTCOME_CANCELLED: Final = "cancelled"
 OUTCOMES: Final = (
     OUTCOME_OK,
     OUTCOME_HTTP_ERROR,
+    OUTCOME_CONTEXT_EXCEEDED,
     OUTCOME_TIMEOUT,
     OUTCOME_CONNECT_ERROR,
     OUTCOME_DISCONNECT,

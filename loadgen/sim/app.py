@@ -181,7 +181,6 @@ class SimApp:
         if plan.malformed:
             self.metrics.fault("malformed")
             malformed_at = -(-request.max_tokens // cfg.tokens_per_chunk) // 2
-        self.metrics.prompt_tokens(request.prompt_tokens)
         response = ResponseWriter(
             engine=self.engine,
             metrics=self.metrics,

@@ -88,6 +88,18 @@ class ResponseWriter:
             slip_ns=slip,
         )
 
+    def _served_by(self, phases: Phases | None) -> str:
+        """The instance a request's metrics are labelled with (vLLM's ``engine``)."""
+        if phases is not None and phases.instance is not None:
+            return phases.instance
+        return self._engine.instance
+
+    def _prefilled(self, phases: Phases) -> None:
+        """Count the prompt's tokens once its prefill is done (at the first token), on the
+        instance that prefilled it."""
+        instance = phases.prefill_instance or self._served_by(phases)
+        self._metrics.prompt_tokens(self._request.prompt_tokens, engine=instance)
+
     def _drops_at(self, emitted: int, emission: Emission) -> bool:
         return self._drop_after is not None and emitted + emission.tokens > self._drop_after
 
@@ -129,16 +141,19 @@ class ResponseWriter:
                     await send({"type": "http.response.body", "body": body, "more_body": True})
                     record.sent(time.perf_counter_ns())
                     if emission.index == 0:
-                        metrics.first_token((write_ns - record.received_ns) / 1e9 / self._scale)
+                        ttft_s = (write_ns - record.received_ns) / 1e9 / self._scale
+                        metrics.first_token(ttft_s, engine=self._served_by(phases))
+                        self._prefilled(emission.phases)
         finally:
-            metrics.generated(emitted)
+            metrics.generated(emitted, engine=self._served_by(phases))
         if self._request.include_usage and phases is not None:
             writes = record.chunk_write_ns
             truth = self._truth(phases, writes[0], writes[-1], emitted)
             body = fmt.usage_chunk(completion_tokens=emitted, truth=truth)
             await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": DONE, "more_body": False})
-        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale)
+        e2e_s = (time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale
+        metrics.finished(e2e_s, engine=self._served_by(phases))
         return "ok"
 
     async def whole(self, emissions: AsyncGenerator[Emission, None]) -> str:
@@ -155,11 +170,13 @@ class ResponseWriter:
                         return "dropped"
                     if emission.index == 0:
                         first_ns = time.perf_counter_ns()
-                        metrics.first_token((first_ns - record.received_ns) / 1e9 / self._scale)
+                        ttft_s = (first_ns - record.received_ns) / 1e9 / self._scale
+                        metrics.first_token(ttft_s, engine=self._served_by(emission.phases))
+                        self._prefilled(emission.phases)
                     emitted += emission.tokens
                     phases = emission.phases
         finally:
-            metrics.generated(emitted)
+            metrics.generated(emitted, engine=self._served_by(phases))
         if phases is None:
             raise RuntimeError("the engine emitted no tokens")
         now = time.perf_counter_ns()
@@ -179,7 +196,8 @@ class ResponseWriter:
         record.chunk(write_ns, emitted)
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
         record.sent(time.perf_counter_ns())
-        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale)
+        e2e_s = (time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale
+        metrics.finished(e2e_s, engine=self._served_by(phases))
         return "ok"
 
     async def _partial_body(self) -> None:
