@@ -19,9 +19,10 @@ from pathlib import Path
 
 from loadgen import __version__
 from loadgen.errors import RunDirError
-from loadgen.sim.config import DEFAULT_MODEL_NAME, EngineConfig
+from loadgen.sim.config import DEFAULT_MODEL_NAME, EngineConfig, engine_deployment
 from loadgen.sim.offline import SIM_EPOCH_NS, OfflineLoad, OfflineResult
 from traces import schema as s
+from traces.deployment import DeploymentInfo
 from traces.io import read_metadata, write_run_info, write_run_records
 from traces.prompts.maker import PromptStrategy
 from traces.runinfo import (
@@ -41,6 +42,8 @@ from traces.runinfo import (
 
 SIMULATED_GENERATOR = "llm-loadgen simulate"
 """``run.json``'s ``generator.name`` for a run made by the offline engine."""
+OFFLINE_SOURCE = "loadgen simulate"
+"""The source of every ``deployment`` fact of a simulated run: the engine's own options."""
 OFFLINE_URL = "offline://loadgen-simulate/v1"
 """The endpoint a simulated run names (no server was contacted)."""
 
@@ -174,6 +177,7 @@ def run_info(run: OfflineRun, result: OfflineResult, *, run_id: str, trace_sha25
             warnings=(),
             workers=(),
         ),
+        deployment=DeploymentInfo.of(engine_deployment(run.engine), source=OFFLINE_SOURCE),
     )
 
 

@@ -161,6 +161,18 @@ def test_the_command_is_deterministic_and_marks_the_run_simulated(tmp_path: Path
     assert run.generator.name == SIMULATED_GENERATOR
     assert run.complete
     assert read_run_table(tmp_path / "run").num_rows == 30
+    # The engine's deployment travels with the run, so `decompose RUN` needs no flags.
+    assert run.deployment is not None
+    spec = run.deployment.spec()
+    assert (spec.model, spec.gpu, spec.scheduler.max_batched_tokens) == (
+        "llama-3.1-8b",
+        "h100",
+        2048,
+    )
+    assert set(run.deployment.sources().values()) == {"loadgen simulate"}
+    done = CliRunner().invoke(cli, ["decompose", str(tmp_path / "run")])
+    assert done.exit_code == 0, done.output
+    assert "llama-3.1-8b on 1x h100 (run.json)" in done.output
 
 
 def test_the_command_refuses_what_it_cannot_do(tmp_path: Path) -> None:
