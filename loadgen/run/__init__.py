@@ -14,6 +14,7 @@ __all__ = [
     "recorder",
     "recover",
     "runinfo",
+    "runlock",
     "scrape",
     "session",
     "shard",

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from loadgen import __version__
 from loadgen.clock import Clock
@@ -31,6 +32,7 @@ from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import SessionOptions, check_options, load_requests
 from loadgen.run.probe import calibration_samples, preflight
 from loadgen.run.runinfo import versions
+from loadgen.run.runlock import RunLock
 from loadgen.run.scrape import ScrapeConfig, alongside, metrics_url_for, same_origin
 from loadgen.run.shard import (
     PromptPlan,
@@ -105,13 +107,27 @@ class SessionResult:
     warnings: tuple[str, ...]
 
 
-def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+def _prepare_run_dir(run_dir: Path, overwrite: bool) -> RunLock:
+    """Take ``run_dir`` for this run: its lock, held until the run ends (refused while
+    another replay holds it, ``--overwrite`` or not), and nothing of an earlier run."""
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: exists and is not a directory")
     if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
         raise RunDirError(
             f"{run_dir}: run directory is not empty (choose another -o or pass --overwrite)"
         )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock.claim(run_dir, doing="choose another -o")
+    try:
+        _clear_run_dir(run_dir, overwrite)
+    except BaseException:
+        lock.release(unlink=False)
+        raise
+    lock.hold_for_run()
+    return lock
+
+
+def _clear_run_dir(run_dir: Path, overwrite: bool) -> None:
     if overwrite and run_dir.exists():
         for name in (s.REQUESTS_FILE, s.RUN_JSON, s.SERVER_METRICS_FILE):
             (run_dir / name).unlink(missing_ok=True)
@@ -122,7 +138,6 @@ def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
                 parts.rmdir()
         for merged in run_dir.glob("shard-*/" + s.REQUESTS_FILE):
             merged.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _file_sha256(path: Path) -> str:
@@ -148,7 +163,31 @@ async def run_session(
     )
     if opts.ray is None:  # Ray shards run on other hosts, under their limits: each checks
         _ensure_descriptors(opts, factor, requests)
-    _prepare_run_dir(opts.run_dir, opts.overwrite)
+    lock = _prepare_run_dir(opts.run_dir, opts.overwrite)
+    try:
+        return await _replay_into(
+            opts,
+            requests,
+            trace_meta,
+            factor,
+            on_start=on_start,
+            install_signal_handlers=install_signal_handlers,
+        )
+    finally:
+        lock.release(unlink=True)
+
+
+async def _replay_into(
+    opts: SessionOptions,
+    requests: list[TraceRequest],
+    trace_meta: dict[str, Any],
+    factor: float,
+    *,
+    on_start: Callable[[StatsView, int], None] | None,
+    install_signal_handlers: bool,
+) -> SessionResult:
+    """The session once it holds its run directory (``run.lock``, for the run's lifetime:
+    no recovery under its feet)."""
     run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
     api = requests[0].api if requests else s.API_CHAT
     block_size = int(trace_meta.get("block_size", 512) or 512)
@@ -257,6 +296,8 @@ async def run_session(
                 shards=opts.workers,
                 start_ns=start_ns,
                 out_dir=opts.run_dir / f"shard-{k}",
+                # Local workers share the run's lock; a Ray task's host may not see it.
+                lock_dir=opts.run_dir if opts.ray is None else None,
             )
             for k in range(opts.workers)
         ]
@@ -276,7 +317,7 @@ async def run_session(
         # recorded. Merge it and say the run is incomplete, with what it lost (exit 4).
         from loadgen.run.recover import recover_run
 
-        recover_run(opts.run_dir, cause=str(exc))
+        recover_run(opts.run_dir, cause=str(exc), held=True)
         raise
     return _finish(opts, replace(base_info, server_metrics=scraped), outcomes)
 

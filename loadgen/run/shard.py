@@ -78,6 +78,9 @@ class ShardPlan:
     start_ns: int | None = None
     """Common start in epoch ns (all workers share CLOCK_MONOTONIC); None: start now."""
     out_dir: Path
+    lock_dir: Path | None = None
+    """The run directory whose lock a worker process shares while it runs
+    (``loadgen.run.runlock``); None in the session's own process, which holds it already."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,6 +211,7 @@ async def replay_shard(
                 transport=transport,
                 defer_records=True,
                 max_event_bytes=opts.max_event_bytes,
+                dispatched=recorder.dispatched,
             )
             replayer = Replayer(
                 requests=mine,
