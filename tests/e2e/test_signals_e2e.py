@@ -122,7 +122,7 @@ def _dispatching(run_dir: Path, workers: int, proc: subprocess.Popen[str]) -> No
 
 def _rows(run_dir: Path, workers: int) -> int:
     if workers == 1:
-        return pq.read_metadata(run_dir / s.REQUESTS_FILE).num_rows
+        return int(pq.read_metadata(run_dir / s.REQUESTS_FILE).num_rows)
     return sum(
         pq.read_metadata(run_dir / f"shard-{k}" / s.REQUESTS_FILE).num_rows for k in range(workers)
     )
