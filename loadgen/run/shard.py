@@ -197,6 +197,7 @@ async def replay_shard(
         on_failure=recorder_failed,
     )
     stats = LiveStats(clock.now_ns)
+    installed: list[signal.Signals] = []
     transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
     error: str | None = None
     try:
@@ -227,7 +228,6 @@ async def replay_shard(
             )
             if on_start is not None:
                 on_start(stats, len(mine))
-            installed: list[signal.Signals] = []
             if install_signal_handlers:
                 for sig in stop_signals:
                     try:
@@ -244,14 +244,17 @@ async def replay_shard(
                     result = await replayer.run(start_ns=plan.start_ns)
             finally:
                 sys.setswitchinterval(switch_interval)
-                for sig in installed:
-                    loop.remove_signal_handler(sig)
     finally:
         # After the client has closed its connections: the merge needs descriptors too.
         try:
             await asyncio.to_thread(recorder.close)
         except RecorderError as exc:
             error = str(exc)
+        finally:
+            # Only after the merge: a signal during it changes nothing (the replay has
+            # stopped), where the default action would leave the journal unmerged.
+            for sig in installed:
+                loop.remove_signal_handler(sig)
     return ShardOutcome(
         shard=plan.shard,
         replay=result,

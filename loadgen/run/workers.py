@@ -157,12 +157,14 @@ async def run_workers(
             elif isinstance(msg, _WorkerFailed):
                 failures.append(msg)
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
         for proc in procs:
             await asyncio.to_thread(proc.join, 10)
             if proc.is_alive():
                 proc.kill()
+        # Only now: a signal while the workers exit is forwarded (to none), not the default
+        # action, which would end this process before it writes run.json.
+        for sig in installed:
+            loop.remove_signal_handler(sig)
     if failures:
         first = min(failures, key=lambda f: f.shard)
         if first.died:

@@ -159,10 +159,13 @@ def _run_case(case: _Case, tmp_path: Path, sim: SimFactory, *, via: str = "recov
     time.sleep(0.3)  # the server reads what the dead process's sockets had sent
     received = _received(server)
     if case.sig != signal.SIGKILL:
-        assert proc.returncode == 0, err
         info = read_run_info(run_dir)
         assert info is not None
-        assert info.status == "interrupted"
+        if info.status == "interrupted":
+            assert proc.returncode == 0, err
+        else:  # a loaded machine: the replay ended first and the signal met the summary
+            assert info.status == "completed", err
+            assert proc.returncode in (0, -case.sig, 130), err
         rows = _rows(run_dir, case.workers)
         assert info.result is not None
         assert info.result.rows == rows
@@ -233,9 +236,16 @@ _MORE = [
         ("fast", (), 1, "recover"),
         ("httpx", (), 1, "analyze"),
         ("fast", ("--concurrency", "40"), 1, "recover"),
-        ("fast", (), 2, "recover"),
+        # A 6 s schedule: spawned workers may start a second or more late on a loaded
+        # machine and send what was due at once, so 3 s could be over before the signal.
+        ("fast", ("--time-scale", "2"), 2, "recover"),
     )
 ]
+
+
+def _case_id(case: _Case) -> str:
+    closed = "-closed" if "--concurrency" in case.extra else ""
+    return f"{case.sig.name}-{case.seed}-{case.transport}-w{case.workers}{closed}"
 
 
 @pytest.mark.slow
@@ -243,11 +253,7 @@ _MORE = [
 @pytest.mark.parametrize(
     ("case", "via"),
     _DEFAULT + (_MORE if _LONG else []),
-    ids=lambda v: (
-        f"{v.sig.name}-{v.seed}-{v.transport}-w{v.workers}{'-closed' if v.extra else ''}"
-        if isinstance(v, _Case)
-        else str(v)
-    ),
+    ids=lambda v: _case_id(v) if isinstance(v, _Case) else str(v),
 )
 def test_every_request_the_server_received_is_a_row_or_counted_lost(
     case: _Case, via: str, tmp_path: Path, sim: SimFactory
