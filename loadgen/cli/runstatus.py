@@ -56,7 +56,7 @@ def recover_if_dead(run: Path) -> str | None:
     """Recover RUN when its ``run.json`` says ``running`` and no replay process holds it
     (one stderr line with the counts); return why it was not when that matters (a replay
     still writes it, a journal that cannot be merged), else None."""
-    from loadgen.errors import RecorderError, RunLiveError
+    from loadgen.errors import RecorderError, RunDirError, RunLiveError
     from loadgen.run.recover import recover_run
     from traces.errors import TraceError
     from traces.io import read_run_info
@@ -74,8 +74,11 @@ def recover_if_dead(run: Path) -> str | None:
         result = recover_run(directory)
     except RunLiveError as exc:
         return f"run {info.run_id} is still running ({exc.holder}): these are its rows so far"
-    except RecorderError as exc:
-        return f"could not be recovered: {exc}"
+    except (RecorderError, RunDirError, OSError) as exc:  # a read-only copy, a bad journal
+        return (
+            f"run {info.run_id} is still running or its process died, and could not be "
+            f"recovered here: {exc}"
+        )
     if result.changed:
         from loadgen.cli.recover import counts
 
