@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) bench/prompts.py
 	$(PY) bench/analyze.py --requests 200000
 	$(PY) bench/hostile.py
+	$(PY) bench/calibrate.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

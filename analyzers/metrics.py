@@ -197,6 +197,7 @@ def request_frame(lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool) -> pl.
         e.prompt_ratio(),
         pl.col(s.CACHED_TOKENS).cast(pl.Int64),
         e.cached_fraction(),
+        pl.col(s.SERVER_SLIP_MS),
         *g.goodput_columns(slo),
     )
 
@@ -236,6 +237,8 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
         pl.col(s.CACHED_TOKENS).filter(has_usage).mean().alias("_cached"),
         pl.col(e.CACHED_FRACTION).mean().alias("_cached_frac"),
         e.quantile(e.SCHEDULE_LAG_MS, 99.0).alias("_lag_p99"),
+        e.quantile(s.SERVER_SLIP_MS, 99.0).alias("_slip_p99"),
+        e.quantile(e.TTFT_MS, 50.0).alias("_ttft_p50"),
         *g.goodput_aggs(),
     ]
     for m in _REQUEST_METRICS:
@@ -389,6 +392,11 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         schedule_lag_p99_ms=float(lag) if lag is not None else None,
         loop_lag_p99_ms=health.loop_lag_p99_ms,
         loop_lag_max_ms=health.loop_lag_max_ms,
+        stamp_delay_p99_ms=health.stamp_delay_p99_ms,
+        stamp_delay_max_ms=health.stamp_delay_max_ms,
+        cap=health.cap,
+        sim_slip_p99_ms=_opt(overall_row["_slip_p99"]),
+        ttft_p50_ms=_opt(overall_row["_ttft_p50"]),
         cpu_utilisation=health.cpu_utilisation,
         prompt_error_median=overall.fidelity.abs_error_median,
         class_counts=[ClassCount(workload=c.workload, requests=c.ok) for c in counted],
@@ -423,10 +431,13 @@ def run_validity(
 ) -> RunValidity:
     """Validity of already-selected rows ``lf`` of ``run`` (for analyzers other than
     ``analyze``, which computes the same inputs in its own pass)."""
-    lag, err = (
+    ok = e.is_ok()
+    lag, err, slip, ttft = (
         lf.select(
             e.schedule_lag_ms().quantile(0.99, interpolation="linear").alias("lag"),
             (e.prompt_ratio() - 1).abs().median().alias("err"),
+            pl.col(s.SERVER_SLIP_MS).quantile(0.99, interpolation="linear").alias("slip"),
+            e.ttft_ms().filter(ok).quantile(0.5, interpolation="linear").alias("ttft"),
         )
         .collect()
         .row(0)
@@ -436,6 +447,11 @@ def run_validity(
         schedule_lag_p99_ms=_opt(lag),
         loop_lag_p99_ms=health.loop_lag_p99_ms,
         loop_lag_max_ms=health.loop_lag_max_ms,
+        stamp_delay_p99_ms=health.stamp_delay_p99_ms,
+        stamp_delay_max_ms=health.stamp_delay_max_ms,
+        cap=health.cap,
+        sim_slip_p99_ms=_opt(slip),
+        ttft_p50_ms=_opt(ttft),
         cpu_utilisation=health.cpu_utilisation,
         prompt_error_median=_opt(err),
         class_counts=class_counts,

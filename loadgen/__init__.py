@@ -27,5 +27,6 @@ __all__ = [
     "run",
     "schedule",
     "sim",
+    "stampdelay",
     "stream",
 ]

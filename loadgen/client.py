@@ -409,6 +409,7 @@ class StreamingClient:
             server_ttft_ms=timings.ttft_ms,
             server_decode_ms=timings.decode_ms,
             server_instance=self._scrubber.scrub_optional(timings.instance),
+            server_slip_ms=timings.slip_ms,
         )
 
 

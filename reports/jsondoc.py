@@ -68,6 +68,8 @@ def validity_json(v: RunValidity) -> dict[str, Any]:
         "client_bound": v.client_bound,
         "unfaithful": v.unfaithful,
         "too_small": v.too_small,
+        "backpressure": v.backpressure,
+        "sim_slip": v.sim_slip,
         "reasons": list(v.reasons),
     }
 
@@ -109,6 +111,8 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
             "schedule_lag_p99_ms": a.health.schedule_lag_p99_ms,
             "loop_lag_p99_ms": a.health.loop_lag_p99_ms,
             "loop_lag_max_ms": a.health.loop_lag_max_ms,
+            "stamp_delay_p99_ms": a.health.stamp_delay_p99_ms,
+            "stamp_delay_max_ms": a.health.stamp_delay_max_ms,
             "cpu_utilisation": a.health.cpu_utilisation,
         },
         "validity": validity_json(a.validity),
@@ -237,5 +241,6 @@ def gate_json(report: GateReport) -> dict[str, Any]:
             for g in report.regressions
         ],
         "problems": list(report.problems),
+        "warnings": list(report.warnings),
         "infrastructure": report.infra.reason,
     }

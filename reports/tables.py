@@ -63,9 +63,8 @@ def class_lines(c: ClassSummary) -> list[str]:
 
 def validity_lines(v: RunValidity) -> list[Text]:
     """``valid`` or one warning line per flag."""
-    if v.valid:
-        return [Text("validity: ok", style="green")]
-    return [Text(f"warning: {reason}", style="yellow") for reason in v.reasons]
+    head = [Text("validity: ok", style="green")] if v.valid else []
+    return head + [Text(f"warning: {reason}", style="yellow") for reason in v.reasons]
 
 
 def analysis_renderables(a: Analysis) -> list[RenderableType]:

@@ -34,6 +34,7 @@ from loadgen.errors import (
     RunLiveError,
 )
 from traces.errors import (
+    DeploymentError,
     MissingExtraError,
     NewerRunInfoError,
     PromptError,
@@ -59,6 +60,7 @@ PACKAGES = ("loadgen", "traces", "analyzers", "reports")
         (RunInfoError("x"), 2),
         (NewerRunInfoError("x"), 2),
         (SchemaError("x"), 2),
+        (DeploymentError("x"), 2),
         (ValidationError("x", row=1, column="c"), 2),
         (SourceError("f", line=3, column="c", problem="bad"), 2),
         (ImportOptionError("x"), 2),

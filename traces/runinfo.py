@@ -12,8 +12,12 @@ absent rather than null.
 Versions (``schema_version``, ``RUN_INFO_VERSION``): version 1 was the untyped dict of
 earlier builds, whose keys changed from build to build; version 2 has the same layout
 under this contract; version 3 adds the optional ``incomplete`` section (a run recovered
-after a crash, ``loadgen recover``). A new optional key needs a new version: a build that
-reads its own version strictly would refuse the key by name. Reading a document of
+after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` section
+(what the preflight learnt of the endpoint's deployment, ``traces.deployment``) and
+``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional,
+false when absent: a lost count inferred from the schedule). A new optional key needs
+a new version: a build that reads its own version strictly would refuse the key by name.
+Reading a document of
 
 - this version: every key must be known (an unknown one is an error naming it), every
   field without a default present and of its type;
@@ -36,10 +40,11 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from types import NoneType, UnionType
 from typing import Any, Final
 
+from traces.deployment import DeploymentInfo
 from traces.errors import NewerRunInfoError, RunInfoError
 from traces.prompts.maker import CalibrationSample, PromptStrategy
 
-RUN_INFO_VERSION: Final = 3
+RUN_INFO_VERSION: Final = 4
 """The ``schema_version`` this build writes and the newest it reads."""
 VERSION_KEY: Final = "schema_version"
 
@@ -228,9 +233,27 @@ class WorkerHealth:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Backpressure:
+    """What a deliberate ``--max-inflight`` cap did to an open-loop run: the requests it
+    held back and for how long, apart from the client's own lateness. ``schedule_lag_ms``
+    (and the rows' ``sent_ns - due_ns``) include the hold; ``dispatch_lag_ms`` does not."""
+
+    max_inflight: int
+    held: int
+    """Requests dispatched after their due time because every slot was taken."""
+    hold_ms: LagSummary
+    """How long each of those waited for a slot (samples: ``held``)."""
+    dispatch_lag_ms: LagSummary
+    """Every request's schedule lag net of its hold: the client's own lateness."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GeneratorHealth:
     """The load generator's own health: the worst lags over workers, the busiest worker's
-    CPU use, total CPU seconds, whether the client may have limited the run (and why)."""
+    CPU use, total CPU seconds, whether the client may have limited the run (and why).
+    ``stamp_delay_ms`` (version 4): how long arrived bytes waited before the event loop
+    stamped them (``loadgen.stampdelay``); ``backpressure`` (version 4): a ``--max-inflight``
+    cap's hold, absent without a cap."""
 
     schedule_lag_ms: LagSummary
     loop_lag_ms: LagSummary
@@ -239,6 +262,8 @@ class GeneratorHealth:
     client_bound: bool
     warnings: tuple[str, ...]
     workers: tuple[WorkerHealth, ...]
+    stamp_delay_ms: LagSummary | None = field(default=None, metadata=_OMIT_NONE)
+    backpressure: Backpressure | None = field(default=None, metadata=_OMIT_NONE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -308,6 +333,9 @@ class RunInfo:
     health: GeneratorHealth | None = field(default=None, metadata=_OMIT_NONE)
     server_metrics: ScrapeReport | None = field(default=None, metadata=_OMIT_NONE)
     incomplete: Incomplete | None = field(default=None, metadata=_OMIT_NONE)
+    deployment: DeploymentInfo | None = field(default=None, metadata=_OMIT_NONE)
+    """What the preflight learnt of the endpoint's deployment (None: no preflight, or a
+    run.json older than version 4)."""
 
     @property
     def complete(self) -> bool:

@@ -94,6 +94,9 @@ SERVER_FIRST_TOKEN_MS: Final = "server_first_token_ms"
 SERVER_TTFT_MS: Final = "server_ttft_ms"
 SERVER_DECODE_MS: Final = "server_decode_ms"
 SERVER_INSTANCE: Final = "server_instance"
+SERVER_SLIP_MS: Final = "server_slip_ms"
+"""The simulator's own lateness: how much later than planned it wrote this response's
+chunks (wall ms, the worst chunk); null from servers that do not say."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
@@ -157,6 +160,7 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(SERVER_TTFT_MS, pa.float64()),
         pa.field(SERVER_DECODE_MS, pa.float64()),
         pa.field(SERVER_INSTANCE, pa.string()),
+        pa.field(SERVER_SLIP_MS, pa.float64()),
     ]
 )
 

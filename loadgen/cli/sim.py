@@ -147,6 +147,14 @@ class _OneLineErrors(click.Command):
     help="Share of requests held by --accept-delay-ms.",
 )
 @click.option(
+    "--deployment",
+    "deployment_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="A deployment.toml (docs/deployment.md) for the physics engine; the engine flags "
+    "given as well override it.",
+)
+@click.option(
     "--model",
     default=None,
     help="Catalog model (e.g. llama-3.1-8b): switch from fixed delays to the physics engine.",
@@ -196,6 +204,12 @@ class _OneLineErrors(click.Command):
 @_engine("--efficiency-decode", _FRACTION, 0.6, "achieved fraction of HBM bandwidth.")
 @_engine("--step-overhead-us", _MS, 0.0, "fixed cost added to every step.")
 @_engine(
+    "--profile",
+    click.Path(path_type=Path, exists=True, dir_okay=False),
+    None,
+    "calibration profile TOML (loadgen plan calibrate); replaces the efficiencies.",
+)
+@_engine(
     "--tokenizer",
     click.Path(path_type=Path, exists=True, dir_okay=False),
     None,
@@ -209,9 +223,14 @@ def sim(**options: Any) -> None:
     for that model on --gpus x --gpu (see docs/simulator.md).
 
     Prints one line "READY http://HOST:PORT" once serving; stops on SIGTERM or SIGINT.
+
+    Example: loadgen sim --deployment examples/deployments/vllm-monolith.toml --port 0
     """
     engine = {name: options.pop(name) for name in _ENGINE_OPTIONS}
+    deployment_file = options.pop("deployment_file")
     try:
+        if deployment_file is not None:
+            engine = _with_deployment(engine, deployment_file)
         options["engine"] = _engine_config(engine)
         config = SimConfig(**options)
     except ConfigError as exc:
@@ -226,8 +245,32 @@ _ENGINE_OPTIONS = (
     "prefill_gpus", "decode_instances", "decode_gpus", "link_gbps", "link_latency_us",
     "max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_capacity_tokens",
     "memory_fraction", "no_prefix_cache", "preempt", "time_scale", "efficiency_prefill",
-    "efficiency_decode", "step_overhead_us", "tokenizer",
+    "efficiency_decode", "step_overhead_us", "tokenizer", "profile",
 )  # fmt: skip
+
+
+def _with_deployment(values: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The engine options with the deployment file's values where no flag was given."""
+    from analyzers.decompose.deployment import with_profile
+    from analyzers.errors import BudgetError
+    from loadgen.sim.config import engine_options
+    from traces.deployment import load_deployment
+    from traces.errors import DeploymentError
+
+    try:
+        spec = with_profile(load_deployment(path))
+    except (DeploymentError, BudgetError) as exc:
+        raise ConfigError(str(exc)) from None
+    if spec.model is None and values["model"] is None:
+        raise ConfigError(f"{path}: names no model (the physics engine needs one; or --model)")
+    ctx = click.get_current_context()
+    out = dict(values)
+    for name, value in engine_options(spec).items():
+        flag = "no_prefix_cache" if name == "prefix_cache" else name
+        if ctx.get_parameter_source(flag) is click.core.ParameterSource.COMMANDLINE:
+            continue
+        out[flag] = (not value) if name == "prefix_cache" else value
+    return out
 
 
 def _engine_config(values: dict[str, Any]) -> EngineConfig | None:

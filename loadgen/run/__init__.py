@@ -7,6 +7,7 @@ Ray and uvloop are optional and imported where used.
 """
 
 __all__ = [
+    "deployment",
     "descriptors",
     "options",
     "probe",

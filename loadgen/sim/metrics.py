@@ -40,6 +40,11 @@ _PHASE_BUCKETS = (
     40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 
+# The simulator's lateness: under a millisecond when it keeps up, to seconds when it does not.
+_SLIP_BUCKETS = (
+    0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -125,6 +130,12 @@ class SimMetrics:
                 ("inference", "RUNNING phase for request"),
             )
         }  # fmt: skip
+        self._slip = Histogram(
+            "sim:slip_seconds",
+            "The simulator's own lateness per request: its worst chunk's write after plan "
+            "(wall seconds).",
+            labels, buckets=_SLIP_BUCKETS, registry=reg,
+        ).labels(model_name)  # fmt: skip
         self._faults = Counter(
             "sim:faults", "Faults injected by the simulator, by kind.", [*labels, "kind"],
             registry=reg,
@@ -152,6 +163,10 @@ class SimMetrics:
         phases["prefill"].observe(truth.prefill_ms / 1e3)
         phases["decode"].observe(truth.decode_ms / 1e3)
         phases["inference"].observe((truth.ttft_ms - truth.queue_ms + truth.decode_ms) / 1e3)
+
+    def slip(self, slip_s: float) -> None:
+        """Observe one request's slip: how late its chunks went out against plan (wall s)."""
+        self._slip.observe(max(0.0, slip_s))
 
     def prompt_tokens(self, n: int) -> None:
         """Count prompt tokens of an admitted request."""

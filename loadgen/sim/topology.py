@@ -148,6 +148,7 @@ class PhysicsEngine:
                 decode_efficiency=spec.efficiency_decode,
                 step_overhead_s=spec.step_overhead_us / 1e6,
                 memory_fraction=spec.memory_fraction,
+                profile=spec.profile,
             ),
             chunk_tokens=spec.max_batched_tokens,
         )

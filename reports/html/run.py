@@ -133,7 +133,8 @@ class ReportOptions:
     selection: RowSelection = field(default_factory=RowSelection)
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     time_scale: float = 1.0
-    """A simulator's ``--time-scale``: comparisons put client latencies on its clock."""
+    """A simulator's ``--time-scale``: comparisons and the decomposition put client
+    latencies on its clock."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,6 +204,7 @@ def load_run_report(
                 percentiles=DECOMPOSE_PERCENTILES,
                 selection=options.selection,
                 slo_ttft_ms=options.slo_ttft_ms,
+                time_scale=options.time_scale,
             ),
         )
     except AnalyzerError as exc:

@@ -142,6 +142,15 @@ def test_text_trace_chat_and_completions(
         assert row["server_prefill_ms"] < ttft_ms(row)
     info = read_run_info(result.run_dir)
     assert info is not None
+    # The preflight recorded what llama.cpp tells of itself: its slots and their context.
+    assert info.deployment is not None
+    props = {f.key: f.value for f in info.deployment.facts if f.source == "llama.cpp /props"}
+    assert props["scheduler.max_num_seqs"] == llama.parallel
+    assert props["engine"] == "llama.cpp"
+    assert isinstance(props["max_model_len"], int)
+    gaps = {g.source for g in info.deployment.unavailable}
+    assert "vLLM /metrics cache_config_info" in gaps
+    assert info.deployment.spec().scheduler.max_num_seqs == llama.parallel
     scraped = info.server_metrics
     assert scraped is not None
     assert scraped.enabled
