@@ -8,7 +8,9 @@ A shard whose rows could not all be written (``RecorderError``) stops early; the
 still writes ``run.json``, with status ``failed`` and the rows that were written, and then
 raises the error (exit 4). A shard process that dies (``WorkerDiedError``, exit 4) leaves
 its journal: the session merges it and marks the run ``incomplete``
-(``loadgen.run.recover``).
+(``loadgen.run.recover``). The session holds the run directory's lock
+(``loadgen.run.runlock``) from before ``run.json`` is first written until it is last
+written, so that nothing recovers the run under its feet.
 """
 
 from __future__ import annotations
