@@ -15,6 +15,7 @@ __all__ = [
     "clock",
     "collector",
     "deferred",
+    "dispatched",
     "errors",
     "http",
     "live",

@@ -33,6 +33,7 @@ import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
+from loadgen.dispatched import DispatchLog
 from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
 from loadgen.http.stamping import (
     STAMPED,
@@ -109,6 +110,7 @@ class StreamingClient:
         defer_records: bool = False,
         native_feed: bool = NATIVE,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        dispatched: DispatchLog | None = None,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
         then built by ``http`` (headers, timeouts) but sent by the transport directly (the
@@ -120,7 +122,11 @@ class StreamingClient:
 
         ``native_feed`` picks the implementation of ``loadgen.stream.feed.EventFeed`` that
         classifies the response bodies: the C walk (the default where it is built) or the
-        reference, which installs without a compiler use (the tests run both)."""
+        reference, which installs without a compiler use (the tests run both).
+
+        ``dispatched``: where each request's trace index is recorded as it goes to the
+        wire (``loadgen.dispatched``; the replay's crash record)."""
+        self._dispatched = dispatched
         self._native_feed = native_feed
         self._max_event_bytes = max_event_bytes  # beyond it, a stream is a protocol_error
         self._deferred = DeferredCalls() if defer_records else None
@@ -177,6 +183,8 @@ class StreamingClient:
         template of the path's head that httpx built once (a few µs); else an
         ``httpx.Request`` (about 100 µs)."""
         progress = Progress(self._now_ns)
+        if self._dispatched is not None:
+            progress.on_send = self._dispatched.marker(job.trace.index)
         if self._fast is not None:
             template = self._templates.get(job.path)
             if template is None:

@@ -31,6 +31,7 @@ from loadgen.errors import (
     RecorderError,
     RequestError,
     RunDirError,
+    RunLiveError,
 )
 from traces.errors import (
     DeploymentError,
@@ -71,6 +72,7 @@ PACKAGES = ("loadgen", "traces", "analyzers", "reports")
         (EndpointError("x"), 4),
         (RecorderError("x"), 4),
         (RunDirError("x"), 2),
+        (RunLiveError("x"), 2),
         (AnalyzerError("x"), 2),
         (BudgetError("x"), 2),
         (CapacityError("x"), 2),

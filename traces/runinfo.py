@@ -14,7 +14,8 @@ earlier builds, whose keys changed from build to build; version 2 has the same l
 under this contract; version 3 adds the optional ``incomplete`` section (a run recovered
 after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` section
 (what the preflight learnt of the endpoint's deployment, ``traces.deployment``) and
-``health.stamp_delay_ms`` and ``health.backpressure`` (optional). A new optional key needs
+``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional,
+false when absent: a lost count inferred from the schedule). A new optional key needs
 a new version: a build that reads its own version strictly would refuse the key by name.
 Reading a document of
 
@@ -288,19 +289,24 @@ class Incomplete:
 
     ``cause``: one line (``the replay process died (killed?) while running``, ``worker 1
     died``). ``scheduled``: requests of the schedule (``load.requests``); ``rows``: rows
-    recovered from the journals; ``dispatched``: requests the run certainly sent (per
-    shard, every request up to the last one recorded, and every request due before the
-    journal's last write: the replay sends in schedule order); ``lost``: ``dispatched -
-    rows``, requests sent whose rows were never written (in flight, or finished but not
-    flushed, when the process died). Requests sent in the last flush interval before the
-    death are not known to have been sent: ``lost`` is a lower bound, and ``scheduled -
-    rows`` the upper one."""
+    recovered from the journals; ``dispatched``: requests the run sent; ``lost``: requests
+    sent whose rows were never written (in flight, or finished but not flushed, when the
+    process died).
+
+    ``exact``: both counts come from the replay's dispatch record (every request's trace
+    index, written as it went to the wire: ``lost`` is the sent requests without a row;
+    when the process died between a record and its write, one per process too many).
+    False for a run without that record (an earlier build): ``dispatched`` is then inferred
+    from the schedule (per shard, every request up to the last one recorded and every one
+    due before the journal's last write), ``lost`` is ``dispatched - rows`` and a lower
+    bound, and ``scheduled - rows`` the upper one."""
 
     cause: str
     scheduled: int
     rows: int
     dispatched: int
     lost: int
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -345,7 +351,8 @@ class RunInfo:
             i = self.incomplete
             return (
                 f"run {self.run_id} is {self.status}: {i.cause}; {i.rows} rows of "
-                f"{i.scheduled} scheduled, at least {i.lost} requests sent and not recorded"
+                f"{i.scheduled} scheduled, {'' if i.exact else 'at least '}{i.lost} requests "
+                "sent and not recorded"
             )
         if self.status == "running":
             return (

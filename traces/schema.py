@@ -194,5 +194,12 @@ PARTS_DIR: Final = "requests.parts"
 JOURNAL_FILE: Final = "journal.arrows"
 """Inside PARTS_DIR: an Arrow IPC stream of row batches, appended as the run goes and
 readable up to its last complete batch if the process dies."""
+DISPATCH_FILE: Final = "dispatched.i64"
+"""Inside PARTS_DIR: the trace index of every request sent, 8 bytes each (little-endian
+int64), written as each goes to the wire (``loadgen.dispatched``); deleted with the
+journal when the run closes."""
+RUN_LOCK: Final = "run.lock"
+"""Held (``flock``) by every process of a replay while it runs; ``loadgen recover`` and the
+analysing commands recover a run only when no process holds it."""
 RUN_JSON: Final = "run.json"
 SERVER_METRICS_FILE: Final = "server_metrics.parquet"

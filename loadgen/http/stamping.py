@@ -65,6 +65,7 @@ class Progress:
         "first_byte_ns",
         "headers_ns",
         "now_ns",
+        "on_send",
         "status",
         "written_ns",
     )
@@ -80,6 +81,11 @@ class Progress:
         self.first_byte_ns: int | None = None
         """The first body bytes were read."""
         self.status: int | None = None
+        self.on_send: Callable[[], object] | None = None
+        """Called as the request goes to the wire (the replay's dispatch record,
+        ``loadgen.dispatched``): just before the request's bytes are written, by the fast
+        transport itself and here for httpx's (httpcore's ``send_request_headers.started``:
+        from there to its socket write nothing yields to the event loop)."""
 
     async def trace(self, event: str, info: Mapping[str, Any]) -> None:
         """httpx's ``trace`` extension; only these events matter for the TTFT chain."""
@@ -87,6 +93,9 @@ class Progress:
             self.connect_start_ns = self.now_ns()
         elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
             self.connected_ns = self.now_ns()
+        elif event == "http11.send_request_headers.started":
+            if self.on_send is not None:
+                self.on_send()
         elif event == "http11.send_request_body.complete":
             self.written_ns = self.now_ns()
         elif event == "http11.receive_response_headers.complete":

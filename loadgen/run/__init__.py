@@ -15,6 +15,7 @@ __all__ = [
     "recorder",
     "recover",
     "runinfo",
+    "runlock",
     "scrape",
     "session",
     "shard",

@@ -8,7 +8,9 @@ A shard whose rows could not all be written (``RecorderError``) stops early; the
 still writes ``run.json``, with status ``failed`` and the rows that were written, and then
 raises the error (exit 4). A shard process that dies (``WorkerDiedError``, exit 4) leaves
 its journal: the session merges it and marks the run ``incomplete``
-(``loadgen.run.recover``).
+(``loadgen.run.recover``). The session holds the run directory's lock
+(``loadgen.run.runlock``) from before ``run.json`` is first written until it is last
+written, so that nothing recovers the run under its feet.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from loadgen import __version__
 from loadgen.clock import Clock
@@ -31,6 +34,7 @@ from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import SessionOptions, check_options, load_requests
 from loadgen.run.probe import calibration_samples, preflight
 from loadgen.run.runinfo import versions
+from loadgen.run.runlock import RunLock
 from loadgen.run.scrape import ScrapeConfig, alongside, metrics_url_for, same_origin
 from loadgen.run.shard import (
     PromptPlan,
@@ -115,13 +119,27 @@ class SessionResult:
     warnings: tuple[str, ...]
 
 
-def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+def _prepare_run_dir(run_dir: Path, overwrite: bool) -> RunLock:
+    """Take ``run_dir`` for this run: its lock, held until the run ends (refused while
+    another replay holds it, ``--overwrite`` or not), and nothing of an earlier run."""
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: exists and is not a directory")
     if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
         raise RunDirError(
             f"{run_dir}: run directory is not empty (choose another -o or pass --overwrite)"
         )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock.claim(run_dir, doing="choose another -o")
+    try:
+        _clear_run_dir(run_dir, overwrite)
+    except BaseException:
+        lock.release(unlink=False)
+        raise
+    lock.hold_for_run()
+    return lock
+
+
+def _clear_run_dir(run_dir: Path, overwrite: bool) -> None:
     if overwrite and run_dir.exists():
         for name in (s.REQUESTS_FILE, s.RUN_JSON, s.SERVER_METRICS_FILE):
             (run_dir / name).unlink(missing_ok=True)
@@ -132,7 +150,6 @@ def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
                 parts.rmdir()
         for merged in run_dir.glob("shard-*/" + s.REQUESTS_FILE):
             merged.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _file_sha256(path: Path) -> str:
@@ -159,7 +176,33 @@ async def run_session(
     check_span(arrivals, factor)
     if opts.ray is None:  # Ray shards run on other hosts, under their limits: each checks
         _ensure_descriptors(opts, factor, requests)
-    _prepare_run_dir(opts.run_dir, opts.overwrite)
+    lock = _prepare_run_dir(opts.run_dir, opts.overwrite)
+    try:
+        return await _replay_into(
+            opts,
+            requests,
+            trace_meta,
+            factor,
+            block_size=block_size,
+            on_start=on_start,
+            install_signal_handlers=install_signal_handlers,
+        )
+    finally:
+        lock.release(unlink=True)
+
+
+async def _replay_into(
+    opts: SessionOptions,
+    requests: list[TraceRequest],
+    trace_meta: dict[str, Any],
+    factor: float,
+    *,
+    block_size: int,
+    on_start: Callable[[StatsView, int], None] | None,
+    install_signal_handlers: bool,
+) -> SessionResult:
+    """The session once it holds its run directory (``run.lock``, for the run's lifetime:
+    no recovery under its feet)."""
     run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
     api = requests[0].api if requests else s.API_CHAT
     clock = Clock()
@@ -273,6 +316,8 @@ async def run_session(
                 shards=opts.workers,
                 start_ns=start_ns,
                 out_dir=opts.run_dir / f"shard-{k}",
+                # Local workers share the run's lock; a Ray task's host may not see it.
+                lock_dir=opts.run_dir if opts.ray is None else None,
             )
             for k in range(opts.workers)
         ]
@@ -292,7 +337,7 @@ async def run_session(
         # recorded. Merge it and say the run is incomplete, with what it lost (exit 4).
         from loadgen.run.recover import recover_run
 
-        recover_run(opts.run_dir, cause=str(exc))
+        recover_run(opts.run_dir, cause=str(exc), held=True)
         raise
     return _finish(opts, replace(base_info, server_metrics=scraped), outcomes)
 

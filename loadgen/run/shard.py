@@ -78,6 +78,9 @@ class ShardPlan:
     start_ns: int | None = None
     """Common start in epoch ns (all workers share CLOCK_MONOTONIC); None: start now."""
     out_dir: Path
+    lock_dir: Path | None = None
+    """The run directory whose lock a worker process shares while it runs
+    (``loadgen.run.runlock``); None in the session's own process, which holds it already."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +199,7 @@ async def replay_shard(
         on_failure=recorder_failed,
     )
     stats = LiveStats(clock.now_ns)
+    installed: list[signal.Signals] = []
     transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
     error: str | None = None
     try:
@@ -210,6 +214,7 @@ async def replay_shard(
                 transport=transport,
                 defer_records=True,
                 max_event_bytes=opts.max_event_bytes,
+                dispatched=recorder.dispatched,
             )
             replayer = Replayer(
                 requests=mine,
@@ -225,7 +230,6 @@ async def replay_shard(
             )
             if on_start is not None:
                 on_start(stats, len(mine))
-            installed: list[signal.Signals] = []
             if install_signal_handlers:
                 for sig in stop_signals:
                     try:
@@ -242,14 +246,17 @@ async def replay_shard(
                     result = await replayer.run(start_ns=plan.start_ns)
             finally:
                 sys.setswitchinterval(switch_interval)
-                for sig in installed:
-                    loop.remove_signal_handler(sig)
     finally:
         # After the client has closed its connections: the merge needs descriptors too.
         try:
             await asyncio.to_thread(recorder.close)
         except RecorderError as exc:
             error = str(exc)
+        finally:
+            # Only after the merge: a signal during it changes nothing (the replay has
+            # stopped), where the default action would leave the journal unmerged.
+            for sig in installed:
+                loop.remove_signal_handler(sig)
     return ShardOutcome(
         shard=plan.shard,
         replay=result,

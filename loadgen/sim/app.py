@@ -118,6 +118,7 @@ class SimApp:
         await _error(send, 404, f"no route for {method} {path}", "NotFoundError")
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
+        self.metrics.received()  # first: a request whose body never comes counts too
         cfg = self.config
         raw_id = _header(scope, b"x-request-id")
         request_id = raw_id.decode("latin-1") if raw_id else f"sim-{next(self._counter)}"

@@ -145,7 +145,17 @@ class SimMetrics:
             "sim:faults", "Faults injected by the simulator, by kind.", ["model_name", "kind"],
             registry=reg,
         )  # fmt: skip
+        self._received = Counter(
+            "sim:requests_received",
+            "Generation requests whose head arrived, counted before anything else is read "
+            "or checked (what a client's crash accounting is compared with).",
+            ["model_name"], registry=reg,
+        ).labels(model_name)  # fmt: skip
         self._model = model_name
+
+    def received(self) -> None:
+        """Count one generation request whose head arrived."""
+        self._received.inc()
 
     def first_token(self, ttft_s: float, *, engine: str) -> None:
         """Observe one request's time to first token, in seconds, on instance ``engine``."""
