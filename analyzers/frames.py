@@ -21,6 +21,7 @@ from typing import Any, Final
 import polars as pl
 
 from analyzers.errors import InvalidRunError
+from analyzers.validity import CapHold
 from traces import schema as s
 from traces.errors import NewerRunInfoError, TraceError
 from traces.io import is_journal, read_journal, read_run_info, run_request_files
@@ -250,6 +251,12 @@ class RunHealth:
     """The longest event-loop stall: every arrival stamped during it was late by up to it."""
     cpu_utilisation: float | None
     client_bound: bool | None
+    stamp_delay_p99_ms: float | None = None
+    """How long arrived bytes waited for the event loop to stamp them (None: not recorded,
+    a run.json before version 4)."""
+    stamp_delay_max_ms: float | None = None
+    cap: CapHold | None = None
+    """What a ``--max-inflight`` cap held back (None: no cap)."""
 
 
 def run_info(directory: Path) -> RunInfo | None:
@@ -293,6 +300,8 @@ def run_health(run: Path | str) -> RunHealth:
             cpu_utilisation=None,
             client_bound=None,
         )
+    stamps = [h.stamp_delay_ms for h in healths if h.stamp_delay_ms is not None]
+    caps = [h.backpressure for h in healths if h.backpressure is not None]
     return RunHealth(
         runs=len(healths),
         schedule_lag_p99_ms=max(h.schedule_lag_ms.p99_ms for h in healths),
@@ -300,4 +309,14 @@ def run_health(run: Path | str) -> RunHealth:
         loop_lag_max_ms=max(h.loop_lag_ms.max_ms for h in healths),
         cpu_utilisation=max(h.cpu_utilisation for h in healths),
         client_bound=any(h.client_bound for h in healths),
+        stamp_delay_p99_ms=max(d.p99_ms for d in stamps) if stamps else None,
+        stamp_delay_max_ms=max(d.max_ms for d in stamps) if stamps else None,
+        cap=CapHold(
+            max_inflight=max(c.max_inflight for c in caps),
+            held=sum(c.held for c in caps),
+            hold_p99_ms=max(c.hold_ms.p99_ms for c in caps),
+            dispatch_lag_p99_ms=max(c.dispatch_lag_ms.p99_ms for c in caps),
+        )
+        if caps
+        else None,
     )

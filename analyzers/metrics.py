@@ -108,6 +108,23 @@ class Fidelity:
     abs_error_median: float | None
     cached_tokens_mean: float | None
     cached_fraction_mean: float | None
+    """Mean of per-request ``cached/prompt`` fractions: small prompts weigh as much as huge
+    ones, so this is not the cache's share of the work; see ``cached_share``."""
+    cached_share: float | None = None
+    """Token-weighted: sum of cached tokens / sum of reported prompt tokens (requests with
+    a non-empty reported prompt); None without any."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheDepth:
+    """Reported prefix-cache reuse of the session turns at one depth (1: a session's first
+    turn), token-weighted: ``cached_tokens / prompt_tokens`` summed over its requests."""
+
+    turn: int
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    share: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,6 +177,8 @@ class Analysis:
     windows: tuple[ThroughputWindow, ...]
     health: RunHealth
     validity: RunValidity
+    cache_by_turn: tuple[CacheDepth, ...] = ()
+    """Cache reuse per turn depth over requests with a ``session_id`` (empty without any)."""
 
 
 _OUTCOME_OTHER: Final = "other"
@@ -197,6 +216,7 @@ def request_frame(lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool) -> pl.
         e.prompt_ratio(),
         pl.col(s.CACHED_TOKENS).cast(pl.Int64),
         e.cached_fraction(),
+        pl.col(s.SERVER_SLIP_MS),
         *g.goodput_columns(slo),
     )
 
@@ -219,6 +239,7 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
     outcome = pl.col(s.OUTCOME)
     ratio = pl.col(e.PROMPT_RATIO)
     has_usage = pl.col(s.PROMPT_TOKENS).is_not_null()
+    has_prompt = pl.col(s.PROMPT_TOKENS) > 0
     aggs = [
         pl.len().alias("_n"),
         pl.col("_ok").sum().alias("_ok"),
@@ -235,7 +256,11 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
         (ratio - 1).abs().median().alias("_fid_err"),
         pl.col(s.CACHED_TOKENS).filter(has_usage).mean().alias("_cached"),
         pl.col(e.CACHED_FRACTION).mean().alias("_cached_frac"),
+        pl.col(s.CACHED_TOKENS).filter(has_prompt).fill_null(0).sum().alias("_cached_sum"),
+        pl.col(s.PROMPT_TOKENS).filter(has_prompt).sum().alias("_prompt_sum"),
         e.quantile(e.SCHEDULE_LAG_MS, 99.0).alias("_lag_p99"),
+        e.quantile(s.SERVER_SLIP_MS, 99.0).alias("_slip_p99"),
+        e.quantile(e.TTFT_MS, 50.0).alias("_ttft_p50"),
         *g.goodput_aggs(),
     ]
     for m in _REQUEST_METRICS:
@@ -335,6 +360,7 @@ def _class_summary(
             abs_error_median=opt("_fid_err"),
             cached_tokens_mean=opt("_cached"),
             cached_fraction_mean=opt("_cached_frac"),
+            cached_share=_share(row["_cached_sum"], row["_prompt_sum"]),
         ),
         goodput=g.goodput_from_counts(
             requests=n,
@@ -345,6 +371,54 @@ def _class_summary(
             tpot_misses=int(row[g.TPOT_MISS] or 0),
             duration_s=duration,
         ),
+    )
+
+
+def _share(cached: object, prompt: object) -> float | None:
+    if not isinstance(prompt, int) or prompt <= 0:
+        return None
+    return (cached if isinstance(cached, int) else 0) / prompt
+
+
+def cache_depth_query(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Per turn depth of session rows: requests, summed reported prompt and cached tokens.
+
+    The depth is the run table's ``turn`` column when it has one, else the row's 1-based
+    rank by due time (then trace index) within its session, counted over every row of the
+    session so that a failed turn still takes its place.
+    """
+    names = lf.collect_schema().names()
+    rows = lf.filter(pl.col(s.SESSION_ID).is_not_null())
+    if s.TURN in names:
+        depth = pl.col(s.TURN).cast(pl.Int64)
+    else:
+        rows = rows.sort([s.DUE_NS, s.TRACE_INDEX])
+        depth = pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(s.SESSION_ID)
+    prompt = pl.col(s.PROMPT_TOKENS).cast(pl.Int64)
+    return (
+        rows.select(
+            depth.alias("_depth"),
+            prompt.alias("_prompt"),
+            pl.col(s.CACHED_TOKENS).cast(pl.Int64).fill_null(0).alias("_cached"),
+        )
+        .filter(pl.col("_prompt") > 0)
+        .group_by("_depth")
+        .agg(pl.len().alias("_n"), pl.col("_prompt").sum(), pl.col("_cached").sum())
+        .sort("_depth")
+    )
+
+
+def _cache_depths(frame: pl.DataFrame) -> tuple[CacheDepth, ...]:
+    return tuple(
+        CacheDepth(
+            turn=int(d),
+            requests=int(n),
+            prompt_tokens=int(p),
+            cached_tokens=int(c),
+            share=int(c) / int(p),
+        )
+        for d, n, p, c in frame.select("_depth", "_n", "_prompt", "_cached").iter_rows()
+        if d is not None
     )
 
 
@@ -369,8 +443,11 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))
         queries.append(itl.group_by(e.CLASS).agg(itl_aggs))
+    queries.append(cache_depth_query(lf))
     queries.extend(window_queries(lf, req, t0, max(1, int(window_s * 1e9))))
     frames = pl.collect_all(queries)
+    # the cache query sits after the overall (and per-class) aggregates, before the windows
+    cache_by_turn = _cache_depths(frames.pop(4 if options.by_workload else 2))
     overall_row = frames[0].row(0, named=True)
     overall = _class_summary(overall_row, frames[1].row(0, named=True), options)
     classes: tuple[ClassSummary, ...] = ()
@@ -389,6 +466,11 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         schedule_lag_p99_ms=float(lag) if lag is not None else None,
         loop_lag_p99_ms=health.loop_lag_p99_ms,
         loop_lag_max_ms=health.loop_lag_max_ms,
+        stamp_delay_p99_ms=health.stamp_delay_p99_ms,
+        stamp_delay_max_ms=health.stamp_delay_max_ms,
+        cap=health.cap,
+        sim_slip_p99_ms=_opt(overall_row["_slip_p99"]),
+        ttft_p50_ms=_opt(overall_row["_ttft_p50"]),
         cpu_utilisation=health.cpu_utilisation,
         prompt_error_median=overall.fidelity.abs_error_median,
         class_counts=[ClassCount(workload=c.workload, requests=c.ok) for c in counted],
@@ -405,6 +487,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         windows=windows(list(rest), window_s),
         health=health,
         validity=validity,
+        cache_by_turn=cache_by_turn,
     )
 
 
@@ -423,10 +506,13 @@ def run_validity(
 ) -> RunValidity:
     """Validity of already-selected rows ``lf`` of ``run`` (for analyzers other than
     ``analyze``, which computes the same inputs in its own pass)."""
-    lag, err = (
+    ok = e.is_ok()
+    lag, err, slip, ttft = (
         lf.select(
             e.schedule_lag_ms().quantile(0.99, interpolation="linear").alias("lag"),
             (e.prompt_ratio() - 1).abs().median().alias("err"),
+            pl.col(s.SERVER_SLIP_MS).quantile(0.99, interpolation="linear").alias("slip"),
+            e.ttft_ms().filter(ok).quantile(0.5, interpolation="linear").alias("ttft"),
         )
         .collect()
         .row(0)
@@ -436,6 +522,11 @@ def run_validity(
         schedule_lag_p99_ms=_opt(lag),
         loop_lag_p99_ms=health.loop_lag_p99_ms,
         loop_lag_max_ms=health.loop_lag_max_ms,
+        stamp_delay_p99_ms=health.stamp_delay_p99_ms,
+        stamp_delay_max_ms=health.stamp_delay_max_ms,
+        cap=health.cap,
+        sim_slip_p99_ms=_opt(slip),
+        ttft_p50_ms=_opt(ttft),
         cpu_utilisation=health.cpu_utilisation,
         prompt_error_median=_opt(err),
         class_counts=class_counts,

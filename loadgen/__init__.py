@@ -15,6 +15,7 @@ __all__ = [
     "clock",
     "collector",
     "deferred",
+    "dispatched",
     "errors",
     "http",
     "live",
@@ -26,5 +27,6 @@ __all__ = [
     "run",
     "schedule",
     "sim",
+    "stampdelay",
     "stream",
 ]

@@ -33,10 +33,11 @@ import httpx
 import orjson
 
 from loadgen.deferred import DeferredCalls
-from loadgen.http.connection import MalformedResponse
+from loadgen.dispatched import DispatchLog
 from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
 from loadgen.http.stamping import (
     STAMPED,
+    MalformedResponse,
     Progress,
     StampedStream,
     error_note,
@@ -44,6 +45,7 @@ from loadgen.http.stamping import (
     stamped_body,
 )
 from loadgen.openai.chunks import Usage
+from loadgen.openai.refusals import is_context_exceeded
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
@@ -108,6 +110,7 @@ class StreamingClient:
         defer_records: bool = False,
         native_feed: bool = NATIVE,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        dispatched: DispatchLog | None = None,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
         then built by ``http`` (headers, timeouts) but sent by the transport directly (the
@@ -119,7 +122,11 @@ class StreamingClient:
 
         ``native_feed`` picks the implementation of ``loadgen.stream.feed.EventFeed`` that
         classifies the response bodies: the C walk (the default where it is built) or the
-        reference, which installs without a compiler use (the tests run both)."""
+        reference, which installs without a compiler use (the tests run both).
+
+        ``dispatched``: where each request's trace index is recorded as it goes to the
+        wire (``loadgen.dispatched``; the replay's crash record)."""
+        self._dispatched = dispatched
         self._native_feed = native_feed
         self._max_event_bytes = max_event_bytes  # beyond it, a stream is a protocol_error
         self._deferred = DeferredCalls() if defer_records else None
@@ -176,6 +183,8 @@ class StreamingClient:
         template of the path's head that httpx built once (a few µs); else an
         ``httpx.Request`` (about 100 µs)."""
         progress = Progress(self._now_ns)
+        if self._dispatched is not None:
+            progress.on_send = self._dispatched.marker(job.trace.index)
         if self._fast is not None:
             template = self._templates.get(job.path)
             if template is None:
@@ -205,7 +214,11 @@ class StreamingClient:
         try:
             header_timings, error = await self._exchange(ready.send, progress, state)
             if error is not None:
-                outcome = s.OUTCOME_HTTP_ERROR
+                outcome = (
+                    s.OUTCOME_CONTEXT_EXCEEDED
+                    if is_context_exceeded(progress.status, error)
+                    else s.OUTCOME_HTTP_ERROR
+                )
         except TimeoutError:
             outcome, error = s.OUTCOME_TIMEOUT, f"no complete response within {self._timeout_s:g} s"
         except httpx.TimeoutException as exc:
@@ -401,6 +414,7 @@ class StreamingClient:
             server_ttft_ms=timings.ttft_ms,
             server_decode_ms=timings.decode_ms,
             server_instance=self._scrubber.scrub_optional(timings.instance),
+            server_slip_ms=timings.slip_ms,
         )
 
 

@@ -9,6 +9,8 @@ Tree::
         ├── RecorderError         the run's rows could not be written or merged; what was
         │                         written stays readable (4)
         ├── RunDirError           the run directory cannot be created or is not empty (2)
+        │   └── RunLiveError      a replay process still writes the run (``recover``, or a
+        │                         second replay into it) (2)
         ├── WorkerDiedError       a ``--workers`` shard process died; what it journaled is
         │                         merged and the run marked ``incomplete`` (4)
         └── SimError              inside the simulator's server: answered over HTTP, they
@@ -53,6 +55,15 @@ class RecorderError(LoadgenError):
 
 class RunDirError(LoadgenError):
     """The run directory cannot be used."""
+
+
+class RunLiveError(RunDirError):
+    """A replay process still holds the run directory (``loadgen.run.runlock``): it cannot
+    be recovered, or replayed into, under its feet. ``holder`` says which (pid, host)."""
+
+    def __init__(self, message: str, *, holder: str = "another process") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class WorkerDiedError(LoadgenError):

@@ -26,6 +26,11 @@ def _histogram() -> HdrHistogram:
     return HdrHistogram(1, _MAX_US, 3)
 
 
+def lag_histogram() -> HdrHistogram:
+    """An empty microsecond histogram of the kind ``summarize_us`` reads (1 us to 1 h)."""
+    return _histogram()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LiveSnapshot:
     """A consistent view of the counters, for display."""

@@ -3,7 +3,8 @@ may have echoed them into.
 
 ``redact_url`` hides a URL's user info (``http://user:pass@host`` ->
 ``http://<redacted>@host``) and the values of query parameters named like credentials;
-``redact_headers`` hides the values of headers named like credentials; a ``Scrubber`` knows
+``redact_headers`` hides the values of headers named like credentials; ``basic_authorization``
+turns a URL's user info into the ``Authorization`` value that sends it; a ``Scrubber`` knows
 the secret values of one run (the API key, credential header values, a URL's password)
 and replaces each wherever it appears in a string, whatever a server echoed: the ``error``
 column, endpoint errors, scrape errors. Applied where a value is stored (run.json, a run
@@ -14,6 +15,7 @@ Imports nothing of ours (the client and ``loadgen.run`` use it).
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -62,6 +64,22 @@ def redact_url(url: str) -> str:
     if (netloc, query) == (parts.netloc, parts.query):
         return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def basic_authorization(url: str) -> str | None:
+    """The ``Authorization: Basic`` value of a URL's user info (``http://user:pass@host``:
+    ``Basic base64(user:pass)``, percent-decoded as RFC 3986 writes them), or None when the
+    URL has none. HTTP clients never send user info on the wire, so this is how it goes."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if "@" not in parts.netloc:
+        return None
+    userinfo = parts.netloc.rpartition("@")[0]
+    user, _, password = userinfo.partition(":")
+    pair = f"{unquote(user)}:{unquote(password)}".encode()
+    return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
 def _url_secrets(url: str) -> list[str]:
@@ -131,6 +149,22 @@ class Scrubber:
                 if text.endswith(secret[:k]):
                     return text[:-k] + REDACTED
         return text
+
+    def scrub_tree(self, value: object) -> object:
+        """A JSON-like value (mappings, lists, strings, scalars) with every string in it,
+        keys too, scrubbed: what a server or a trace file supplied and run.json keeps."""
+        if not self.secrets:
+            return value
+        if isinstance(value, str):
+            return self.scrub(value)
+        if isinstance(value, Mapping):
+            return {
+                (self.scrub(k) if isinstance(k, str) else k): self.scrub_tree(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self.scrub_tree(item) for item in value]
+        return value
 
     def scrub_optional(self, text: str | None) -> str | None:
         """``scrub`` for a value that may be absent (a record's optional strings)."""

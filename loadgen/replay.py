@@ -12,16 +12,18 @@ the run's clock with absolute slots (``loadgen.pacer``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from loadgen.client import ReadyRequest, StreamingClient
 from loadgen.clock import Clock
-from loadgen.live import LiveStats, LoopLagMonitor, summarize_us
+from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
 from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
 from loadgen.schedule import due_offsets_ns
+from loadgen.stampdelay import StampDelayProbe
 from traces.records import RequestRecord, TraceRequest
 from traces.runinfo import LagSummary
 
@@ -77,6 +79,15 @@ class ReplayResult:
     """The process's CPU time over the replay's wall time (1.0 = one core busy)."""
     cpu_s: float
     """The process's CPU seconds during the replay (start-up and summary excluded)."""
+    stamp_delay: LagSummary | None = None
+    """How long arrived bytes waited before the loop stamped them (``loadgen.stampdelay``);
+    None when the probe could not open its two sockets (descriptors at their limit)."""
+    held: LagSummary | None = None
+    """Open loop with ``max_inflight``: how long each request the cap held back waited
+    (samples: the requests held); None without a cap."""
+    dispatch_lag: LagSummary | None = None
+    """With ``max_inflight``: the schedule lag net of the cap's hold (the client's own
+    lateness); None without a cap (then it is ``schedule_lag``)."""
 
 
 class Replayer:
@@ -111,6 +122,10 @@ class Replayer:
         self._stopping = False
         self._stop_reason = "completed"
         self._dispatched = 0
+        self._held_us = lag_histogram()
+        """Open loop with ``max_inflight``: each held request's wait for the cap (us)."""
+        self._dispatch_lag_us = lag_histogram()
+        """Open loop with ``max_inflight``: each request's schedule lag net of that wait."""
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; a second call cancels in-flight requests at once."""
@@ -130,6 +145,11 @@ class Replayer:
         if start_ns is not None:
             await self._sleep_until(start_ns)
         monitor = LoopLagMonitor()
+        probe: StampDelayProbe | None = None
+        with contextlib.suppress(OSError):  # no socket to spare (descriptors at their limit)
+            started = StampDelayProbe()
+            started.start()
+            probe = started
         start = start_ns if start_ns is not None else self._clock.now_ns()
         try:
             async with asyncio.TaskGroup() as tg:
@@ -143,7 +163,10 @@ class Replayer:
                 finally:
                     monitor_task.cancel()
         finally:
+            if probe is not None:
+                probe.stop()
             self._client.flush()  # records the client deferred (``defer_records``)
+        capped = self._shape.concurrency is None and self._shape.max_inflight is not None
         return ReplayResult(
             dispatched=self._dispatched,
             stop_reason=self._stop_reason,
@@ -153,6 +176,9 @@ class Replayer:
             schedule_lag=summarize_us(self._stats.schedule_lag_us),
             cpu_utilisation=monitor.cpu_utilisation(),
             cpu_s=monitor.cpu_seconds(),
+            stamp_delay=probe.summary() if probe is not None else None,
+            held=summarize_us(self._held_us) if capped else None,
+            dispatch_lag=summarize_us(self._dispatch_lag_us) if capped else None,
         )
 
     async def _drain(self) -> None:
@@ -206,9 +232,25 @@ class Replayer:
             await asyncio.sleep(min(max(remaining / 1e9, _TIMER_GRAIN_S), _POLL_S))
         return False
 
-    async def _one(self, job: ReadyRequest, due_ns: int, slot: asyncio.Semaphore | None) -> None:
+    async def _one(
+        self, job: ReadyRequest, due_ns: int, slot: asyncio.Semaphore | None, held_ns: int
+    ) -> None:
+        sink = self._record
+        if slot is not None:
+            dispatch_lag, held_us = self._dispatch_lag_us, self._held_us
+
+            def sink(record: RequestRecord) -> None:
+                # The cap's share of this request's lateness, and the client's own rest.
+                if record.sent_ns is not None:
+                    lag = max(0, record.sent_ns - record.due_ns)
+                    held = min(held_ns, lag)
+                    if held > 0:
+                        held_us.record_value(max(1, held // 1000))
+                    dispatch_lag.record_value(max(1, (lag - held) // 1000))
+                self._record(record)
+
         try:
-            await self._client.execute(job, due_ns, self._record)
+            await self._client.execute(job, due_ns, sink)
         finally:
             if slot is not None:
                 slot.release()
@@ -219,8 +261,9 @@ class Replayer:
         job: ReadyRequest,
         due_ns: int,
         slot: asyncio.Semaphore | None,
+        held_ns: int = 0,
     ) -> None:
-        task = tg.create_task(self._one(job, due_ns, slot))
+        task = tg.create_task(self._one(job, due_ns, slot, held_ns))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._dispatched += 1
@@ -241,6 +284,9 @@ class Replayer:
         requests, ordinals = self._requests, self._ordinals
         ahead: deque[tuple[int, ReadyRequest]] = deque()
         following = 0
+        # When the dispatcher last got a slot it had to wait for: a request due before
+        # then was held by the cap until then (whatever lateness follows is the client's).
+        released_ns = 0
         while True:
             while (
                 following < len(requests)
@@ -262,12 +308,16 @@ class Replayer:
                     self._stop_reason = "duration"
                     return
                 if slot is not None:
-                    await slot.acquire()
+                    if slot.locked():
+                        await slot.acquire()
+                        released_ns = now_ns()
+                    else:
+                        await slot.acquire()
                 if self._stopping:
                     if slot is not None:
                         slot.release()
                     return
-                self._spawn(tg, job, due, slot)
+                self._spawn(tg, job, due, slot, max(0, released_ns - due))
             await asyncio.sleep(0)
 
     async def _closed_loop(self, tg: asyncio.TaskGroup, start: int, concurrency: int) -> None:

@@ -7,6 +7,7 @@ one start time, so lateness never accumulates. Nothing here reads a clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from loadgen.errors import ConfigError
 
@@ -42,6 +43,24 @@ def time_factor(
             raise ConfigError("--rate needs a trace with at least two distinct arrival times")
         return current / rate
     return 1.0
+
+
+MAX_SPAN_S: Final = 1e9
+"""Longest a replay's schedule may span, in seconds (about 31.7 years): a due time is the
+run's start plus its offset in epoch nanoseconds, which an int64 holds until 2262."""
+
+
+def check_span(arrivals_s: Sequence[float], factor: float) -> None:
+    """Refuse a schedule whose last request would be due beyond ``MAX_SPAN_S`` (the trace's
+    span times ``factor``): the run would fail when it computes its due times."""
+    if len(arrivals_s) < 2:
+        return
+    span = (arrivals_s[-1] - arrivals_s[0]) * factor
+    if not span <= MAX_SPAN_S:
+        raise ConfigError(
+            f"the trace spans {arrivals_s[-1] - arrivals_s[0]:g} s, {span:g} s at a time "
+            f"factor of {factor:g}: more than the {MAX_SPAN_S:.0e} s a run can schedule"
+        )
 
 
 def due_offsets_ns(

@@ -74,6 +74,8 @@ def gate_renderables(report: GateReport) -> list[RenderableType]:
         out.append(reg)
     for problem in report.problems:
         out.append(Text(f"validity: {problem}", "yellow"))
+    for warning in report.warnings:
+        out.append(Text(f"warning: {warning}", "yellow"))
     if report.infra.reason:
         out.append(Text(f"endpoint: {report.infra.reason}", "bold red"))
     style = "bold green" if report.verdict == "pass" else "bold red"
@@ -177,6 +179,8 @@ def gate_markdown(report: GateReport) -> str:
         lines.append("")
     for problem in report.problems:
         lines.append(f"- ⚠️ validity: {_md_escape(problem)}")
+    for warning in report.warnings:
+        lines.append(f"- ⚠️ warning: {_md_escape(warning)}")
     if report.infra.reason:
         lines.append(f"- 🔌 endpoint: {_md_escape(report.infra.reason)}")
     return "\n".join(lines).rstrip() + "\n"

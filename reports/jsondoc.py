@@ -51,6 +51,7 @@ def class_json(c: ClassSummary) -> dict[str, Any]:
             "abs_error_median": c.fidelity.abs_error_median,
             "cached_tokens_mean": c.fidelity.cached_tokens_mean,
             "cached_fraction_mean": c.fidelity.cached_fraction_mean,
+            "cached_share": c.fidelity.cached_share,
         },
         "goodput": None
         if gp is None
@@ -74,6 +75,8 @@ def validity_json(v: RunValidity) -> dict[str, Any]:
         "client_bound": v.client_bound,
         "unfaithful": v.unfaithful,
         "too_small": v.too_small,
+        "backpressure": v.backpressure,
+        "sim_slip": v.sim_slip,
         "reasons": list(v.reasons),
     }
 
@@ -115,9 +118,21 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
             "schedule_lag_p99_ms": a.health.schedule_lag_p99_ms,
             "loop_lag_p99_ms": a.health.loop_lag_p99_ms,
             "loop_lag_max_ms": a.health.loop_lag_max_ms,
+            "stamp_delay_p99_ms": a.health.stamp_delay_p99_ms,
+            "stamp_delay_max_ms": a.health.stamp_delay_max_ms,
             "cpu_utilisation": a.health.cpu_utilisation,
         },
         "validity": validity_json(a.validity),
+        "cache_by_turn": [
+            {
+                "turn": d.turn,
+                "requests": d.requests,
+                "prompt_tokens": d.prompt_tokens,
+                "cached_tokens": d.cached_tokens,
+                "share": d.share,
+            }
+            for d in a.cache_by_turn
+        ],
     }
 
 
@@ -243,6 +258,7 @@ def gate_json(report: GateReport) -> dict[str, Any]:
             for g in report.regressions
         ],
         "problems": list(report.problems),
+        "warnings": list(report.warnings),
         "infrastructure": report.infra.reason,
     }
 

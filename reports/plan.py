@@ -1,5 +1,6 @@
 """The plan as text a person reads: one line per prediction, then its arithmetic chain
-(``loadgen plan``), and a claim's verdict (``loadgen plan check-claim``).
+(``loadgen plan``), a claim's verdict (``loadgen plan check-claim``) and a calibration's
+residuals (``loadgen plan calibrate``).
 
 Pure string building from a ``BudgetReport`` or ``ClaimVerdict``; the CLI prints what
 this returns. Values are written in the chains' own engineering notation
@@ -10,9 +11,14 @@ polars: ``loadgen plan`` stays light.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
+
+from analyzers.budget.calibrate import ProfileFit, Residual
 from analyzers.budget.claims import ClaimVerdict
 from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
 from analyzers.budget.report import BudgetReport, Prediction
+from analyzers.budget.specs import Deployment
 
 
 def _value(p: Prediction) -> str:
@@ -28,6 +34,77 @@ def _value(p: Prediction) -> str:
     return fmt(p.value, 3)
 
 
+def _efficiency_line(d: Deployment) -> str:
+    if d.profile is None:
+        return (
+            f"  efficiency: prefill {d.prefill_efficiency} of peak FLOP/s, decode "
+            f"{d.decode_efficiency} of HBM bandwidth; step overhead {fmt_s(d.step_overhead_s)}"
+        )
+    pf, dc = d.profile.prefill, d.profile.decode
+    return (
+        f"  profile {d.profile.name!r}: prefill {fmt(pf.compute_efficiency, 3)} of peak "
+        f"FLOP/s, launch {fmt_s(pf.layer_overhead_s)}/layer; decode "
+        f"{fmt(dc.memory_efficiency, 3)} of HBM bandwidth, step {fmt_s(dc.step_overhead_s)}"
+        f" + {fmt_s(dc.sequence_overhead_s)}/sequence; all-reduce link "
+        f"{fmt(pf.link_efficiency, 3)}/{fmt(dc.link_efficiency, 3)}"
+    )
+
+
+def _summary(label: str, rows: Sequence[Residual]) -> str:
+    if not rows:
+        return f"    {label}: no points"
+    errors = [r.abs_error for r in rows]
+    worst = max(rows, key=lambda r: r.abs_error)
+    o = worst.observation
+    return (
+        f"    {label}: {len(rows)} points, median |error| {statistics.median(errors) * 100:.1f}% "
+        f"worst {worst.abs_error * 100:.1f}% at "
+        f"{o.model} tp{o.tensor_parallel} {o.prompt_tokens} tokens x{o.batch}"
+    )
+
+
+def render_calibration(fits: Sequence[ProfileFit], *, all_points: bool = True) -> str:
+    """Each fitted profile: its parameters, every point's predicted, measured and ratio
+    (``all_points``), and the median and worst relative error per phase, fitted and held out."""
+    out: list[str] = []
+    for f in fits:
+        p = f.profile
+        out.append(f"Profile {p.name} (gpu {p.gpu}{', engine ' + p.engine if p.engine else ''})")
+        for phase in ("prefill", "decode"):
+            v = p.phase(phase == "prefill")
+            out.append(
+                f"  {phase}: compute {fmt(v.compute_efficiency, 3)}, memory "
+                f"{fmt(v.memory_efficiency, 3)}, link {fmt(v.link_efficiency, 3)}, "
+                f"all-reduce latency {fmt_s(v.collective_latency_s)}/hop, launch "
+                f"{fmt_s(v.layer_overhead_s)}/layer, step {fmt_s(v.step_overhead_s)}, "
+                f"{fmt_s(v.sequence_overhead_s)}/sequence"
+            )
+        if all_points:
+            out.append(
+                f"  {'phase':<7} {'model':<12} {'tp':>2} {'tokens':>6} {'batch':>5} "
+                f"{'measured':>10} {'predicted':>10} {'ratio':>6}  set"
+            )
+            for r in f.residuals:
+                o = r.observation
+                out.append(
+                    f"  {o.phase:<7} {o.model:<12} {o.tensor_parallel:>2} {o.prompt_tokens:>6} "
+                    f"{o.batch:>5} {o.seconds * 1e3:>8.1f}ms {r.predicted_s * 1e3:>8.1f}ms "
+                    f"{r.ratio:>6.2f}  {'held out' if r.held_out else 'fitted'}"
+                )
+        for phase in ("prefill", "decode"):
+            for held_out in (False, True):
+                for batched in (False, True):
+                    rows = f.select(phase=phase, held_out=held_out, batched=batched)
+                    label = (
+                        f"{phase} {'batched' if batched else 'batch 1'} "
+                        f"{'held out' if held_out else 'fitted'}"
+                    )
+                    if rows:
+                        out.append(_summary(label, rows))
+        out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
 def render_report(report: BudgetReport) -> str:
     """The budget as readable text: a header, then title, value and chain per prediction."""
     m, d, inp = report.model, report.deployment, report.inputs
@@ -35,8 +112,7 @@ def render_report(report: BudgetReport) -> str:
     head = [
         f"Budget: {m.name} ({m.weight_dtype} weights, {m.kv_dtype} KV) on "
         f"{d.tensor_parallel}x{d.pipeline_parallel} {hw.name} (tp x pp)",
-        f"  efficiency: prefill {d.prefill_efficiency} of peak FLOP/s, decode "
-        f"{d.decode_efficiency} of HBM bandwidth; step overhead {fmt_s(d.step_overhead_s)}",
+        _efficiency_line(d),
         f"  workload: {inp.prompt_tokens} prompt tokens ({inp.cached_tokens} cached), "
         f"{inp.output_tokens} output tokens" + (f", trace {inp.trace}" if inp.trace else ""),
         "",
@@ -45,6 +121,8 @@ def render_report(report: BudgetReport) -> str:
     for p in report.predictions:
         body.append(f"{p.title}: {_value(p)}")
         body.append(f"    {p.chain}")
+    if report.refusal:
+        body.append(report.refusal)
     return "\n".join(head + body)
 
 

@@ -50,7 +50,7 @@ def class_lines(c: ClassSummary) -> list[str]:
             f"prompt fidelity: requested {fmt.number(f.requested_tokens_mean)} vs reported "
             f"{fmt.number(f.reported_tokens_mean)} tokens (mean), median |ratio - 1| "
             f"{(f.abs_error_median or 0.0):.1%}; cached {fmt.number(f.cached_tokens_mean)} tokens "
-            f"({(f.cached_fraction_mean or 0.0):.0%})"
+            f"(mean), {fmt.percent(f.cached_share)} of prompt tokens"
         )
     g = c.goodput
     if g is not None:
@@ -63,9 +63,8 @@ def class_lines(c: ClassSummary) -> list[str]:
 
 def validity_lines(v: RunValidity) -> list[Text]:
     """``valid`` or one warning line per flag."""
-    if v.valid:
-        return [Text("validity: ok", style="green")]
-    return [Text(f"warning: {reason}", style="yellow") for reason in v.reasons]
+    head = [Text("validity: ok", style="green")] if v.valid else []
+    return head + [Text(f"warning: {reason}", style="yellow") for reason in v.reasons]
 
 
 def analysis_renderables(a: Analysis) -> list[RenderableType]:
@@ -81,8 +80,26 @@ def analysis_renderables(a: Analysis) -> list[RenderableType]:
             f"output tok/s over {len(rates)} windows of {a.window_s:g} s: min {rates[0]:,.0f}, "
             f"median {rates[len(rates) // 2]:,.0f}, max {rates[-1]:,.0f}"
         )
+    if a.cache_by_turn:
+        out.append(cache_depth_table(a))
     out.extend(validity_lines(a.validity))
     return out
+
+
+def cache_depth_table(a: Analysis) -> Table:
+    """Reported prefix-cache reuse per session turn depth, token-weighted."""
+    table = Table(title="Prefix cache by turn depth (token-weighted)")
+    for name in ("turn", "requests", "prompt tokens", "cached tokens", "cached share"):
+        table.add_column(name, justify="right")
+    for d in a.cache_by_turn:
+        table.add_row(
+            str(d.turn),
+            f"{d.requests:,}",
+            f"{d.prompt_tokens:,}",
+            f"{d.cached_tokens:,}",
+            fmt.percent(d.share),
+        )
+    return table
 
 
 def _title(c: ClassDecomposition) -> str:

@@ -47,7 +47,7 @@ def test_root_help_lists_every_command_and_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     for name in ("replay", "trace", "analyze", "decompose", "gate", "compare", "sweep",
-                 "report", "plan", "sim", "demo", "demo-compare", "server-metrics",
+                 "report", "plan", "sim", "simulate", "demo", "demo-compare", "server-metrics",
                  "recover"):  # fmt: skip
         assert f"  {name} " in out.stdout
     assert "HEAVY []" in out.stdout

@@ -31,8 +31,10 @@ from loadgen.errors import (
     RecorderError,
     RequestError,
     RunDirError,
+    RunLiveError,
 )
 from traces.errors import (
+    DeploymentError,
     MissingExtraError,
     NewerRunInfoError,
     PromptError,
@@ -58,6 +60,7 @@ PACKAGES = ("loadgen", "traces", "analyzers", "reports")
         (RunInfoError("x"), 2),
         (NewerRunInfoError("x"), 2),
         (SchemaError("x"), 2),
+        (DeploymentError("x"), 2),
         (ValidationError("x", row=1, column="c"), 2),
         (SourceError("f", line=3, column="c", problem="bad"), 2),
         (ImportOptionError("x"), 2),
@@ -69,6 +72,7 @@ PACKAGES = ("loadgen", "traces", "analyzers", "reports")
         (EndpointError("x"), 4),
         (RecorderError("x"), 4),
         (RunDirError("x"), 2),
+        (RunLiveError("x"), 2),
         (AnalyzerError("x"), 2),
         (BudgetError("x"), 2),
         (CapacityError("x"), 2),
@@ -129,7 +133,7 @@ def test_the_scan_finds_the_exceptions() -> None:
 
 # The fast transport raises httpx's own exception types, so that the client handles both
 # transports alike; the client turns them into a row's outcome: they never reach a user.
-HTTPX_FAMILY: Final = {("loadgen.http.connection", "MalformedResponse")}
+HTTPX_FAMILY: Final = {("loadgen.http.stamping", "MalformedResponse")}
 
 
 @pytest.mark.parametrize(("module", "name"), _exception_classes())

@@ -128,6 +128,7 @@ LAYERS: Final[dict[str, Layer]] = {
         may_import=(
             "analyzers.errors",
             "analyzers.budget.kv",
+            "analyzers.budget.profile",
             "analyzers.budget.specs",
             "analyzers.budget.weights",
         ),

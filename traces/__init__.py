@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from traces import (
+        deployment,
         errors,
         importers,
         io,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "deployment",
     "errors",
     "importers",
     "io",

@@ -63,6 +63,11 @@ class NewerRunInfoError(RunInfoError):
     this one reads): bad input for this version, not a broken run."""
 
 
+class DeploymentError(TraceError):
+    """A deployment description (``deployment.toml``, or one a run recorded) is unreadable
+    or has an unknown key or a bad value; the message names the key and the file."""
+
+
 class SchemaError(TraceError):
     """The table's columns or types do not match the schema."""
 

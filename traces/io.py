@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traces import schema as s
-from traces.errors import RunInfoError, SchemaError, TraceFileError
-from traces.records import TraceRequest, trace_requests_from_table
+from traces.errors import RunInfoError, SchemaError, TraceFileError, ValidationError, shown
+from traces.records import RequestRecord, TraceRequest, records_to_batch, trace_requests_from_table
 from traces.runinfo import RunInfo
 from traces.validate import check_columns, validate_trace
 
@@ -42,6 +43,20 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _first_unfit(column: pa.ChunkedArray, want: pa.DataType) -> int | None:
+    """The first row of an integer column whose value an integer ``want`` cannot hold."""
+    if not (pa.types.is_integer(want) and pa.types.is_integer(column.type)):
+        return None
+    bits = want.bit_width
+    signed = pa.types.is_signed_integer(want)
+    least, most = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    outside = pc.or_(pc.less(column, least), pc.greater(column, most))
+    filled = pc.fill_null(outside, False)
+    if not pc.any(filled).as_py():
+        return None
+    return int(pc.index(filled, True).as_py())
+
+
 def conform_trace(table: pa.Table, where: str) -> pa.Table:
     """Cast a table with trace columns into ``TRACE_SCHEMA``, filling absent optional columns."""
     check_columns(table, where)
@@ -53,6 +68,14 @@ def conform_trace(table: pa.Table, where: str) -> pa.Table:
             try:
                 col = col.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                row = _first_unfit(col, field.type)
+                if row is not None:
+                    raise ValidationError(
+                        f"{where}: row {row}, column {field.name!r}: "
+                        f"{shown(col[row].as_py())} does not fit {field.type}",
+                        row=row,
+                        column=field.name,
+                    ) from exc
                 raise SchemaError(
                     f"{where}: column {field.name!r} cannot be read as {field.type}: {exc}"
                 ) from exc
@@ -195,5 +218,20 @@ def write_run_info(run_dir: Path, info: RunInfo) -> Path:
     path = Path(run_dir) / s.RUN_JSON
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(info.to_json(), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def write_run_records(
+    run_dir: Path, records: Iterable[RequestRecord], provenance: Mapping[str, Any]
+) -> Path:
+    """Write whole-run rows as ``requests.parquet`` in one go (a run made without a
+    recorder, such as ``loadgen simulate``'s), atomically; same schema and compression as
+    the recorder's. ``provenance`` joins the file metadata (``run_id``, ``shard``)."""
+    path = Path(run_dir) / s.REQUESTS_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    batch = records_to_batch(records)
+    table = pa.Table.from_batches([batch]).replace_schema_metadata(file_metadata("run", provenance))
+    pq.write_table(table, tmp, compression="zstd", row_group_size=65_536)
     os.replace(tmp, path)
     return path

@@ -12,8 +12,12 @@ absent rather than null.
 Versions (``schema_version``, ``RUN_INFO_VERSION``): version 1 was the untyped dict of
 earlier builds, whose keys changed from build to build; version 2 has the same layout
 under this contract; version 3 adds the optional ``incomplete`` section (a run recovered
-after a crash, ``loadgen recover``). A new optional key needs a new version: a build that
-reads its own version strictly would refuse the key by name. Reading a document of
+after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` section
+(what the preflight learnt of the endpoint's deployment, ``traces.deployment``) and
+``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional,
+false when absent: a lost count inferred from the schedule). A new optional key needs
+a new version: a build that reads its own version strictly would refuse the key by name.
+Reading a document of
 
 - this version: every key must be known (an unknown one is an error naming it), every
   field without a default present and of its type;
@@ -36,10 +40,11 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from types import NoneType, UnionType
 from typing import Any, Final
 
+from traces.deployment import DeploymentInfo
 from traces.errors import NewerRunInfoError, RunInfoError
 from traces.prompts.maker import CalibrationSample, PromptStrategy
 
-RUN_INFO_VERSION: Final = 3
+RUN_INFO_VERSION: Final = 4
 """The ``schema_version`` this build writes and the newest it reads."""
 VERSION_KEY: Final = "schema_version"
 
@@ -148,7 +153,8 @@ class RunLoad:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceRef:
     """The trace replayed: its path as given, its content hash (compare and gate refuse
-    runs of different traces) and its file-level provenance, copied as found.
+    runs of different traces) and its file-level provenance, copied as found (the
+    replay scrubs the run's secrets from its strings first).
 
     ``metadata`` is open-ended by design: each importer and synthesizer records its own
     options there (``source``, ``block_size``, ``seed``, ...).
@@ -228,9 +234,27 @@ class WorkerHealth:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Backpressure:
+    """What a deliberate ``--max-inflight`` cap did to an open-loop run: the requests it
+    held back and for how long, apart from the client's own lateness. ``schedule_lag_ms``
+    (and the rows' ``sent_ns - due_ns``) include the hold; ``dispatch_lag_ms`` does not."""
+
+    max_inflight: int
+    held: int
+    """Requests dispatched after their due time because every slot was taken."""
+    hold_ms: LagSummary
+    """How long each of those waited for a slot (samples: ``held``)."""
+    dispatch_lag_ms: LagSummary
+    """Every request's schedule lag net of its hold: the client's own lateness."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GeneratorHealth:
     """The load generator's own health: the worst lags over workers, the busiest worker's
-    CPU use, total CPU seconds, whether the client may have limited the run (and why)."""
+    CPU use, total CPU seconds, whether the client may have limited the run (and why).
+    ``stamp_delay_ms`` (version 4): how long arrived bytes waited before the event loop
+    stamped them (``loadgen.stampdelay``); ``backpressure`` (version 4): a ``--max-inflight``
+    cap's hold, absent without a cap."""
 
     schedule_lag_ms: LagSummary
     loop_lag_ms: LagSummary
@@ -239,6 +263,8 @@ class GeneratorHealth:
     client_bound: bool
     warnings: tuple[str, ...]
     workers: tuple[WorkerHealth, ...]
+    stamp_delay_ms: LagSummary | None = field(default=None, metadata=_OMIT_NONE)
+    backpressure: Backpressure | None = field(default=None, metadata=_OMIT_NONE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,19 +289,24 @@ class Incomplete:
 
     ``cause``: one line (``the replay process died (killed?) while running``, ``worker 1
     died``). ``scheduled``: requests of the schedule (``load.requests``); ``rows``: rows
-    recovered from the journals; ``dispatched``: requests the run certainly sent (per
-    shard, every request up to the last one recorded, and every request due before the
-    journal's last write: the replay sends in schedule order); ``lost``: ``dispatched -
-    rows``, requests sent whose rows were never written (in flight, or finished but not
-    flushed, when the process died). Requests sent in the last flush interval before the
-    death are not known to have been sent: ``lost`` is a lower bound, and ``scheduled -
-    rows`` the upper one."""
+    recovered from the journals; ``dispatched``: requests the run sent; ``lost``: requests
+    sent whose rows were never written (in flight, or finished but not flushed, when the
+    process died).
+
+    ``exact``: both counts come from the replay's dispatch record (every request's trace
+    index, written as it went to the wire: ``lost`` is the sent requests without a row;
+    when the process died between a record and its write, one per process too many).
+    False for a run without that record (an earlier build): ``dispatched`` is then inferred
+    from the schedule (per shard, every request up to the last one recorded and every one
+    due before the journal's last write), ``lost`` is ``dispatched - rows`` and a lower
+    bound, and ``scheduled - rows`` the upper one."""
 
     cause: str
     scheduled: int
     rows: int
     dispatched: int
     lost: int
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,6 +334,9 @@ class RunInfo:
     health: GeneratorHealth | None = field(default=None, metadata=_OMIT_NONE)
     server_metrics: ScrapeReport | None = field(default=None, metadata=_OMIT_NONE)
     incomplete: Incomplete | None = field(default=None, metadata=_OMIT_NONE)
+    deployment: DeploymentInfo | None = field(default=None, metadata=_OMIT_NONE)
+    """What the preflight learnt of the endpoint's deployment (None: no preflight, or a
+    run.json older than version 4)."""
 
     @property
     def complete(self) -> bool:
@@ -317,7 +351,8 @@ class RunInfo:
             i = self.incomplete
             return (
                 f"run {self.run_id} is {self.status}: {i.cause}; {i.rows} rows of "
-                f"{i.scheduled} scheduled, at least {i.lost} requests sent and not recorded"
+                f"{i.scheduled} scheduled, {'' if i.exact else 'at least '}{i.lost} requests "
+                "sent and not recorded"
             )
         if self.status == "running":
             return (

@@ -94,9 +94,15 @@ SERVER_FIRST_TOKEN_MS: Final = "server_first_token_ms"
 SERVER_TTFT_MS: Final = "server_ttft_ms"
 SERVER_DECODE_MS: Final = "server_decode_ms"
 SERVER_INSTANCE: Final = "server_instance"
+SERVER_SLIP_MS: Final = "server_slip_ms"
+"""The simulator's own lateness: how much later than planned it wrote this response's
+chunks (wall ms, the worst chunk); null from servers that do not say."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
+OUTCOME_CONTEXT_EXCEEDED: Final = "context_exceeded"
+"""An HTTP error refusing the prompt for its length (vLLM's and OpenAI's 400 "maximum
+context length", llama.cpp's "exceeds the available context size")."""
 OUTCOME_TIMEOUT: Final = "timeout"
 OUTCOME_CONNECT_ERROR: Final = "connect_error"
 OUTCOME_DISCONNECT: Final = "disconnect"
@@ -105,6 +111,7 @@ OUTCOME_CANCELLED: Final = "cancelled"
 OUTCOMES: Final = (
     OUTCOME_OK,
     OUTCOME_HTTP_ERROR,
+    OUTCOME_CONTEXT_EXCEEDED,
     OUTCOME_TIMEOUT,
     OUTCOME_CONNECT_ERROR,
     OUTCOME_DISCONNECT,
@@ -157,6 +164,7 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(SERVER_TTFT_MS, pa.float64()),
         pa.field(SERVER_DECODE_MS, pa.float64()),
         pa.field(SERVER_INSTANCE, pa.string()),
+        pa.field(SERVER_SLIP_MS, pa.float64()),
     ]
 )
 
@@ -186,5 +194,12 @@ PARTS_DIR: Final = "requests.parts"
 JOURNAL_FILE: Final = "journal.arrows"
 """Inside PARTS_DIR: an Arrow IPC stream of row batches, appended as the run goes and
 readable up to its last complete batch if the process dies."""
+DISPATCH_FILE: Final = "dispatched.i64"
+"""Inside PARTS_DIR: the trace index of every request sent, 8 bytes each (little-endian
+int64), written as each goes to the wire (``loadgen.dispatched``); deleted with the
+journal when the run closes."""
+RUN_LOCK: Final = "run.lock"
+"""Held (``flock``) by every process of a replay while it runs; ``loadgen recover`` and the
+analysing commands recover a run only when no process holds it."""
 RUN_JSON: Final = "run.json"
 SERVER_METRICS_FILE: Final = "server_metrics.parquet"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -31,6 +32,24 @@ _NOT_ID_CHAR: Final = r"[^\x21-\x7e]"
 MESSAGES_MAX_DEPTH: Final = 64
 """Nesting levels a ``messages`` value may have: real ones have about five, and the request
 body's encoder (orjson) refuses documents nested about 250 deep."""
+MAX_TOKENS: Final = 10_000_000
+"""Most tokens a request's ``input_tokens``, ``output_tokens`` or ``image_tokens`` may
+count. No served model takes a longer context (the longest advertised, Llama 4 Scout's, is
+10M), and prompt materialisation builds a prompt in memory: about 7 bytes a token of text,
+a list of its words and the JSON body, a few hundred MB at this bound. A larger count would
+stop the replay midway (out of memory) or ask for what no server can do."""
+MAX_IMAGES: Final = 1_000
+"""Most images one request may carry (the run table counts them in an int16; real APIs
+take tens to a few hundred)."""
+MAX_IMAGE_PIXELS: Final = MAX_SIDE * MAX_SIDE
+"""Most pixels one request's images may add up to: one image of the largest size. Each is
+rendered and encoded in memory before the request is due (3 bytes a pixel while drawn)."""
+MAX_ARRIVAL_S: Final = 1e9
+"""Latest arrival time, in seconds (about 31.7 years): a due time is the run's start plus
+the arrival in epoch nanoseconds, which an int64 holds until the year 2262."""
+MAX_ID_CHARS: Final = 1024
+"""Longest request id: it goes out in a header, and servers refuse header lines of a few
+KiB (8 KiB is common) with 431, so a longer id could never be served."""
 _SHOWN: Final = 60
 """Characters of a bad value shown in a message (values can be megabytes)."""
 _CHAR_NAMES: Final = {"\r": "CR", "\n": "LF", "\x00": "NUL", "\t": "TAB", " ": "a space"}
@@ -82,7 +101,18 @@ def id_problem(value: str) -> str | None:
 def _bad_request_id(ids: pa.ChunkedArray | pa.Array) -> BadValue | None:
     bad = _first_true(pc.match_substring_regex(ids, _NOT_ID_CHAR))
     if bad is None:
-        return None
+        long = _first_true(pc.greater(pc.utf8_length(ids), MAX_ID_CHARS))
+        if long is None:
+            return None
+        return BadValue(
+            row=long,
+            column=s.REQUEST_ID,
+            problem=(
+                f"request id {_show(str(ids[long].as_py()))} is longer than {MAX_ID_CHARS} "
+                "characters: it is sent as the X-Request-Id header, and servers refuse "
+                "longer header lines"
+            ),
+        )
     value = str(ids[bad].as_py())
     return BadValue(
         row=bad,
@@ -202,13 +232,42 @@ def _bad_slo(column: str, values: pa.ChunkedArray | pa.Array) -> BadValue | None
 
 
 def _bad_image_tokens(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
-    bad = _first_true(pc.less(values, 0))
+    bad = _first_true(pc.or_(pc.less(values, 0), pc.greater(values, MAX_TOKENS)))
     if bad is None:
         return None
     return BadValue(
         row=bad,
         column=s.IMAGE_TOKENS,
-        problem=f"image tokens must be 0 or more, got {values[bad].as_py()}",
+        problem=f"image tokens must be 0..{MAX_TOKENS:,}, got {values[bad].as_py()}",
+    )
+
+
+def _bad_size(column: str, values: pa.ChunkedArray | pa.Array) -> BadValue | None:
+    """A token count beyond ``MAX_TOKENS`` (the table rules refuse those not positive)."""
+    bad = _first_true(pc.greater(values, MAX_TOKENS))
+    if bad is None:
+        return None
+    return BadValue(
+        row=bad,
+        column=column,
+        problem=(
+            f"{values[bad].as_py():,} tokens is more than {MAX_TOKENS:,}, the most a request "
+            "may count (no model serves a longer context, and the prompt is built in memory)"
+        ),
+    )
+
+
+def _bad_arrival(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
+    bad = _first_true(pc.greater(values, MAX_ARRIVAL_S))
+    if bad is None:
+        return None
+    return BadValue(
+        row=bad,
+        column=s.ARRIVAL_S,
+        problem=(
+            f"arrival time {values[bad].as_py()} s is later than {MAX_ARRIVAL_S:.0e} s "
+            "(about 31 years), beyond what a run's clock can schedule"
+        ),
     )
 
 
@@ -231,7 +290,7 @@ def _bad_images(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
 
     bad = _first_true(pc.or_(outside(width), outside(height)))
     if bad is None:
-        return None
+        return _too_many_images(values, width, height)
     row = int(parents[bad].as_py())
     first = _first_true(pc.equal(parents, row)) or 0
     shown = (
@@ -243,6 +302,39 @@ def _bad_images(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
         row=row,
         column=s.IMAGES,
         problem=f"image {bad - first} is {shown}; each side must be 1..{MAX_SIDE} pixels",
+    )
+
+
+def _too_many_images(
+    values: pa.ChunkedArray | pa.Array, width: pa.Array, height: pa.Array
+) -> BadValue | None:
+    """A request with more than ``MAX_IMAGES`` images, or more than ``MAX_IMAGE_PIXELS``
+    pixels in all (every side already checked to be 1..MAX_SIDE)."""
+    counts = pc.list_value_length(values)
+    bad = _first_true(pc.greater(counts, MAX_IMAGES))
+    if bad is not None:
+        return BadValue(
+            row=bad,
+            column=s.IMAGES,
+            problem=f"{counts[bad].as_py():,} images; a request may carry at most {MAX_IMAGES:,}",
+        )
+    pixels = pc.multiply(pc.cast(width, pa.int64()), pc.cast(height, pa.int64()))
+    # Each row's pixels: differences of the running sum at the rows' ends and starts.
+    running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(pixels)])
+    ends = pc.cumulative_sum(pc.cast(pc.fill_null(counts, 0), pa.int64()))
+    starts = pc.subtract(ends, pc.cast(pc.fill_null(counts, 0), pa.int64()))
+    sums = pc.subtract(pc.take(running, ends), pc.take(running, starts))
+    row = _first_true(pc.greater(sums, MAX_IMAGE_PIXELS))
+    if row is None:
+        return None
+    total = int(sums[row].as_py())
+    return BadValue(
+        row=row,
+        column=s.IMAGES,
+        problem=(
+            f"the images add up to {total:,} pixels; a request may carry at most "
+            f"{MAX_IMAGE_PIXELS:,} (one {MAX_SIDE}x{MAX_SIDE} image), each drawn in memory"
+        ),
     )
 
 
@@ -261,10 +353,12 @@ def _bad_prefix_blocks(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
 
 def find_bad_value(table: pa.Table) -> BadValue | None:
     """The first value, by column then row, that the replay could not send or use: a
-    request id that is not visible ASCII, ``messages`` that are not an array of JSON
-    objects, an SLO that is not a positive finite number, negative image tokens, an image
-    side outside 1..MAX_SIDE, a null block id. Columns the table lacks are skipped, so an
-    importer's batch with trace columns of any compatible type can be checked too."""
+    request id that is not visible ASCII or longer than ``MAX_ID_CHARS``, ``messages``
+    that are not an array of JSON objects, an SLO that is not a positive finite number, image tokens
+    outside 0..MAX_TOKENS, an image side outside 1..MAX_SIDE, more than ``MAX_IMAGES``
+    images or ``MAX_IMAGE_PIXELS`` pixels in one request, a null block id. Columns the
+    table lacks are skipped, so an importer's batch with trace columns of any compatible
+    type can be checked too."""
     names = set(table.column_names)
     if s.REQUEST_ID in names:
         found = _bad_request_id(table.column(s.REQUEST_ID))
@@ -365,6 +459,19 @@ def validate_trace(table: pa.Table, where: str) -> None:
                 row=bad,
                 column=col,
             )
+    # Bounds of what a replay can build and schedule; table rules, not value rules: an
+    # importer's batch still has source times (not yet re-zeroed) and unclipped counts.
+    for found in (
+        _bad_arrival(arrival),
+        _bad_size(s.INPUT_TOKENS, table.column(s.INPUT_TOKENS)),
+        _bad_size(s.OUTPUT_TOKENS, table.column(s.OUTPUT_TOKENS)),
+    ):
+        if found is not None:
+            raise ValidationError(
+                f"{where}: row {found.row}, column {found.column!r}: {found.problem}",
+                row=found.row,
+                column=found.column,
+            )
     apis = pc.cast(table.column(s.API), pa.string())
     bad = _first_true(pc.invert(pc.is_in(apis, value_set=pa.array(sorted(s.APIS)))))
     if bad is not None:
@@ -391,3 +498,24 @@ def validate_trace(table: pa.Table, where: str) -> None:
             row=found.row,
             column=found.column,
         )
+
+
+DEFAULT_BLOCK_SIZE: Final = 512
+"""Tokens a ``prefix_blocks`` id stands for when the trace's metadata does not say."""
+
+
+def block_size_of(metadata: Mapping[str, object], where: str) -> int:
+    """The trace's ``block_size`` (file metadata): an integer 1..``MAX_TOKENS``, or the
+    default when absent. The prompt maker builds a whole block's text at once, so a huge
+    one would stop the replay midway; anything else is refused with one line."""
+    value = metadata.get("block_size")
+    if value is None:
+        return DEFAULT_BLOCK_SIZE
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
+        shown = _show(str(value)) if isinstance(value, str) else str(value)[:_SHOWN]
+        raise ValidationError(
+            f"{where}: metadata 'block_size' must be an integer 1..{MAX_TOKENS:,} (tokens a "
+            f"prefix block id stands for), got {shown}",
+            column="block_size",
+        )
+    return value

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
         formatting,
         images,
         kv,
+        measurements,
         prefill,
+        profile,
         queueing,
         report,
         specs,
@@ -46,8 +48,10 @@ if TYPE_CHECKING:
     from analyzers.budget.calibrate import (
         Calibration,
         PrefillSample,
+        ProfileFit,
         calibrate_prefill,
         calibrated,
+        fit_profiles,
     )
     from analyzers.budget.catalog import Catalog, default_catalog, load_catalog
     from analyzers.budget.claims import ClaimVerdict, check_claim
@@ -68,7 +72,9 @@ if TYPE_CHECKING:
         kv_transfer_time_s,
         max_concurrent_requests,
     )
+    from analyzers.budget.measurements import Observation, load_measurements
     from analyzers.budget.prefill import max_prompt_for_ttft, prefill_time_s
+    from analyzers.budget.profile import PhaseProfile, StepProfile, load_profiles
     from analyzers.budget.queueing import max_utilisation, mdc_wait_s, mg1_wait_s
     from analyzers.budget.report import BudgetReport, PlanInputs, Prediction, build_report
     from analyzers.budget.specs import Deployment, HardwareSpec, LinkSpec, ModelSpec, VisionSpec
@@ -84,12 +90,16 @@ __all__ = [
     "HardwareSpec",
     "LinkSpec",
     "ModelSpec",
+    "Observation",
+    "PhaseProfile",
     "PlanInputs",
     "PoolRatio",
     "Prediction",
     "PrefillSample",
+    "ProfileFit",
     "SequenceWork",
     "StepCost",
+    "StepProfile",
     "VisionSpec",
     "budgetfile",
     "build_report",
@@ -107,6 +117,7 @@ __all__ = [
     "disagg",
     "disagg_break_even",
     "engine",
+    "fit_profiles",
     "fits",
     "formatting",
     "image_encoder_flops",
@@ -121,14 +132,18 @@ __all__ = [
     "kv_transfer_time_s",
     "load_budget",
     "load_catalog",
+    "load_measurements",
+    "load_profiles",
     "max_concurrent_requests",
     "max_prompt_for_ttft",
     "max_utilisation",
     "mdc_wait_s",
+    "measurements",
     "mg1_wait_s",
     "pool_ratio",
     "prefill",
     "prefill_time_s",
+    "profile",
     "queueing",
     "report",
     "specs",
@@ -145,7 +160,14 @@ __all__ = [
 # ``__all__`` are the submodules themselves.
 _SOURCES: Final[dict[str, tuple[str, ...]]] = {
     "budgetfile": ("load_budget", "write_budget"),
-    "calibrate": ("Calibration", "PrefillSample", "calibrate_prefill", "calibrated"),
+    "calibrate": (
+        "Calibration",
+        "PrefillSample",
+        "ProfileFit",
+        "calibrate_prefill",
+        "calibrated",
+        "fit_profiles",
+    ),
     "catalog": ("Catalog", "default_catalog", "load_catalog"),
     "claims": ("ClaimVerdict", "check_claim"),
     "decode": ("decode_step_time_s", "decode_tokens_per_s", "tpot_s"),
@@ -157,6 +179,8 @@ _SOURCES: Final[dict[str, tuple[str, ...]]] = {
         "image_encoder_time_s",
         "image_tokens",
     ),
+    "measurements": ("Observation", "load_measurements"),
+    "profile": ("PhaseProfile", "StepProfile", "load_profiles"),
     "kv": (
         "kv_bytes",
         "kv_bytes_per_token",

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.budget.catalog import spec_from_mapping
+from analyzers.budget.profile import StepProfile, profile_from_mapping
 from analyzers.budget.report import BudgetReport, PlanInputs, Prediction
 from analyzers.budget.specs import Deployment, HardwareSpec, ModelSpec, VisionSpec
 from analyzers.errors import BudgetError
 
-_SECTIONS = ("model", "hardware", "deployment", "inputs", "prediction")
+_SECTIONS = ("model", "hardware", "deployment", "inputs", "profile", "refusal", "prediction")
 
 
 def _plain(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -42,15 +43,28 @@ def _plain(obj: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     return out
 
 
+def _profile_dict(profile: StepProfile) -> dict[str, Any]:
+    out = _plain(profile, skip=("prefill", "decode"))
+    return {**out, "prefill": _plain(profile.prefill), "decode": _plain(profile.decode)}
+
+
 def report_to_dict(report: BudgetReport) -> dict[str, Any]:
-    """The report as nested plain values (the common shape of the TOML and JSON files)."""
-    return {
+    """The report as nested plain values (the common shape of the TOML and JSON files).
+
+    ``profile`` (the deployment's calibration profile) and ``refusal`` appear only when set.
+    """
+    out: dict[str, Any] = {
         "model": _plain(report.model),
         "hardware": _plain(report.deployment.hardware),
-        "deployment": _plain(report.deployment, skip=("hardware",)),
+        "deployment": _plain(report.deployment, skip=("hardware", "profile")),
         "inputs": _plain(report.inputs),
-        "prediction": [_plain(p) for p in report.predictions],
     }
+    if report.deployment.profile is not None:
+        out["profile"] = _profile_dict(report.deployment.profile)
+    if report.refusal:
+        out["refusal"] = {"reason": report.refusal}
+    out["prediction"] = [_plain(p) for p in report.predictions]
+    return out
 
 
 def _toml_value(value: Any) -> str:
@@ -86,8 +100,9 @@ def report_to_toml(report: BudgetReport) -> str:
     """The report as a TOML document."""
     data = report_to_dict(report)
     lines = ["# llm-loadgen budget (loadgen plan); read back with analyzers.budget.load_budget", ""]
-    for section in ("model", "hardware", "deployment", "inputs"):
-        _toml_table(section, data[section], lines)
+    for section in ("model", "hardware", "deployment", "inputs", "profile", "refusal"):
+        if section in data:
+            _toml_table(section, data[section], lines)
     for pred in data["prediction"]:
         lines.append("[[prediction]]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in pred.items())
@@ -103,7 +118,7 @@ def report_to_json(report: BudgetReport) -> str:
 def report_from_dict(data: Mapping[str, Any], where: str) -> BudgetReport:
     """Rebuild a report from ``report_to_dict``'s shape; ``BudgetError`` on any mismatch."""
     unknown = sorted(set(data) - set(_SECTIONS))
-    missing = sorted(set(_SECTIONS) - set(data) - {"prediction"})
+    missing = sorted(set(_SECTIONS) - set(data) - {"prediction", "profile", "refusal"})
     if unknown or missing:
         raise BudgetError(
             f"{where}: not a budget file (unknown {unknown or 'none'}, missing {missing or 'none'})"
@@ -111,8 +126,14 @@ def report_from_dict(data: Mapping[str, Any], where: str) -> BudgetReport:
     try:
         model = spec_from_mapping(ModelSpec, data["model"], f"{where} [model]")
         hardware = spec_from_mapping(HardwareSpec, data["hardware"], f"{where} [hardware]")
+        profile = None
+        if "profile" in data:
+            table = dict(data["profile"])
+            profile = profile_from_mapping(str(table.pop("name", "")), table, f"{where} [profile]")
         deploy = spec_from_mapping(
-            Deployment, {**data["deployment"], "hardware": hardware}, f"{where} [deployment]"
+            Deployment,
+            {**data["deployment"], "hardware": hardware, "profile": profile},
+            f"{where} [deployment]",
         )
         inputs = spec_from_mapping(PlanInputs, data["inputs"], f"{where} [inputs]")
         preds = tuple(
@@ -121,7 +142,10 @@ def report_from_dict(data: Mapping[str, Any], where: str) -> BudgetReport:
         )
     except (TypeError, AttributeError) as exc:
         raise BudgetError(f"{where}: malformed budget file: {exc}") from exc
-    return BudgetReport(model=model, deployment=deploy, inputs=inputs, predictions=preds)
+    refusal = str(data.get("refusal", {}).get("reason", ""))
+    return BudgetReport(
+        model=model, deployment=deploy, inputs=inputs, predictions=preds, refusal=refusal
+    )
 
 
 def load_budget(path: Path | str) -> BudgetReport:

@@ -49,6 +49,8 @@ def uniform_decode_cost(
         raise BudgetError(f"batch must be positive, got {batch}")
     if context_len < 0:
         raise BudgetError(f"context_len must not be negative, got {context_len}")
+    if deploy.profile is not None:  # the profiled terms live in step_cost
+        return decode_cost(model, deploy, [context_len] * batch)
     return StepCost(
         linear_flops=linear_flops(model, batch),
         attention_flops=batch * attention_flops(model, 1, context_len),

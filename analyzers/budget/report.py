@@ -9,10 +9,12 @@ polars, and does no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzers.budget import decode, disagg, images, kv, prefill, queueing, weights
+from analyzers.budget.engine.step import StepCost
 from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec, dtype_bytes
 from analyzers.errors import BudgetError
@@ -53,6 +55,7 @@ class BudgetReport:
     deployment: Deployment
     inputs: PlanInputs
     predictions: tuple[Prediction, ...]
+    refusal: str = ""  # why the deployment cannot serve (weights do not fit); "" when it can
 
     def value(self, key: str) -> float:
         """The value of the prediction called ``key``; ``BudgetError`` if there is none."""
@@ -103,6 +106,8 @@ def _memory(lines: _Lines, m: ModelSpec, d: Deployment, inp: PlanInputs) -> None
         f" = {fmt_bytes(usable)}: {'fits' if fits else 'DOES NOT FIT'}",
     )
     per_tok = kv.kv_bytes_per_token(m)
+    if not fits:
+        return  # no KV cache: no capacity, concurrency or figures derived from them
     lines.add(
         "kv_bytes_per_token",
         f"KV cache per token ({m.kv_dtype})",
@@ -154,7 +159,7 @@ def _prefill(lines: _Lines, m: ModelSpec, d: Deployment, inp: PlanInputs) -> Non
         "s",
         f"2 x {fmt(m.params_active)} x {n} / {fmt(f)} = {fmt_s(lin / f)}"
         f"   (effective FLOP/s = {d.tensor_parallel} x {fmt(d.hardware.peak_flops(m.weight_dtype))}"
-        f" x {fmt(d.prefill_efficiency)})",
+        f" x {fmt(d.compute_efficiency)})",
     )
     width = m.attention_qk_dim + m.attention_v_dim
     lines.add(
@@ -182,8 +187,24 @@ def _prefill(lines: _Lines, m: ModelSpec, d: Deployment, inp: PlanInputs) -> Non
         f"Prefill time{steps}",
         total,
         "s",
-        f"max({fmt_s((lin + att) / f)} compute, {fmt_s(byt / bw)} memory) + "
-        f"{len(costs)} x {fmt_s(d.step_overhead_s)} overhead = {fmt_s(total)}",
+        (
+            f"max({fmt_s((lin + att) / f)} compute, {fmt_s(byt / bw)} memory) + "
+            f"{len(costs)} x {fmt_s(d.step_overhead_s)} overhead = {fmt_s(total)}"
+            if d.profile is None
+            else _profiled_chain(costs, total)
+        ),
+    )
+
+
+def _profiled_chain(costs: Sequence[StepCost], total: float) -> str:
+    """The profiled step sum: ``max(launch, max(compute, memory) + all-reduce) + overhead``."""
+    compute = sum(c.compute_s for c in costs)
+    memory = sum(c.memory_s for c in costs)
+    return (
+        f"sum over {len(costs)} step(s) of max({fmt_s(sum(c.launch_s for c in costs))} launch, "
+        f"max({fmt_s(compute)} compute, {fmt_s(memory)} memory) + "
+        f"{fmt_s(sum(c.collective_s for c in costs))} all-reduce) + "
+        f"{fmt_s(sum(c.overhead_s for c in costs))} overhead = {fmt_s(total)} (profile)"
     )
 
 
@@ -218,10 +239,14 @@ def _decode(lines: _Lines, m: ModelSpec, d: Deployment, inp: PlanInputs) -> int:
         f"TPOT at batch {batch}, {ctx} context",
         tpot,
         "s",
-        f"max({fmt(cost.flops)} FLOP / {fmt(cost.compute_flops_per_s)}, "
-        f"({fmt_bytes(cost.weight_bytes)} + {batch} x {fmt_bytes(cost.kv_bytes / batch)}) / "
-        f"{fmt(cost.bandwidth_bytes_per_s)} B/s) + {fmt_s(d.step_overhead_s)} = {fmt_s(tpot)}"
-        f" ({'compute' if cost.compute_bound else 'bandwidth'}-bound)",
+        (
+            f"max({fmt(cost.flops)} FLOP / {fmt(cost.compute_flops_per_s)}, "
+            f"({fmt_bytes(cost.weight_bytes)} + {batch} x {fmt_bytes(cost.kv_bytes / batch)}) / "
+            f"{fmt(cost.bandwidth_bytes_per_s)} B/s) + {fmt_s(d.step_overhead_s)} = {fmt_s(tpot)}"
+            f" ({'compute' if cost.compute_bound else 'bandwidth'}-bound)"
+            if d.profile is None
+            else _profiled_chain([cost], tpot)
+        ),
     )
     lines.add(
         "decode_tokens_per_s",
@@ -361,6 +386,30 @@ def _images(lines: _Lines, m: ModelSpec, d: Deployment, inp: PlanInputs) -> None
     )
 
 
+def _refusal(m: ModelSpec, d: Deployment, inp: PlanInputs) -> str:
+    """Why the replica cannot serve the workload at all ("" when it can): its weights do
+    not fit, or one request's KV cache exceeds what the weights leave."""
+    w = weights.weights_bytes(m)
+    usable = weights.usable_memory_bytes(d)
+    if not weights.fits(m, d):
+        need = math.ceil(w / (d.memory_fraction * d.hardware.hbm_bytes))
+        return (
+            f"DOES NOT FIT: {m.name} weights {fmt_bytes(w)} exceed the usable "
+            f"{fmt_bytes(usable)} of {d.gpus} x {d.hardware.name} ({d.memory_fraction} x "
+            f"{fmt_bytes(d.hardware.hbm_bytes)} each); the weights alone need {need} GPUs, and "
+            f"the KV cache more; no KV capacity, TPOT or throughput is computed"
+        )
+    seq = inp.prompt_tokens + inp.output_tokens
+    if kv.max_concurrent_requests(m, d, seq) < 1:
+        return (
+            f"DOES NOT FIT: one request of {seq} tokens needs {fmt_bytes(kv.kv_bytes(m, seq))} "
+            f"of KV cache; {d.gpus} x {d.hardware.name} leave {fmt_bytes(kv.kv_budget_bytes(m, d))}"
+            f" ({fmt_count(kv.kv_capacity_tokens(m, d))} tokens) after the weights; no TPOT or "
+            f"throughput is computed"
+        )
+    return ""
+
+
 def build_report(
     model: ModelSpec,
     deploy: Deployment,
@@ -378,6 +427,15 @@ def build_report(
     """
     lines = _Lines()
     _memory(lines, model, deploy, inputs)
+    refusal = _refusal(model, deploy, inputs)
+    if refusal:
+        return BudgetReport(
+            model=model,
+            deployment=deploy,
+            inputs=inputs,
+            predictions=tuple(lines.items),
+            refusal=refusal,
+        )
     _prefill(lines, model, deploy, inputs)
     _images(lines, model, deploy, inputs)
     batch = _decode(lines, model, deploy, inputs)

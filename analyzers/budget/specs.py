@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from analyzers.budget.profile import StepProfile
 from analyzers.errors import BudgetError
 
 DType = Literal["bf16", "fp16", "fp8", "fp4", "int4"]
@@ -162,9 +163,13 @@ class HardwareSpec:
     hbm_bandwidth_bytes_per_s: float
     scale_up_bandwidth_bytes_per_s: float = 0.0
     scale_out_bandwidth_bytes_per_s: float = 0.0
+    pcie_bandwidth_bytes_per_s: float = 0.0
+    interconnect: str = ""
     source: str = ""
 
     def __post_init__(self) -> None:
+        if self.pcie_bandwidth_bytes_per_s < 0 or self.scale_up_bandwidth_bytes_per_s < 0:
+            raise BudgetError(f"gpu {self.name!r}: link bandwidths must not be negative")
         _positive(
             f"gpu {self.name!r}",
             peak_flops_bf16=self.peak_flops_bf16,
@@ -219,6 +224,9 @@ class Deployment:
     scheduling). ``memory_fraction`` is the share of HBM the engine claims for weights
     plus KV cache (vLLM's ``gpu_memory_utilization``); the KV cache gets what weights
     leave. ``chunk_tokens`` enables chunked prefill in chunks of that many tokens.
+    ``profile`` (opt-in, from ``loadgen plan calibrate``) replaces the two efficiencies by
+    its own and adds the tensor-parallel, launch and per-step terms of
+    ``analyzers.budget.engine.terms``; without one the plain roofline stays exact.
     """
 
     hardware: HardwareSpec
@@ -229,6 +237,7 @@ class Deployment:
     step_overhead_s: float = 0.0
     memory_fraction: float = 0.9
     chunk_tokens: int | None = None
+    profile: StepProfile | None = None
 
     def __post_init__(self) -> None:
         _positive(
@@ -262,12 +271,22 @@ class Deployment:
             chunk_tokens=self.chunk_tokens,
         )
 
+    @property
+    def compute_efficiency(self) -> float:
+        """Fraction of peak FLOP/s: the profile's prefill one when there is a profile."""
+        return self.profile.prefill.compute_efficiency if self.profile else self.prefill_efficiency
+
+    @property
+    def memory_efficiency(self) -> float:
+        """Fraction of HBM bandwidth: the profile's decode one when there is a profile."""
+        return self.profile.decode.memory_efficiency if self.profile else self.decode_efficiency
+
     def compute_flops(self, dtype: str) -> float:
         """Achieved FLOP/s of the tensor-parallel group: tp x peak(dtype) x efficiency."""
-        return self.tensor_parallel * self.hardware.peak_flops(dtype) * self.prefill_efficiency
+        return self.tensor_parallel * self.hardware.peak_flops(dtype) * self.compute_efficiency
 
     def bandwidth_bytes_per_s(self) -> float:
         """Achieved HBM bytes/s of the tensor-parallel group: tp x bandwidth x efficiency."""
         return (
-            self.tensor_parallel * self.hardware.hbm_bandwidth_bytes_per_s * self.decode_efficiency
+            self.tensor_parallel * self.hardware.hbm_bandwidth_bytes_per_s * self.memory_efficiency
         )

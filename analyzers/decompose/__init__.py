@@ -17,7 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from analyzers.decompose import load, model, report, run, terms
+    from analyzers.decompose import deployment, load, model, report, run, terms
     from analyzers.decompose.model import BudgetModel
     from analyzers.decompose.report import (
         ClassDecomposition,
@@ -57,6 +57,7 @@ __all__ = [
     "TailComposition",
     "TermStat",
     "decompose",
+    "deployment",
     "load",
     "model",
     "report",

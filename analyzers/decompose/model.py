@@ -13,6 +13,7 @@ from pathlib import Path
 
 from analyzers.budget.budgetfile import load_budget
 from analyzers.budget.catalog import load_catalog
+from analyzers.budget.profile import load_profile_for
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
 from analyzers.errors import BudgetError
 
@@ -62,10 +63,18 @@ class BudgetModel:
         first_token_in_prefill: bool = False,
         link: LinkSpec | None = None,
         replicas: int = 1,
+        profile_file: Path | None = None,
     ) -> BudgetModel:
-        """From catalog names (``gpus``-way tensor parallel, the catalog's default efficiencies)."""
+        """From catalog names (``gpus``-way tensor parallel, the catalog's default
+        efficiencies, or the calibration profile for ``gpu`` in ``profile_file``)."""
         cat = load_catalog(catalog_file)
-        deploy = Deployment(hardware=cat.gpu(gpu), tensor_parallel=gpus)
+        hardware = cat.gpu(gpu)
+        profile = None
+        if profile_file is not None:
+            profile = load_profile_for(
+                profile_file, gpu, lambda name: cat.gpu(name).name == hardware.name
+            )
+        deploy = Deployment(hardware=hardware, tensor_parallel=gpus, profile=profile)
         return cls(
             model=cat.model(model),
             deployment=deploy,

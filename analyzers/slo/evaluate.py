@@ -145,6 +145,8 @@ def validity_problems(analysis: Analysis, slos: SLOSet) -> tuple[str, ...]:
         problems.extend(f.reason for f in flags if f.kind == "client_bound")
     if not req.allow_unfaithful:
         problems.extend(f.reason for f in flags if f.kind == "unfaithful")
+    # A simulator that slipped did not model what it claims: nothing to allow.
+    problems.extend(f.reason for f in flags if f.kind == "sim_slip")
     checked: dict[str | None, set[float]] = {}
     for o in slos.objectives:
         if o.metric in LATENCY_METRICS:

@@ -10,12 +10,17 @@ exit  verdict         when
 0     pass            every objective holds, no significant regression
 1     breach          an objective fails (or has no data), or a regression
 3     invalid         the run (or baseline) misses a ``[validity]`` requirement
+                      (client-bound, simulator slip, unfaithful, too few requests)
 4     infrastructure  most requests failed to reach the server: connect errors,
                       timeouts, 502/503/504 (``infra_share``), or none was ok
 ====  ==============  ==========================================================
 
 The most fundamental failure wins: 4 over 3 over 1, because a broken endpoint makes the
 latency numbers meaningless and an invalid run makes them untrustworthy.
+
+A ``--max-inflight`` cap that held requests back (``backpressure``) is not a problem: the
+SLOs are evaluated as usual and the caveat is carried in ``warnings`` (printed with the
+verdict), since the user chose the cap; the offered load was not the trace's.
 
 Regression against a baseline: for each checked (class, metric, percentile), the run fails
 only when it is worse than the baseline by more than ``max_regression`` (relative) AND the
@@ -46,7 +51,7 @@ from analyzers.frames import RowSelection, scan_run, select_rows
 from analyzers.metrics import DEFAULT_PERCENTILES, Analysis, AnalysisOptions, analyze
 from analyzers.slo.evaluate import ObjectiveResult, class_of, evaluate, validity_problems
 from analyzers.slo.parse import LATENCY_METRICS, SLOSet
-from analyzers.validity import ValidityThresholds
+from analyzers.validity import CAVEATS, ValidityThresholds
 from traces import schema as s
 
 Verdict = Literal["pass", "breach", "invalid", "infrastructure"]
@@ -117,6 +122,8 @@ class GateReport:
     requests: int
     error_rate: float
     verdict: Verdict
+    warnings: tuple[str, ...] = ()
+    """Caveats that do not change the verdict (``backpressure``), one line each."""
 
     @property
     def exit_code(self) -> int:
@@ -285,6 +292,7 @@ def gate(run: Path | str, options: GateOptions) -> GateReport:
     analysis = analyze(run, aopts)
     results = evaluate(analysis, options.slos)
     problems = list(validity_problems(analysis, options.slos))
+    warnings = [f.reason for f in analysis.validity.flags if f.kind in CAVEATS]
     found: tuple[RegressionResult, ...] = ()
     base_infra = None
     if options.baseline is not None:
@@ -292,6 +300,9 @@ def gate(run: Path | str, options: GateOptions) -> GateReport:
         base_infra = infrastructure_check(options.baseline, options.selection, 1.0)
         base_analysis = analyze(options.baseline, aopts)
         problems += [f"baseline: {p}" for p in validity_problems(base_analysis, options.slos)]
+        warnings += [
+            f"baseline: {f.reason}" for f in base_analysis.validity.flags if f.kind in CAVEATS
+        ]
         if base_infra.ok == 0:
             problems.append(f"baseline: no request succeeded in {options.baseline}")
         checks = _regression_checks(options.slos)
@@ -320,6 +331,7 @@ def gate(run: Path | str, options: GateOptions) -> GateReport:
         requests=analysis.overall.requests,
         error_rate=analysis.overall.error_rate,
         verdict=verdict,
+        warnings=tuple(warnings),
     )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "runstatus",
     "server_metrics",
     "sim",
+    "simulate",
     "sweep",
     "trace",
 ]

@@ -80,7 +80,9 @@ def analyze(
 
     RUN is a run directory, a requests Parquet file, a quoted glob of shards, or a sweep
     directory (from `loadgen sweep`: latency, throughput and goodput against offered
-    load, and the knee, the highest load meeting the goodput SLOs).
+    load, and the knee, the highest load meeting the goodput SLOs). A run whose replay
+    died (killed, run.json still "running", no process holding it) is recovered first, as
+    `loadgen recover` does; a run that did not complete gets a warning on stderr.
 
     Example: loadgen analyze runs/today --percentiles 50,99,99.9 --slo-ttft-ms 200
     """

@@ -16,12 +16,11 @@ import click
 
 from loadgen.cli.echo import echo_json, echo_renderables
 from loadgen.cli.errors import one_line_errors
-from loadgen.cli.options.budget import budget_options, engine_shape
+from loadgen.cli.options.budget import BudgetChoice, budget_options
 from loadgen.cli.options.output import by_option, json_option, percentiles_option
 from loadgen.cli.options.selection import selection_options
 
 if TYPE_CHECKING:
-    from analyzers.decompose.model import BudgetModel
     from analyzers.frames import RowSelection
 
 DEFAULT_PERCENTILES = "50,90,99,99.9"
@@ -67,27 +66,34 @@ DEFAULT_PERCENTILES = "50,90,99,99.9"
 @click.option(
     "--replicas",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Replicas behind a least-loaded router, for the load replay.",
+    default=None,
+    help="Replicas behind a least-loaded router, for the load replay "
+    "[default: the deployment's, else 1].",
 )
 @click.option(
     "--chunk-tokens",
     type=click.IntRange(min=1),
     default=None,
     help="The engine's token budget per step (vLLM --max-num-batched-tokens) "
-    "[default: the budget's chunk size, else unchunked prefill].",
+    "[default: the deployment's max_batched_tokens, else unchunked prefill].",
 )
 @click.option(
     "--max-num-seqs",
     type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="The engine's batch limit (vLLM --max-num-seqs), for the load replay.",
+    default=None,
+    help="The engine's batch limit (vLLM --max-num-seqs), for the load replay "
+    "[default: the deployment's, else 256].",
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="The server's wall seconds per model second (a simulator's --time-scale) "
+    "[default: the deployment's, else 1].",
 )
 def decompose(
     run: Path,
-    budget: BudgetModel | None,
+    budget: BudgetChoice,
     selection: RowSelection,
     by: str,
     as_json: bool,
@@ -97,9 +103,10 @@ def decompose(
     hide_server_timings: bool,
     network_ms: float | None,
     batch_one: bool,
-    replicas: int,
+    replicas: int | None,
     chunk_tokens: int | None,
-    max_num_seqs: int,
+    max_num_seqs: int | None,
+    time_scale: float | None,
 ) -> None:
     """Split each request's TTFT into client, network, queue, prefill and first-token time.
 
@@ -110,6 +117,10 @@ def decompose(
     times from the budget, so a prompt spread over steps shared with others is predicted
     as such (--batch-1 for predictions of each request alone).
 
+    The budget is the run's recorded deployment (run.json: a simulator publishes all of
+    it), then --deployment FILE, then the flags, each overriding the one before key by key;
+    one line on stderr says what was used, from where, and what was assumed.
+
     Example: loadgen decompose runs/today --model llama-3.1-8b --gpu h200 --slo-ttft-ms 200
     """
     from analyzers.decompose import DecomposeOptions
@@ -118,10 +129,19 @@ def decompose(
 
     warn_if_incomplete(run)
 
-    if budget is not None:
-        budget = engine_shape(
-            budget, replicas=replicas, chunk_tokens=chunk_tokens, max_num_seqs=max_num_seqs
+    flags = {
+        key: value
+        for key, value in (
+            ("replicas", replicas),
+            ("scheduler.max_batched_tokens", chunk_tokens),
+            ("scheduler.max_num_seqs", max_num_seqs),
+            ("time_scale", time_scale),
         )
+        if value is not None
+    }
+    resolved = budget.resolve(run, flags)
+    if resolved.provenance is not None:
+        click.echo(resolved.provenance, err=True)
     options = DecomposeOptions(
         percentiles=percentiles,
         by_workload=by == "workload",
@@ -131,8 +151,9 @@ def decompose(
         calibrate=calibrate,
         network_ms=network_ms,
         load_aware=not batch_one,
+        time_scale=resolved.time_scale or 1.0,
     )
-    result = run_decompose(run, budget, options)
+    result = run_decompose(run, resolved.budget, options)
     if as_json:
         from reports.jsondoc import decomposition_json
 

@@ -11,16 +11,23 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+if TYPE_CHECKING:
+    from traces.deployment import DeploymentSpec
+
 from analyzers.budget.budgetfile import report_to_json, write_budget
+from analyzers.budget.calibrate import fit_profiles, prompt_split
 from analyzers.budget.catalog import Catalog, load_catalog
 from analyzers.budget.claims import check_claim
+from analyzers.budget.measurements import load_measurements
+from analyzers.budget.profile import StepProfile, load_profile_for, profiles_to_toml
 from analyzers.budget.report import PlanInputs, build_report
-from analyzers.budget.specs import DTYPES, Deployment, ModelSpec, check_dtype
+from analyzers.budget.specs import DTYPES, Deployment, LinkSpec, ModelSpec, check_dtype
 from analyzers.errors import BudgetError
-from reports.plan import render_claim, render_report
+from reports.plan import render_calibration, render_claim, render_report
 
 _DEFAULT_LINKS = ("100g", "400g", "mooncake-4x200g", "mooncake-8x400g", "8x400g")
 
@@ -54,6 +61,51 @@ def _trace_lengths(path: Path) -> tuple[list[int], list[int]]:
     return prompts, [r.output_tokens for r in rows]
 
 
+def _profile(cat: Catalog, path: Path | None, gpu_name: str) -> StepProfile | None:
+    """The profile in ``path`` for ``gpu_name``: named so, or the only one whose GPU is the
+    same catalog entry."""
+    if path is None:
+        return None
+    want = cat.gpu(gpu_name).name
+    return load_profile_for(path, gpu_name, lambda name: cat.gpu(name).name == want)
+
+
+def _check_context(model: ModelSpec, prompt_tokens: int) -> None:
+    if model.max_context is not None and prompt_tokens > model.max_context:
+        raise BudgetError(
+            f"a prompt of {prompt_tokens} tokens exceeds {model.name}'s context of "
+            f"{model.max_context} tokens"
+        )
+
+
+def _int_set(text: str, option: str) -> frozenset[int]:
+    try:
+        return frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise BudgetError(f"{option} takes integers separated by commas, got {text!r}") from None
+
+
+def _from_deployment(spec: DeploymentSpec) -> dict[str, object]:
+    """The plan options a deployment file sets (parameter name to value). A disaggregated
+    deployment is planned on its prefill instances' GPUs; its KV link is the break-even's."""
+    gpus = spec.prefill.gpus if spec.disaggregated else spec.tensor_parallel or spec.gpus
+    eff = spec.efficiency
+    overhead = None if eff.step_overhead_us is None else eff.step_overhead_us / 1e3
+    pairs = {
+        "model_name": spec.model,
+        "gpu_name": spec.gpu,
+        "gpus": gpus,
+        "pp": spec.pipeline_parallel,
+        "chunk_tokens": spec.scheduler.max_batched_tokens,
+        "efficiency_prefill": eff.prefill,
+        "efficiency_decode": eff.decode,
+        "step_overhead_ms": overhead,
+        "memory_fraction": eff.memory_fraction,
+        "link_name": spec.kv_link.gbps,
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
 _model_opt = click.option(
     "--model", "model_name", help="Model name from the catalog, e.g. llama-3.3-70b."
 )
@@ -82,6 +134,14 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 
 
 @click.group(invoke_without_command=True)
+@click.option(
+    "--deployment",
+    "deployment_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="A deployment.toml (docs/deployment.md): model, GPUs, chunk size, efficiencies, "
+    "KV link; the flags given as well override it.",
+)
 @_model_opt
 @_gpu_opt
 @_gpus_opt
@@ -162,6 +222,13 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 )
 @_catalog_opt
 @click.option(
+    "--profile",
+    "profile_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="Calibration profile TOML (from plan calibrate); replaces the efficiencies.",
+)
+@click.option(
     "--out",
     "out_path",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -172,6 +239,7 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 @click.pass_context
 def plan(
     ctx: click.Context,
+    deployment_file: Path | None,
     model_name: str | None,
     gpu_name: str | None,
     gpus: int,
@@ -194,19 +262,65 @@ def plan(
     link_name: str,
     image: str | None,
     catalog_file: Path | None,
+    profile_file: Path | None,
     out_path: Path | None,
     as_json: bool,
 ) -> None:
     """Predict prefill, decode, KV, image and disaggregation budgets from first principles.
 
+    A prompt longer than the model's context is an error (exit 2); weights, or one
+    request's KV cache, that do not fit print why and exit 1, with no TPOT or throughput.
+
     Example: loadgen plan --model llama-3.3-70b --gpu h200 --gpus 1 --dtype fp8
+
+    Or from a deployment file (flags override it):
+    loadgen plan --deployment examples/deployments/sglang.toml
     """
     if ctx.invoked_subcommand is not None:
         return
+    link = None
+    if deployment_file is not None:
+        from analyzers.decompose.deployment import with_profile
+        from traces.deployment import load_deployment
+
+        spec = with_profile(load_deployment(deployment_file))
+        given = {
+            name: value
+            for name, value in _from_deployment(spec).items()
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.COMMANDLINE
+        }
+
+        def text(name: str, value: str | None) -> str | None:
+            found = given.get(name, value)
+            return found if isinstance(found, str) else value
+
+        def integer(name: str, value: int) -> int:
+            found = given.get(name, value)
+            return found if isinstance(found, int) else value
+
+        def number(name: str, value: float) -> float:
+            found = given.get(name, value)
+            return float(found) if isinstance(found, int | float) else value
+
+        model_name, gpu_name = text("model_name", model_name), text("gpu_name", gpu_name)
+        gpus, pp = integer("gpus", gpus), integer("pp", pp)
+        chunk = given.get("chunk_tokens", chunk_tokens)
+        chunk_tokens = chunk if isinstance(chunk, int) else chunk_tokens
+        efficiency_prefill = number("efficiency_prefill", efficiency_prefill)
+        efficiency_decode = number("efficiency_decode", efficiency_decode)
+        step_overhead_ms = number("step_overhead_ms", step_overhead_ms)
+        memory_fraction = number("memory_fraction", memory_fraction)
+        if spec.kv_link.gbps is not None and "link_name" in given:
+            link = LinkSpec(
+                name=f"{spec.kv_link.gbps:g}gbps ({deployment_file})",
+                bandwidth_bytes_per_s=spec.kv_link.gbps * 1e9 / 8,
+                latency_s=(spec.kv_link.latency_us or 0.0) / 1e6,
+            )
     if model_name is None or gpu_name is None:
-        raise click.UsageError("plan needs --model and --gpu (or a subcommand)")
+        raise click.UsageError("plan needs --model and --gpu (or --deployment, or a subcommand)")
     cat = load_catalog(catalog_file)
     model = _model(cat, model_name, dtype, kv_dtype)
+    _check_context(model, prompt_tokens)
     deploy = Deployment(
         hardware=cat.gpu(gpu_name),
         tensor_parallel=gpus,
@@ -216,6 +330,7 @@ def plan(
         step_overhead_s=step_overhead_ms / 1e3,
         memory_fraction=memory_fraction,
         chunk_tokens=chunk_tokens,
+        profile=_profile(cat, profile_file, gpu_name),
     )
     width, height = _image_size(image)
     inputs = PlanInputs(
@@ -235,12 +350,89 @@ def plan(
         deploy,
         inputs,
         links=[cat.link(name) for name in _DEFAULT_LINKS],
-        break_even_link=cat.link(link_name),
+        break_even_link=link or cat.link(link_name),
         trace_lengths=_trace_lengths(trace_path) if trace_path else None,
     )
     if out_path is not None:
         write_budget(report, out_path)
     click.echo(report_to_json(report) if as_json else render_report(report))
+    if report.refusal:
+        ctx.exit(1)
+
+
+@plan.command("calibrate")
+@click.argument("measurements", type=click.Path(path_type=Path, exists=True, dir_okay=True))
+@click.option(
+    "-o",
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Profile TOML to write (one [profiles.GPU] table per GPU type).",
+)
+@click.option(
+    "--hold-out-prompts",
+    default="",
+    help="Prompt sizes left out of the fit and reported as predictions, e.g. 256,1024,4096.",
+)
+@click.option(
+    "--hold-out-batches",
+    default="",
+    help="Batch sizes left out of the fit, e.g. 4,16,64.",
+)
+@click.option(
+    "--exclude-batches",
+    default="",
+    help="Batch sizes dropped entirely (neither fitted nor reported), e.g. 64.",
+)
+@click.option("--summary", is_flag=True, help="Print only the parameters and error summaries.")
+@_catalog_opt
+def calibrate_cmd(
+    measurements: Path,
+    out_path: Path,
+    hold_out_prompts: str,
+    hold_out_batches: str,
+    exclude_batches: str,
+    summary: bool,
+    catalog_file: Path | None,
+) -> None:
+    """Fit the step-time profile of each GPU type to MEASUREMENTS and print the residuals.
+
+    MEASUREMENTS is a CSV: the Splitwise perf_model.csv format or model,gpu,tp,tokens,batch,
+    ms[,phase][,engine]. Model and GPU names resolve through the catalog (--catalog adds).
+
+    Example: loadgen plan calibrate splitwise_perf_model.csv -o profile.toml
+    --hold-out-prompts 256,1024,4096 --hold-out-batches 4,16 --exclude-batches 64
+    """
+    cat = load_catalog(catalog_file)
+    excluded = _int_set(exclude_batches, "--exclude-batches")
+    observations = [o for o in load_measurements(measurements) if o.batch not in excluded]
+    if not observations:
+        raise BudgetError(f"{measurements}: no measurements left after --exclude-batches")
+    held_out = prompt_split(
+        _int_set(hold_out_prompts, "--hold-out-prompts"),
+        _int_set(hold_out_batches, "--hold-out-batches"),
+    )
+    fits = fit_profiles(
+        observations,
+        model_of=cat.model,
+        gpu_of=cat.gpu,
+        held_out=held_out,
+        source=f"loadgen plan calibrate {measurements.name}",
+    )
+    header = (
+        f"Step-time profiles fitted by loadgen plan calibrate to {measurements.name}"
+        + (f"; held out prompts {hold_out_prompts}" if hold_out_prompts else "")
+        + (f", batches {hold_out_batches}" if hold_out_batches else "")
+        + (f"; excluded batches {exclude_batches}" if exclude_batches else "")
+    )
+    text = profiles_to_toml({f.profile.name: f.profile for f in fits}, header)
+    try:
+        out_path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BudgetError(f"{out_path}: cannot write profile ({exc.strerror})") from None
+    click.echo(render_calibration(fits, all_points=not summary))
+    click.echo(f"wrote {len(fits)} profile(s) to {out_path}")
 
 
 @plan.command("check-claim")

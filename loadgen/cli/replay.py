@@ -55,15 +55,18 @@ def print_summary(result: SessionResult, console: Console) -> None:
     for line in totals_lines(summary):
         console.print(line)
     health = result.replay
+    stamps = health.stamp_delay
+    stamp = f"stamp delay p99 {stamps.p99_ms:.2f} ms, " if stamps and stamps.samples else ""
     console.print(
         f"generator: schedule lag p99 {health.schedule_lag.p99_ms:.2f} ms, "
-        f"loop lag p99 {health.loop_lag.p99_ms:.2f} ms, CPU {health.cpu_utilisation:.0%} of a core"
+        f"loop lag p99 {health.loop_lag.p99_ms:.2f} ms, {stamp}"
+        f"CPU {health.cpu_utilisation:.0%} of a core"
     )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     # The session already warned about a client-bound run; add the analyzers' other flags.
     for flag in summary.validity.flags:
-        if flag.kind != "client_bound":
+        if flag.kind not in ("client_bound", "backpressure"):  # the session said these
             console.print(f"[yellow]warning:[/yellow] {flag.reason}")
     console.print(f"run written to {result.run_dir}")
 

@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING
 import click
 
 from loadgen.cli.errors import one_line_errors
-from loadgen.cli.options.budget import budget_options
+from loadgen.cli.options.budget import BudgetChoice, budget_options
 from loadgen.cli.options.output import markdown_option
 from loadgen.cli.options.selection import selection_options
 from loadgen.cli.options.slo import load_slos, slo_option
 
 if TYPE_CHECKING:
-    from analyzers.decompose.model import BudgetModel
     from analyzers.frames import RowSelection
 
 _PATH = click.Path(path_type=Path, exists=True)
@@ -80,7 +79,7 @@ def report(
     out: Path | None,
     markdown: Path | None,
     labels: tuple[str, ...],
-    budget: BudgetModel | None,
+    budget: BudgetChoice,
     slo_ttft_ms: float | None,
     slo_args: tuple[str, ...],
     slo_file: Path | None,
@@ -116,7 +115,17 @@ def report(
         raise click.UsageError("at most two sweeps (the crossover compares two)")
     # --slo-file is one more --slo FILE, read before the others.
     slos = load_slos((str(slo_file), *slo_args) if slo_file is not None else slo_args)
-    options = ReportOptions(slo_ttft_ms=slo_ttft_ms, slos=slos, budget=budget, selection=selection)
+    # The budget and time scale: the first run's recorded deployment, --deployment, flags.
+    resolved = budget.resolve(runs[0] if runs else None)
+    if resolved.provenance is not None:
+        click.echo(resolved.provenance, err=True)
+    options = ReportOptions(
+        slo_ttft_ms=slo_ttft_ms,
+        slos=slos,
+        budget=resolved.budget,
+        selection=selection,
+        time_scale=resolved.time_scale or 1.0,
+    )
     first = runs[0] if runs else sweep_dirs[0]
     home = first if first.is_dir() else first.parent
     built = build_report(

@@ -32,6 +32,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "Merge a killed run's journals and mark it incomplete, with what it lost.",
     ),
     "sim": ("loadgen.cli.sim:sim", "Serve the built-in OpenAI-compatible engine simulator."),
+    "simulate": (
+        "loadgen.cli.simulate:simulate",
+        "Run a trace through the simulator's engine offline, in virtual time.",
+    ),
     "demo": ("loadgen.cli.demo.harness:demo", "Run the whole harness end to end on the simulator."),
     "plan": (
         "loadgen.cli.plan:plan",

@@ -1,4 +1,10 @@
-"""The one-line stderr warning of the analysing commands for a run that did not complete.
+"""What the analysing commands do first with a run: recover it if its replay died, then
+warn with one stderr line if it did not complete.
+
+A run whose ``run.json`` still says ``running`` and whose replay processes are all gone
+(nobody holds its ``run.lock``: killed with SIGKILL, its machine rebooted) is recovered as
+``loadgen recover`` would (``loadgen.run.recover``), with one stderr line saying so and
+the counts; a run still being written is left alone and said to be running.
 
 A run whose ``run.json`` status is not complete (``traces.runinfo.COMPLETE_STATUSES``:
 killed and recovered, still ``running``, interrupted, failed) lacks requests, and its tail
@@ -46,14 +52,48 @@ def status_problem(run: Path) -> str | None:
     return None if info is None else info.status_problem()
 
 
+def recover_if_dead(run: Path) -> str | None:
+    """Recover RUN when its ``run.json`` says ``running`` and no replay process holds it
+    (one stderr line with the counts); return why it was not when that matters (a replay
+    still writes it, a journal that cannot be merged), else None."""
+    from loadgen.errors import RecorderError, RunDirError, RunLiveError
+    from loadgen.run.recover import recover_run
+    from traces.errors import TraceError
+    from traces.io import read_run_info
+
+    directory = _run_dir(run)
+    if directory is None:
+        return None
+    try:
+        info = read_run_info(directory)
+    except TraceError:
+        return None
+    if info is None or info.status != "running":
+        return None
+    try:
+        result = recover_run(directory)
+    except RunLiveError as exc:
+        return f"run {info.run_id} is still running ({exc.holder}): these are its rows so far"
+    except (RecorderError, RunDirError, OSError) as exc:  # a read-only copy, a bad journal
+        return (
+            f"run {info.run_id} is still running or its process died, and could not be "
+            f"recovered here: {exc}"
+        )
+    if result.changed:
+        from loadgen.cli.recover import counts
+
+        click.echo(f"recovered {directory}: {counts(result)}", err=True)
+    return None
+
+
 def warn_if_incomplete(*runs: Path | None) -> list[str]:
-    """Print ``warning: <run>: ...`` on stderr for each run that is not complete; return the
-    problems."""
+    """Recover each dead run (``recover_if_dead``), then print ``warning: <run>: ...`` on
+    stderr for each run that is not complete; return the problems."""
     problems: list[str] = []
     for run in runs:
         if run is None:
             continue
-        problem = status_problem(run)
+        problem = recover_if_dead(run) or status_problem(run)
         if problem is not None:
             line = f"{run}: {problem}"
             click.echo(f"warning: {line}", err=True)

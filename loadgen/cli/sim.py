@@ -7,38 +7,16 @@ replay client (loadgen.client/replay/transport/recorder).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
+from loadgen.cli.options.engine import engine_config, engine_options, pop_engine_options
 from loadgen.errors import ConfigError
-from loadgen.sim.config import DEFAULT_MODEL_NAME, DEFAULT_PORT, EngineConfig, SimConfig
+from loadgen.sim.config import DEFAULT_MODEL_NAME, DEFAULT_PORT, SimConfig
 
 _RATE = click.FloatRange(0.0, 1.0)
 _MS = click.FloatRange(0.0, max_open=False)
-_POS = click.IntRange(min=1)
-_FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
-_ENGINE_HELP = "Physics engine (needs --model): "
-
-
-def _engine(
-    flag: str, type_: click.ParamType[Any, Any] | None, default: object, text: str
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """An option of the physics engine: its help says it needs --model; a default is shown."""
-    return click.option(
-        flag,
-        type=type_,
-        default=default,
-        show_default=default is not None,
-        help=_ENGINE_HELP + text,
-    )
-
-
-def _engine_flag(flag: str, text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A flag of the physics engine (off by default)."""
-    return click.option(flag, is_flag=True, help=_ENGINE_HELP + text)
 
 
 class _OptionError(click.ClickException, ConfigError):
@@ -146,60 +124,10 @@ class _OneLineErrors(click.Command):
     show_default=True,
     help="Share of requests held by --accept-delay-ms.",
 )
-@click.option(
-    "--model",
-    default=None,
-    help="Catalog model (e.g. llama-3.1-8b): switch from fixed delays to the physics engine.",
-)
-@_engine("--gpu", None, "h100", "catalog GPU type.")
-@_engine("--gpus", _POS, 1, "GPUs per replica (tensor parallel).")
-@_engine(
-    "--topology",
-    click.Choice(["monolith", "disagg"]),
-    "monolith",
-    "replicas, or prefill and decode pools.",
-)
-@_engine("--replicas", _POS, 1, "monolith replicas.")
-@_engine(
-    "--router",
-    click.Choice(["round-robin", "least-loaded"]),
-    "least-loaded",
-    "how requests pick an instance.",
-)
-@_engine("--prefill-instances", _POS, 1, "disagg prefill instances.")
-@_engine("--prefill-gpus", _POS, 1, "GPUs per prefill instance.")
-@_engine("--decode-instances", _POS, 1, "disagg decode instances.")
-@_engine("--decode-gpus", _POS, 1, "GPUs per decode instance.")
-@_engine(
-    "--link-gbps",
-    click.FloatRange(0.0, min_open=True),
-    400.0,
-    "KV-transfer link bandwidth per prefill instance, Gbit/s.",
-)
-@_engine("--link-latency-us", _MS, 0.0, "KV-transfer setup latency.")
-@_engine("--max-num-seqs", _POS, 256, "most sequences in a batch.")
-@_engine("--max-batched-tokens", _POS, 2048, "token budget per step (chunked prefill).")
-@_engine("--kv-block-size", _POS, 16, "tokens per KV block (and prefix-cache block).")
-@_engine(
-    "--kv-capacity-tokens", _POS, None, "override the budget model's KV capacity per instance."
-)
-@_engine("--memory-fraction", _FRACTION, 0.9, "share of HBM for weights plus KV cache.")
-@_engine_flag("--no-prefix-cache", "disable the prefix cache.")
-@_engine_flag("--preempt", "allocate KV blocks on demand and preempt when full (default: reserve).")
-@_engine(
-    "--time-scale",
-    click.FloatRange(0.0, min_open=True),
-    1.0,
-    "wall seconds per model second (10: a tenth of real speed).",
-)
-@_engine("--efficiency-prefill", _FRACTION, 0.6, "achieved fraction of peak FLOP/s.")
-@_engine("--efficiency-decode", _FRACTION, 0.6, "achieved fraction of HBM bandwidth.")
-@_engine("--step-overhead-us", _MS, 0.0, "fixed cost added to every step.")
-@_engine(
-    "--tokenizer",
-    click.Path(path_type=Path, exists=True, dir_okay=False),
-    None,
-    "local tokenizer.json (default: one token per word).",
+@engine_options(
+    model_help=(
+        "Catalog model (e.g. llama-3.1-8b): switch from fixed delays to the physics engine."
+    )
 )
 def sim(**options: Any) -> None:
     """Serve the built-in OpenAI-compatible engine simulator.
@@ -209,46 +137,18 @@ def sim(**options: Any) -> None:
     for that model on --gpus x --gpu (see docs/simulator.md).
 
     Prints one line "READY http://HOST:PORT" once serving; stops on SIGTERM or SIGINT.
+
+    Example: loadgen sim --deployment examples/deployments/vllm-monolith.toml --port 0
     """
-    engine = {name: options.pop(name) for name in _ENGINE_OPTIONS}
+    engine = pop_engine_options(options)
     try:
-        options["engine"] = _engine_config(engine)
+        options["engine"] = engine_config(engine)
         config = SimConfig(**options)
     except ConfigError as exc:
         raise _OptionError(str(exc)) from exc
     from loadgen.sim.server import serve  # deferred: uvicorn is not needed for --help
 
     serve(config)
-
-
-_ENGINE_OPTIONS = (
-    "model", "gpu", "gpus", "topology", "replicas", "router", "prefill_instances",
-    "prefill_gpus", "decode_instances", "decode_gpus", "link_gbps", "link_latency_us",
-    "max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_capacity_tokens",
-    "memory_fraction", "no_prefix_cache", "preempt", "time_scale", "efficiency_prefill",
-    "efficiency_decode", "step_overhead_us", "tokenizer",
-)  # fmt: skip
-
-
-def _engine_config(values: dict[str, Any]) -> EngineConfig | None:
-    """The engine configuration, or None for fixed delays (engine options need --model)."""
-    model = values.pop("model")
-    no_cache = values.pop("no_prefix_cache")
-    if model is None:
-        ctx = click.get_current_context()
-        given = [
-            name for name in (*values, "no_prefix_cache")
-            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
-        ]  # fmt: skip
-        if given:
-            flag = "--" + given[0].replace("_", "-")
-            raise ConfigError(f"{flag} needs --model (the physics engine)")
-        return None
-    config = EngineConfig(model=model, prefix_cache=not no_cache, **values)
-    from loadgen.sim.physics import check_catalog  # deferred: the budget model is not free
-
-    check_catalog(model=config.model, gpu=config.gpu)
-    return config
 
 
 if __name__ == "__main__":

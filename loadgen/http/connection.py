@@ -39,6 +39,7 @@ import httptools
 import httpx
 
 from loadgen.http.exchange import Exchange
+from loadgen.http.stamping import MalformedResponse
 
 if TYPE_CHECKING:
     from loadgen.http._chunked import Dechunker
@@ -58,12 +59,6 @@ servers send a few hundred bytes (nginx refuses requests whose header lines pass
 and httptools keeps every header and rebuilds a header value read in pieces, so a head
 that never ends would cost memory, and time, without bound. Checked once per read: a head
 may end up to one read beyond it."""
-
-
-class MalformedResponse(httpx.RemoteProtocolError):
-    """The server's bytes are not an HTTP/1.1 response (a malformed head or chunk, a head
-    beyond ``MAX_HEAD_BYTES``, an unasked-for protocol switch): the server broke the
-    protocol, which is not the same as going away (a plain ``RemoteProtocolError``)."""
 
 
 Origin = tuple[str, str, int]

@@ -331,6 +331,8 @@ class FastTransport(httpx.AsyncBaseTransport):
         transport = conn.transport
         if transport is None or conn.closed:
             raise httpx.RemoteProtocolError("connection closed before the request was sent")
+        if progress.on_send is not None:
+            progress.on_send()  # the dispatch record: nothing may await between it and the write
         transport.write(out.data)
         progress.written_ns = self._now_ns()
         if trace is not None:

@@ -5,7 +5,10 @@ stamps every read of the response body with the run's clock *before* anything pa
 The stamped stream is exposed to the client through ``response.extensions[STAMPED]``; a
 faster transport can provide the same extension natively. The client never stamps bytes
 itself unless a transport offers no stamped stream (then it stamps as it iterates).
-``Progress`` is when one exchange passed each step: the fast transport fills it as it goes,
+Both transports raise ``MalformedResponse`` for bytes that are not HTTP and a plain
+``RemoteProtocolError`` for a server that went away (``classified``), so the client
+records the same outcome for the same bytes on either. ``Progress`` is when one exchange
+passed each step: the fast transport fills it as it goes,
 httpx's transport through its ``trace`` extension (``Progress.trace``). ``read_head`` reads
 a body (an error response's) up to a cap, whatever its length.
 """
@@ -22,6 +25,35 @@ STAMPED = "loadgen.stamped"
 """Response extension key holding a ``StampedStream``."""
 
 
+class MalformedResponse(httpx.RemoteProtocolError):
+    """The server's bytes are not an HTTP/1.1 response (a malformed head or chunk, a head
+    beyond the transport's limit, an unasked-for protocol switch): the server broke the
+    protocol, which is not the same as going away (a plain ``RemoteProtocolError``).
+    Raised by the fast transport, and by ``StampingTransport`` for httpx's own."""
+
+
+_WENT_AWAY = ("Server disconnected", "peer closed connection")
+"""How httpx's transport (httpcore, h11) begins a ``RemoteProtocolError`` for a server
+that closed the connection before the response ended; any other is a parse error."""
+_H11_BUFFER = "Receive buffer too long"
+
+
+def classified(exc: httpx.RemoteProtocolError) -> httpx.RemoteProtocolError:
+    """``exc`` from httpx's transport as the fast transport would raise it: a server that
+    went away stays a ``RemoteProtocolError`` (a ``disconnect``), bytes that are not HTTP
+    (h11's parse errors: a bad status line, header or chunk size, a head beyond httpcore's
+    100 KiB) become ``MalformedResponse`` (a ``protocol_error``)."""
+    text = str(exc)
+    if isinstance(exc, MalformedResponse) or text.startswith(_WENT_AWAY):
+        return exc
+    if text == _H11_BUFFER:
+        text = (
+            "response head or chunk line longer than 100 KiB "
+            "(httpcore's limit; h11: Receive buffer too long)"
+        )
+    return MalformedResponse(f"malformed HTTP response: {text}")
+
+
 class Progress:
     """How far one request's exchange got, and when: epoch ns on the run's clock (None:
     the step did not happen, e.g. no new connection). Mutable, one per request, filled as
@@ -33,6 +65,7 @@ class Progress:
         "first_byte_ns",
         "headers_ns",
         "now_ns",
+        "on_send",
         "status",
         "written_ns",
     )
@@ -48,6 +81,11 @@ class Progress:
         self.first_byte_ns: int | None = None
         """The first body bytes were read."""
         self.status: int | None = None
+        self.on_send: Callable[[], object] | None = None
+        """Called as the request goes to the wire (the replay's dispatch record,
+        ``loadgen.dispatched``): just before the request's bytes are written, by the fast
+        transport itself and here for httpx's (httpcore's ``send_request_headers.started``:
+        from there to its socket write nothing yields to the event loop)."""
 
     async def trace(self, event: str, info: Mapping[str, Any]) -> None:
         """httpx's ``trace`` extension; only these events matter for the TTFT chain."""
@@ -55,6 +93,9 @@ class Progress:
             self.connect_start_ns = self.now_ns()
         elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
             self.connected_ns = self.now_ns()
+        elif event == "http11.send_request_headers.started":
+            if self.on_send is not None:
+                self.on_send()
         elif event == "http11.send_request_body.complete":
             self.written_ns = self.now_ns()
         elif event == "http11.receive_response_headers.complete":
@@ -160,18 +201,27 @@ class _StampingStream(httpx.AsyncByteStream):
 
     async def stamped(self) -> AsyncIterator[tuple[int, bytes]]:
         now_ns = self._now_ns
-        async for data in self._inner:
-            yield now_ns(), data
+        try:
+            async for data in self._inner:
+                yield now_ns(), data
+        except httpx.RemoteProtocolError as exc:
+            raise classified(exc) from exc
 
     async def drain(self, sink: Callable[[int, bytes], bool | None]) -> None:
         now_ns = self._now_ns
-        async for data in self._inner:
-            if sink(now_ns(), data):
-                break  # the response's close then drops the connection mid-body
+        try:
+            async for data in self._inner:
+                if sink(now_ns(), data):
+                    break  # the response's close then drops the connection mid-body
+        except httpx.RemoteProtocolError as exc:
+            raise classified(exc) from exc
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for data in self._inner:
-            yield data
+        try:
+            async for data in self._inner:
+                yield data
+        except httpx.RemoteProtocolError as exc:
+            raise classified(exc) from exc
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -185,7 +235,10 @@ class StampingTransport(httpx.AsyncBaseTransport):
         self._now_ns = now_ns
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._inner.handle_async_request(request)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx.RemoteProtocolError as exc:
+            raise classified(exc) from exc
         stream = response.stream
         if not isinstance(stream, httpx.AsyncByteStream):
             return response

@@ -6,5 +6,6 @@ Sans-IO and pure: imports ``traces`` and orjson only; no httpx, no other ``loadg
 __all__ = [
     "bodies",
     "chunks",
+    "refusals",
     "timings",
 ]

@@ -25,6 +25,8 @@ class ServerTimings:
     ttft_ms: float | None = None
     decode_ms: float | None = None
     instance: str | None = None
+    slip_ms: float | None = None
+    """The server's own lateness against its plan (the simulator's ``slip_ms``): wall ms."""
 
 
 def _float(value: Any) -> float | None:
@@ -45,6 +47,7 @@ def _sim_timings(metrics: dict[str, Any]) -> ServerTimings:
         ttft_ms=_float(metrics.get("ttft_ms")),
         decode_ms=_float(metrics.get("decode_ms")),
         instance=str(instance) if instance is not None else None,
+        slip_ms=_float(metrics.get("slip_ms")),
     )
 
 

@@ -7,6 +7,7 @@ Ray and uvloop are optional and imported where used.
 """
 
 __all__ = [
+    "deployment",
     "descriptors",
     "options",
     "probe",
@@ -14,6 +15,7 @@ __all__ = [
     "recorder",
     "recover",
     "runinfo",
+    "runlock",
     "scrape",
     "session",
     "shard",

@@ -11,7 +11,7 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.http.headers import header_problem
-from loadgen.redact import redact_headers, redact_url
+from loadgen.redact import Scrubber, basic_authorization, redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces.io import read_metadata, read_trace
@@ -66,6 +66,26 @@ class SessionOptions:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     """The longest SSE event a response may send; a longer one makes the request a
     ``protocol_error`` and the rest of its body is not read (``loadgen.stream.sse``)."""
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers every request to the endpoint carries: ``--header`` values and the
+        credential. Precedence: ``--api-key`` (``Authorization: Bearer KEY``), then an
+        ``Authorization`` given with ``--header``, then the user info of ``--base-url``
+        (``http://user:pass@host/v1``: ``Authorization: Basic base64(user:pass)``)."""
+        headers = dict(self.headers)
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        elif not any(name.lower() == "authorization" for name in headers):
+            basic = basic_authorization(self.base_url)
+            if basic is not None:
+                headers["authorization"] = basic
+        return headers
+
+    def scrubber(self) -> Scrubber:
+        """The run's secrets (the API key, credential headers, the URLs' user info and the
+        Basic credential made of it), to take out of whatever is stored or printed."""
+        urls = [self.base_url] + ([self.scrape_url] if self.scrape_url is not None else [])
+        return Scrubber.of(headers=self.request_headers(), urls=urls, values=[self.api_key])
 
     def public_config(self) -> RunConfig:
         """The options as recorded in run.json: no API key, credentials redacted (header

@@ -20,6 +20,8 @@ import orjson
 from loadgen.errors import EndpointError
 from loadgen.openai.bodies import build_body, endpoint_path
 from loadgen.redact import Scrubber, redact_url
+from loadgen.run.deployment import discover_deployment, model_card
+from traces.deployment import DeploymentInfo
 from traces.prompts.maker import CalibrationSample, Prompt, PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
@@ -30,11 +32,13 @@ _PROBE_TRIES = 5
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndpointInfo:
-    """What the preflight learnt about the endpoint."""
+    """What the preflight learnt about the endpoint (``deployment``: what it tells of its
+    deployment, ``loadgen.run.deployment``)."""
 
     model: str
     served_models: tuple[str, ...]
     capabilities: Capabilities
+    deployment: DeploymentInfo | None = None
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -94,6 +98,7 @@ async def _preflight(
 ) -> EndpointInfo:
     base = base_url.rstrip("/")
     served: tuple[str, ...] = ()
+    models_doc: object = None
     try:
         resp = await http.get(base + "/models", headers=dict(headers))
     except httpx.HTTPError as exc:
@@ -102,7 +107,8 @@ async def _preflight(
         raise EndpointError(f"{base}: the endpoint rejects the API key (HTTP {resp.status_code})")
     if resp.status_code == 200:
         try:
-            data = orjson.loads(resp.content).get("data", [])
+            models_doc = orjson.loads(resp.content)
+            data = models_doc.get("data", []) if isinstance(models_doc, dict) else []
             served = tuple(str(m["id"]) for m in data if isinstance(m, dict) and "id" in m)
         except (orjson.JSONDecodeError, AttributeError, TypeError):
             served = ()
@@ -123,7 +129,12 @@ async def _preflight(
     for caps in attempts:
         r = await _probe(http, base, api, model, caps, headers, x_request_id)
         if r.status_code < 400:
-            return EndpointInfo(model=model, served_models=served, capabilities=caps)
+            deployment = await discover_deployment(
+                http, base_url=base, card=model_card(models_doc, model), headers=headers
+            )
+            return EndpointInfo(
+                model=model, served_models=served, capabilities=caps, deployment=deployment
+            )
         last = f"HTTP {r.status_code}: {_error_message(r)}"
         if r.status_code in (401, 403):
             raise EndpointError(f"{base}: the endpoint rejects the API key ({last})")

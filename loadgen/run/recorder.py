@@ -4,8 +4,10 @@ Records are queued by the replay (a cheap, non-blocking ``add``); a background t
 them into Arrow batches and appends each to the run's journal, an Arrow IPC stream
 (``requests.parts/journal.arrows``), every ``flush_rows`` rows or ``flush_interval_s``
 seconds. A crash therefore loses at most the last unflushed batch, and the journal is
-readable up to its last complete batch (``traces.io.read_journal``). ``close()`` turns
-the journal into ``requests.parquet`` and removes it.
+readable up to its last complete batch (``traces.io.read_journal``). Beside the journal,
+the dispatch record (``loadgen.dispatched``) names every request sent, so that a crash's
+losses can be counted exactly. ``close()`` turns the journal into ``requests.parquet``
+and removes both.
 
 Why a journal and not a Parquet file per flush: opening and closing a Parquet writer holds
 the GIL for milliseconds inside pyarrow, which would delay the event loop's next due
@@ -35,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from loadgen.dispatched import DispatchLog
 from loadgen.errors import RecorderError
 from traces import schema as s
 from traces.io import file_metadata, read_run_file
@@ -63,6 +66,9 @@ class RunRecorder:
         parts = self._dir / s.PARTS_DIR
         parts.mkdir(parents=True, exist_ok=True)
         self._journal_path = parts / s.JOURNAL_FILE
+        self.dispatched = DispatchLog(parts / s.DISPATCH_FILE)
+        """The run's dispatch record (``loadgen.dispatched``): the client writes it, the
+        recorder closes it and the merge deletes it with the journal."""
         self._flush_rows = flush_rows
         self._flush_interval_s = flush_interval_s
         self._metadata = file_metadata("run", provenance)
@@ -169,6 +175,7 @@ class RunRecorder:
         is: every reader in this project reads it)."""
         self._queue.put(_STOP)
         self._thread.join()
+        self.dispatched.close()
         try:
             self._journal.close()
             self._sink.close()
@@ -230,6 +237,8 @@ def merge_parts(
         ) from exc
     for source in sources:
         source.unlink()
+    # Every request sent has its row now: the dispatch record has nothing left to tell.
+    (parts_dir / s.DISPATCH_FILE).unlink(missing_ok=True)
     for leftover in parts_dir.glob("*.tmp"):
         leftover.unlink()
     parts_dir.rmdir()

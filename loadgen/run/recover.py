@@ -3,15 +3,20 @@ enough to analyse, and honest about what it lost.
 
 ``recover_run`` merges every journal left behind (the run's own and each ``shard-k/``'s)
 into ``requests.parquet`` (``loadgen.run.recorder.merge_parts``, which never replaces a
-journal with fewer rows), counts the requests the run sent and never recorded from the
-schedule, and rewrites ``run.json`` with status ``incomplete`` and an ``Incomplete``
-section saying why.
+journal with fewer rows), counts the requests the run sent and never recorded, and
+rewrites ``run.json`` with status ``incomplete`` and an ``Incomplete`` section saying why.
+It claims the run's lock first (``loadgen.run.runlock``): a run a replay process is still
+writing is refused (``RunLiveError``), never recovered under its feet.
 
-What a dead run can know about what it sent: the replay dispatches each shard's requests
-in schedule order, so every request of a shard up to the last one recorded was sent; in an
-open loop, so was every request due before the journal's last write (the process was alive
-then, and sends at due times). Requests sent after that last write are unknowable, so the
-lost count is a lower bound; ``scheduled - rows`` bounds it from above.
+What was sent comes from the dispatch record beside each journal (``loadgen.dispatched``):
+every request's trace index, written as its bytes went to the wire, so the lost requests
+are exactly the recorded ones without a row (or one per process too many, when the process
+died between a record and its write). A run of an earlier build has no such record; then
+the count is inferred from the schedule: the replay dispatches each shard's requests in
+schedule order, so every request of a shard up to the last one recorded was sent; in an
+open loop, so was every request due before the journal's last write. Requests sent after
+that last write are unknowable there, so that lost count is a lower bound (``exact`` False)
+and ``scheduled - rows`` bounds it from above.
 
 Imports ``loadgen.run`` and ``traces`` only.
 """
@@ -24,8 +29,10 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from loadgen.dispatched import read_dispatched
 from loadgen.errors import RunDirError
 from loadgen.run.recorder import merge_parts
+from loadgen.run.runlock import RunLock
 from loadgen.run.sharding import shard_of
 from loadgen.schedule import due_offsets_ns
 from traces import schema as s
@@ -47,7 +54,11 @@ class ShardRecovery:
     shard: int
     rows: int
     dispatched: int
+    lost: int
     merged: bool
+    exact: bool
+    """``dispatched`` and ``lost`` come from the dispatch record (or from a shard that
+    closed normally: nothing lost), not from the schedule."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,19 +88,20 @@ def _journal_written_ns(directory: Path) -> int | None:
         return None
 
 
-def _rows_of(directory: Path) -> tuple[int, int | None, int | None]:
-    """Rows in ``requests.parquet``, their highest trace index and one (index, due_ns)
-    pair's start time source (the due_ns of the highest index)."""
+def _rows_of(directory: Path) -> tuple[int, set[int], int | None, int | None]:
+    """Rows in ``requests.parquet``, their trace indices, the highest of them and its
+    due_ns (what the schedule inference starts from)."""
     path = directory / s.REQUESTS_FILE
     if not path.exists():
-        return 0, None, None
+        return 0, set(), None, None
     table = pq.read_table(path, columns=[s.TRACE_INDEX, s.DUE_NS])
     if table.num_rows == 0:
-        return 0, None, None
+        return 0, set(), None, None
     index = table.column(s.TRACE_INDEX)
     top = pc.max(index).as_py()
     where = pc.index(index, top).as_py()
-    return table.num_rows, top, table.column(s.DUE_NS)[where].as_py()
+    indices = set(index.to_pylist())
+    return table.num_rows, indices, top, table.column(s.DUE_NS)[where].as_py()
 
 
 def _dispatched(
@@ -124,78 +136,149 @@ def _schedule(info: RunInfo) -> tuple[list[TraceRequest] | None, str | None]:
     return requests, None
 
 
-def recover_run(run_dir: Path, *, cause: str | None = None) -> Recovery:
+def recover_run(run_dir: Path, *, cause: str | None = None, held: bool = False) -> Recovery:
     """Merge the journals of ``run_dir`` and mark it ``incomplete`` with ``cause`` (default:
     the process died). A run already complete, or already recovered, is left as it is.
+    ``held``: the caller holds the run's lock already (the session, after a worker died).
 
-    Raises ``RunDirError`` without a ``run.json``, ``RecorderError`` when a journal cannot
-    be merged (it stays where it is)."""
+    Raises ``RunDirError`` without a ``run.json``, ``RunLiveError`` while a replay process
+    still holds the run, ``RecorderError`` when a journal cannot be merged (it stays where
+    it is)."""
     run_dir = Path(run_dir)
-    info = read_run_info(run_dir)
+    if read_run_info(run_dir) is None:
+        raise RunDirError(f"{run_dir}: no {s.RUN_JSON}: not a run directory")
+    lock = None if held else RunLock.claim(run_dir, doing="wait for it to end, or stop it")
+    try:
+        return _recover(run_dir, cause)
+    finally:
+        if lock is not None:
+            lock.release(unlink=True)
+
+
+def _recover(run_dir: Path, cause: str | None) -> Recovery:
+    info = read_run_info(run_dir)  # again: another recovery may have finished meanwhile
     if info is None:
         raise RunDirError(f"{run_dir}: no {s.RUN_JSON}: not a run directory")
     dirs = _shard_dirs(run_dir, info.load.workers)
     pending = [d for _, d in dirs if (d / s.PARTS_DIR).exists()]
     if not pending and (info.complete or info.incomplete is not None):
         same = tuple(
-            ShardRecovery(directory=d, shard=k, rows=_rows_of(d)[0], dispatched=0, merged=False)
+            ShardRecovery(
+                directory=d,
+                shard=k,
+                rows=_rows_of(d)[0],
+                dispatched=0,
+                lost=0,
+                merged=False,
+                exact=True,
+            )
             for k, d in dirs
         )
         return Recovery(run_dir=run_dir, info=info, shards=same, changed=False)
-    requests, note = _schedule(info)
-    open_loop = info.load.mode == "open"
+    schedule: tuple[list[TraceRequest] | None, str | None] | None = None
     shards: list[ShardRecovery] = []
     for k, directory in dirs:
+        parts = directory / s.PARTS_DIR
+        record = parts / s.DISPATCH_FILE
+        sent = set(read_dispatched(record)) if record.exists() else None
         written_ns = _journal_written_ns(directory)
         merged = False
-        if (directory / s.PARTS_DIR).exists():
+        if parts.exists():
             merge_parts(directory)
             merged = True
-        rows, top_index, top_due_ns = _rows_of(directory)
-        if requests is not None:
-            mine = [r for r in requests if shard_of(r, info.load.workers) == k]
-            origin = requests[0].arrival_s if requests else None
-            offsets = dict(
-                zip(
-                    (r.index for r in mine),
-                    due_offsets_ns([r.arrival_s for r in mine], info.load.time_factor, origin),
-                    strict=True,
+        rows, indices, top_index, top_due_ns = _rows_of(directory)
+        if sent is not None:
+            shards.append(
+                ShardRecovery(
+                    directory=directory,
+                    shard=k,
+                    rows=rows,
+                    dispatched=len(sent),
+                    lost=len(sent - indices),
+                    merged=merged,
+                    exact=True,
                 )
             )
-        else:  # no trace: this shard's indices up to the last recorded, sessions aside
-            n = max(1, info.load.workers)
-            top = -1 if top_index is None else top_index
-            mine = [_placeholder(i) for i in range(k, top + 1, n)]
-            offsets = {}
-        dispatched = _dispatched(
-            mine,
-            offsets,
-            top_index=top_index,
-            top_due_ns=top_due_ns,
-            written_ns=written_ns,
-            open_loop=open_loop and requests is not None,
+            continue
+        if not merged:  # the shard closed normally (or never started): every row is there
+            shards.append(
+                ShardRecovery(
+                    directory=directory,
+                    shard=k,
+                    rows=rows,
+                    dispatched=rows,
+                    lost=0,
+                    merged=False,
+                    exact=True,
+                )
+            )
+            continue
+        if schedule is None:
+            schedule = _schedule(info)
+        dispatched = _inferred(
+            info, k, schedule[0], top_index=top_index, top_due_ns=top_due_ns, written_ns=written_ns
         )
+        dispatched = max(dispatched, rows)
         shards.append(
             ShardRecovery(
                 directory=directory,
                 shard=k,
                 rows=rows,
-                dispatched=max(dispatched, rows),
+                dispatched=dispatched,
+                lost=dispatched - rows,
                 merged=merged,
+                exact=False,
             )
         )
     rows = sum(x.rows for x in shards)
-    dispatched = sum(x.dispatched for x in shards)
     incomplete = Incomplete(
         cause=cause or _default_cause(info),
         scheduled=info.load.requests,
         rows=rows,
-        dispatched=dispatched,
-        lost=dispatched - rows,
+        dispatched=sum(x.dispatched for x in shards),
+        lost=sum(x.lost for x in shards),
+        exact=all(x.exact for x in shards),
     )
     recovered = replace(info, status=INCOMPLETE, incomplete=incomplete)
     write_run_info(run_dir, recovered)
+    note = schedule[1] if schedule is not None else None
     return Recovery(run_dir=run_dir, info=recovered, shards=tuple(shards), changed=True, note=note)
+
+
+def _inferred(
+    info: RunInfo,
+    k: int,
+    requests: list[TraceRequest] | None,
+    *,
+    top_index: int | None,
+    top_due_ns: int | None,
+    written_ns: int | None,
+) -> int:
+    """Requests shard ``k`` certainly sent, from the schedule (a run without a dispatch
+    record): a lower bound."""
+    if requests is not None:
+        mine = [r for r in requests if shard_of(r, info.load.workers) == k]
+        origin = requests[0].arrival_s if requests else None
+        offsets = dict(
+            zip(
+                (r.index for r in mine),
+                due_offsets_ns([r.arrival_s for r in mine], info.load.time_factor, origin),
+                strict=True,
+            )
+        )
+    else:  # no trace: this shard's indices up to the last recorded, sessions aside
+        n = max(1, info.load.workers)
+        top = -1 if top_index is None else top_index
+        mine = [_placeholder(i) for i in range(k, top + 1, n)]
+        offsets = {}
+    return _dispatched(
+        mine,
+        offsets,
+        top_index=top_index,
+        top_due_ns=top_due_ns,
+        written_ns=written_ns,
+        open_loop=info.load.mode == "open" and requests is not None,
+    )
 
 
 def _default_cause(info: RunInfo) -> str:

@@ -8,7 +8,9 @@ A shard whose rows could not all be written (``RecorderError``) stops early; the
 still writes ``run.json``, with status ``failed`` and the rows that were written, and then
 raises the error (exit 4). A shard process that dies (``WorkerDiedError``, exit 4) leaves
 its journal: the session merges it and marks the run ``incomplete``
-(``loadgen.run.recover``).
+(``loadgen.run.recover``). The session holds the run directory's lock
+(``loadgen.run.runlock``) from before ``run.json`` is first written until it is last
+written, so that nothing recovers the run under its feet.
 """
 
 from __future__ import annotations
@@ -17,20 +19,22 @@ import asyncio
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from loadgen import __version__
 from loadgen.clock import Clock
 from loadgen.errors import ConfigError, RecorderError, RunDirError, WorkerDiedError
 from loadgen.live import StatsView
-from loadgen.redact import redact_url
+from loadgen.redact import Scrubber, redact_url
 from loadgen.replay import ReplayResult
 from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import SessionOptions, check_options, load_requests
 from loadgen.run.probe import calibration_samples, preflight
 from loadgen.run.runinfo import versions
+from loadgen.run.runlock import RunLock
 from loadgen.run.scrape import ScrapeConfig, alongside, metrics_url_for, same_origin
 from loadgen.run.shard import (
     PromptPlan,
@@ -44,12 +48,13 @@ from loadgen.run.shard import (
     shard_shape,
 )
 from loadgen.run.sharding import select_shard
-from loadgen.schedule import time_factor
+from loadgen.schedule import check_span, time_factor
 from traces import schema as s
 from traces.io import write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
 from traces.records import TraceRequest
 from traces.runinfo import (
+    Backpressure,
     Capabilities,
     ClockAnchor,
     Endpoint,
@@ -64,10 +69,13 @@ from traces.runinfo import (
     TraceRef,
     WorkerHealth,
 )
+from traces.validate import block_size_of
 
 __all__ = [
     "SessionOptions",
     "SessionResult",
+    "backpressure_of",
+    "backpressure_warning",
     "client_bound_warnings",
     "make_transport",
     "run_session",
@@ -81,6 +89,12 @@ CLIENT_BOUND_STALL_MS = 100.0
 """Longest event-loop stall above which the run is flagged: every chunk that arrived during
 it was stamped late by up to that much, which reads as server latency (a 2 s stall among
 10,000 streams added 1.9 s to TTFT while the schedule lag stayed low)."""
+CLIENT_BOUND_STAMP_DELAY_MS = 20.0
+"""p99 stamp delay (arrived bytes waiting for the loop to stamp them) above which the
+run's latencies carry client time (``loadgen.stampdelay``)."""
+CLIENT_BOUND_STAMP_STALL_MS = 100.0
+"""Longest stamp delay above which the run is flagged: a read stamped that late adds that
+much to a TTFT or an ITL."""
 CLIENT_BOUND_CPU = 0.7
 """Share of one core a worker may use before the run is flagged client-bound."""
 START_DELAY_S = 1.0
@@ -105,13 +119,27 @@ class SessionResult:
     warnings: tuple[str, ...]
 
 
-def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+def _prepare_run_dir(run_dir: Path, overwrite: bool) -> RunLock:
+    """Take ``run_dir`` for this run: its lock, held until the run ends (refused while
+    another replay holds it, ``--overwrite`` or not), and nothing of an earlier run."""
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"{run_dir}: exists and is not a directory")
     if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
         raise RunDirError(
             f"{run_dir}: run directory is not empty (choose another -o or pass --overwrite)"
         )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock.claim(run_dir, doing="choose another -o")
+    try:
+        _clear_run_dir(run_dir, overwrite)
+    except BaseException:
+        lock.release(unlink=False)
+        raise
+    lock.hold_for_run()
+    return lock
+
+
+def _clear_run_dir(run_dir: Path, overwrite: bool) -> None:
     if overwrite and run_dir.exists():
         for name in (s.REQUESTS_FILE, s.RUN_JSON, s.SERVER_METRICS_FILE):
             (run_dir / name).unlink(missing_ok=True)
@@ -122,7 +150,6 @@ def _prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
                 parts.rmdir()
         for merged in run_dir.glob("shard-*/" + s.REQUESTS_FILE):
             merged.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _file_sha256(path: Path) -> str:
@@ -143,15 +170,41 @@ async def run_session(
     """Run one replay session. ``on_start(stats, total)`` lets a UI follow progress."""
     check_options(opts)
     requests, trace_meta = load_requests(opts)
-    factor = time_factor(
-        [r.arrival_s for r in requests], time_scale=opts.time_scale, rate=opts.rate
-    )
+    block_size = block_size_of(trace_meta, str(opts.trace_path))
+    arrivals = [r.arrival_s for r in requests]
+    factor = time_factor(arrivals, time_scale=opts.time_scale, rate=opts.rate)
+    check_span(arrivals, factor)
     if opts.ray is None:  # Ray shards run on other hosts, under their limits: each checks
         _ensure_descriptors(opts, factor, requests)
-    _prepare_run_dir(opts.run_dir, opts.overwrite)
+    lock = _prepare_run_dir(opts.run_dir, opts.overwrite)
+    try:
+        return await _replay_into(
+            opts,
+            requests,
+            trace_meta,
+            factor,
+            block_size=block_size,
+            on_start=on_start,
+            install_signal_handlers=install_signal_handlers,
+        )
+    finally:
+        lock.release(unlink=True)
+
+
+async def _replay_into(
+    opts: SessionOptions,
+    requests: list[TraceRequest],
+    trace_meta: dict[str, Any],
+    factor: float,
+    *,
+    block_size: int,
+    on_start: Callable[[StatsView, int], None] | None,
+    install_signal_handlers: bool,
+) -> SessionResult:
+    """The session once it holds its run directory (``run.lock``, for the run's lifetime:
+    no recovery under its feet)."""
     run_id = opts.run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
     api = requests[0].api if requests else s.API_CHAT
-    block_size = int(trace_meta.get("block_size", 512) or 512)
     clock = Clock()
     if opts.preflight:
         async with http_client(opts, clock, 4) as http:
@@ -164,10 +217,12 @@ async def run_session(
                 x_request_id=f"{run_id}-preflight",
             )
         model, caps, served = info.model, info.capabilities, tuple(info.served_models)
+        deployment = info.deployment
     else:
         if opts.model is None:
             raise ConfigError("--model is required with --no-preflight")
         model, caps, served = opts.model, Capabilities(), ()
+        deployment = None
     prompt_plan, calibration = PromptPlan(template_tokens=opts.template_tokens), None
     if opts.calibrate_prompts:
         async with http_client(opts, clock, 4) as http:
@@ -193,21 +248,24 @@ async def run_session(
         )
     strategy = prompt_maker(opts, block_size, prompt_plan).strategy
     mode = "closed" if opts.concurrency is not None else "open"
+    # What the server listed and what the trace file says are stored: never with a secret
+    # of the run in them (a server may echo the key in its model ids).
+    scrubber = opts.scrubber()
     base_info = RunInfo(
         run_id=run_id,
         generator=GeneratorInfo(name="llm-loadgen", version=__version__),
         config=opts.public_config(),
         endpoint=Endpoint(
             base_url=redact_url(opts.base_url),
-            model=model,
-            served_models=served,
+            model=scrubber.scrub(model),
+            served_models=tuple(scrubber.scrub(name) for name in served),
             capabilities=caps,
         ),
         load=RunLoad(mode=mode, time_factor=factor, requests=len(requests), workers=opts.workers),
         trace=TraceRef(
             path=str(opts.trace_path),
             sha256=_file_sha256(opts.trace_path),
-            metadata=trace_meta,
+            metadata=_scrubbed_metadata(scrubber, trace_meta),
         ),
         prompts=PromptsInfo(strategy=strategy, calibration=calibration),
         clock=ClockAnchor(
@@ -222,6 +280,7 @@ async def run_session(
         ),
         versions=versions(),
         status="running",
+        deployment=deployment,
     )
     write_run_info(opts.run_dir, base_info)
     plan = ShardPlan(
@@ -257,6 +316,8 @@ async def run_session(
                 shards=opts.workers,
                 start_ns=start_ns,
                 out_dir=opts.run_dir / f"shard-{k}",
+                # Local workers share the run's lock; a Ray task's host may not see it.
+                lock_dir=opts.run_dir if opts.ray is None else None,
             )
             for k in range(opts.workers)
         ]
@@ -276,7 +337,7 @@ async def run_session(
         # recorded. Merge it and say the run is incomplete, with what it lost (exit 4).
         from loadgen.run.recover import recover_run
 
-        recover_run(opts.run_dir, cause=str(exc))
+        recover_run(opts.run_dir, cause=str(exc), held=True)
         raise
     return _finish(opts, replace(base_info, server_metrics=scraped), outcomes)
 
@@ -296,6 +357,13 @@ def _ensure_descriptors(opts: SessionOptions, factor: float, requests: list[Trac
     )
 
 
+def _scrubbed_metadata(scrubber: Scrubber, metadata: Mapping[str, object]) -> dict[str, object]:
+    """The trace's file metadata as run.json keeps it: every string scrubbed."""
+    scrubbed = scrubber.scrub_tree(metadata)
+    assert isinstance(scrubbed, dict)
+    return scrubbed
+
+
 def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
     """What to scrape: the given URL (required), else the endpoint's /metrics if present;
     credentials go only to the endpoint's own origin."""
@@ -304,9 +372,7 @@ def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
     url = opts.scrape_url or metrics_url_for(opts.base_url)
     headers: dict[str, str] = {}
     if same_origin(url, opts.base_url):
-        headers.update(opts.headers)
-        if opts.api_key:
-            headers["authorization"] = f"Bearer {opts.api_key}"
+        headers.update(opts.request_headers())
     return ScrapeConfig(
         url=url,
         out_path=opts.run_dir / s.SERVER_METRICS_FILE,
@@ -323,6 +389,10 @@ def _merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
     def worst(lags: list[LagSummary]) -> LagSummary:
         return max(lags, key=lambda lag: lag.p99_ms)
 
+    def worst_of(lags: list[LagSummary | None]) -> LagSummary | None:
+        known = [lag for lag in lags if lag is not None]
+        return worst(known) if known else None
+
     reasons = {r.stop_reason for r in replays}
     return ReplayResult(
         dispatched=sum(r.dispatched for r in replays),
@@ -333,15 +403,60 @@ def _merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
         schedule_lag=worst([r.schedule_lag for r in replays]),
         cpu_utilisation=max(r.cpu_utilisation for r in replays),
         cpu_s=sum(r.cpu_s for r in replays),
+        stamp_delay=worst_of([r.stamp_delay for r in replays]),
+        held=_merge_held([r.held for r in replays]),
+        dispatch_lag=worst_of([r.dispatch_lag for r in replays]),
+    )
+
+
+def _merge_held(helds: list[LagSummary | None]) -> LagSummary | None:
+    """The cap's holds over shards: every shard's held requests, the worst p99 and max."""
+    known = [h for h in helds if h is not None]
+    if not known:
+        return None
+    busiest = max(known, key=lambda h: h.p99_ms)
+    return LagSummary(
+        samples=sum(h.samples for h in known),
+        p50_ms=busiest.p50_ms,
+        p99_ms=busiest.p99_ms,
+        max_ms=max(h.max_ms for h in known),
+    )
+
+
+def backpressure_of(result: ReplayResult, max_inflight: int | None) -> Backpressure | None:
+    """What a ``--max-inflight`` cap held back (None without a cap)."""
+    if max_inflight is None or result.held is None or result.dispatch_lag is None:
+        return None
+    return Backpressure(
+        max_inflight=max_inflight,
+        held=result.held.samples,
+        hold_ms=result.held,
+        dispatch_lag_ms=result.dispatch_lag,
+    )
+
+
+def backpressure_warning(bp: Backpressure | None) -> str | None:
+    """One line when the cap held requests back: the offered load was not the trace's."""
+    if bp is None or bp.held == 0:
+        return None
+    return (
+        f"backpressure: {bp.held} requests waited for --max-inflight {bp.max_inflight}; "
+        f"p99 wait {bp.hold_ms.p99_ms:.1f} ms: the offered load was not the trace's"
     )
 
 
 def client_bound_warnings(
-    *, schedule_lag: LagSummary, loop_lag: LagSummary, cpu_utilisation: float
+    *,
+    schedule_lag: LagSummary,
+    loop_lag: LagSummary,
+    cpu_utilisation: float,
+    stamp_delay: LagSummary | None = None,
 ) -> list[str]:
     """Why the client, not the server, may have limited the run or skewed its stamps (none:
-    it did not): late sends (schedule lag p99), a busy event loop (loop lag p99), one long
-    stall (loop lag max: the stamps taken in it are late) or a saturated core."""
+    it did not): late sends (schedule lag p99, net of a ``--max-inflight`` cap's hold: pass
+    the dispatch lag then), a busy event loop (loop lag p99), one long stall (loop lag max:
+    the stamps taken in it are late), arrived bytes stamped late (stamp delay p99 or max)
+    or a saturated core."""
     warnings: list[str] = []
     if schedule_lag.p99_ms > CLIENT_BOUND_LAG_MS:
         warnings.append(
@@ -358,6 +473,19 @@ def client_bound_warnings(
             f"an event-loop stall of {loop_lag.max_ms:.0f} ms (over {CLIENT_BOUND_STALL_MS:g} "
             "ms): chunks arriving during it were stamped up to that late"
         )
+    if stamp_delay is not None and stamp_delay.samples:
+        if stamp_delay.p99_ms > CLIENT_BOUND_STAMP_DELAY_MS:
+            warnings.append(
+                f"p99 stamp delay {stamp_delay.p99_ms:.1f} ms exceeds "
+                f"{CLIENT_BOUND_STAMP_DELAY_MS:g} ms: arrived bytes waited for the event loop, "
+                "latencies include client time; try --workers"
+            )
+        elif stamp_delay.max_ms > CLIENT_BOUND_STAMP_STALL_MS:
+            warnings.append(
+                f"a stamp delay of {stamp_delay.max_ms:.0f} ms (over "
+                f"{CLIENT_BOUND_STAMP_STALL_MS:g} ms): bytes that arrived then were stamped "
+                "that late"
+            )
     if cpu_utilisation > CLIENT_BOUND_CPU:
         warnings.append(
             f"a worker used {cpu_utilisation:.0%} of a core (over "
@@ -370,11 +498,14 @@ def _finish(
     opts: SessionOptions, base_info: RunInfo, outcomes: list[ShardOutcome]
 ) -> SessionResult:
     result = _merge_results(outcomes)
+    backpressure = backpressure_of(result, opts.max_inflight)
     warnings = client_bound_warnings(
-        schedule_lag=result.schedule_lag,
+        schedule_lag=backpressure.dispatch_lag_ms if backpressure else result.schedule_lag,
         loop_lag=result.loop_lag,
         cpu_utilisation=result.cpu_utilisation,
+        stamp_delay=result.stamp_delay,
     )
+    notes = [w for w in (backpressure_warning(backpressure),) if w is not None]
     by_outcome: dict[str, int] = {}
     for o in outcomes:
         for name, count in o.by_outcome:
@@ -397,7 +528,9 @@ def _finish(
             cpu_utilisation=result.cpu_utilisation,
             cpu_s=result.cpu_s,
             client_bound=bool(warnings),
-            warnings=tuple(warnings),
+            warnings=tuple(warnings + notes),
+            stamp_delay_ms=result.stamp_delay,
+            backpressure=backpressure,
             workers=tuple(
                 WorkerHealth(
                     shard=o.shard,
@@ -425,5 +558,5 @@ def _finish(
         replay=result,
         rows=rows,
         client_bound=bool(warnings),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings + notes),
     )

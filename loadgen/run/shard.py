@@ -78,6 +78,9 @@ class ShardPlan:
     start_ns: int | None = None
     """Common start in epoch ns (all workers share CLOCK_MONOTONIC); None: start now."""
     out_dir: Path
+    lock_dir: Path | None = None
+    """The run directory whose lock a worker process shares while it runs
+    (``loadgen.run.runlock``); None in the session's own process, which holds it already."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,9 +112,7 @@ def http_client(
     max_connections: int,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
-    headers = dict(opts.headers)
-    if opts.api_key:
-        headers["authorization"] = f"Bearer {opts.api_key}"
+    headers = opts.request_headers()
     timeout = httpx.Timeout(
         connect=min(30.0, opts.request_timeout_s),
         read=opts.request_timeout_s,
@@ -120,7 +121,11 @@ def http_client(
     )
     if transport is None:
         transport = make_transport(opts.transport, clock.now_ns, max_connections=max_connections)
-    return httpx.AsyncClient(transport=transport, timeout=timeout, headers=headers)
+    # ``auth``: no credential of httpx's own. Without it httpx would turn a URL's user info
+    # into Basic auth on the requests it sends itself (the preflight), over the header.
+    return httpx.AsyncClient(
+        transport=transport, timeout=timeout, headers=headers, auth=httpx.Auth()
+    )
 
 
 def shard_connections(shape: LoadShape, requests: int) -> tuple[int, str | None]:
@@ -194,6 +199,7 @@ async def replay_shard(
         on_failure=recorder_failed,
     )
     stats = LiveStats(clock.now_ns)
+    installed: list[signal.Signals] = []
     transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
     error: str | None = None
     try:
@@ -208,6 +214,7 @@ async def replay_shard(
                 transport=transport,
                 defer_records=True,
                 max_event_bytes=opts.max_event_bytes,
+                dispatched=recorder.dispatched,
             )
             replayer = Replayer(
                 requests=mine,
@@ -223,7 +230,6 @@ async def replay_shard(
             )
             if on_start is not None:
                 on_start(stats, len(mine))
-            installed: list[signal.Signals] = []
             if install_signal_handlers:
                 for sig in stop_signals:
                     try:
@@ -240,14 +246,17 @@ async def replay_shard(
                     result = await replayer.run(start_ns=plan.start_ns)
             finally:
                 sys.setswitchinterval(switch_interval)
-                for sig in installed:
-                    loop.remove_signal_handler(sig)
     finally:
         # After the client has closed its connections: the merge needs descriptors too.
         try:
             await asyncio.to_thread(recorder.close)
         except RecorderError as exc:
             error = str(exc)
+        finally:
+            # Only after the merge: a signal during it changes nothing (the replay has
+            # stopped), where the default action would leave the journal unmerged.
+            for sig in installed:
+                loop.remove_signal_handler(sig)
     return ShardOutcome(
         shard=plan.shard,
         replay=result,

@@ -23,6 +23,7 @@ from typing import Any
 from loadgen.clock import Clock
 from loadgen.errors import LoadgenError, WorkerDiedError
 from loadgen.live import AggregateStats, LiveStats, StatsView, WorkerReport
+from loadgen.run.runlock import RunLock
 from loadgen.run.shard import ShardOutcome, ShardPlan, replay_shard
 from loadgen.run.sharding import select_shard
 
@@ -74,10 +75,15 @@ def worker_main(plan: ShardPlan, channel: Any) -> None:
             channel.put(holder[0].report(plan.shard))
         return outcome
 
+    # While this process lives the run is not recovered, even if the parent dies first.
+    lock = RunLock.share(plan.lock_dir) if plan.lock_dir is not None else None
     try:
         channel.put(_run(main()))
     except BaseException as exc:  # reported to the parent, which raises it as one line
         channel.put(_WorkerFailed(shard=plan.shard, message=f"{type(exc).__name__}: {exc}"))
+    finally:
+        if lock is not None:
+            lock.release(unlink=False)
 
 
 def _death(proc: SpawnProcess) -> str:
@@ -151,12 +157,14 @@ async def run_workers(
             elif isinstance(msg, _WorkerFailed):
                 failures.append(msg)
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
         for proc in procs:
             await asyncio.to_thread(proc.join, 10)
             if proc.is_alive():
                 proc.kill()
+        # Only now: a signal while the workers exit is forwarded (to none), not the default
+        # action, which would end this process before it writes run.json.
+        for sig in installed:
+            loop.remove_signal_handler(sig)
     if failures:
         first = min(failures, key=lambda f: f.shard)
         if first.died:

@@ -23,6 +23,8 @@ __all__ = [
     "instance",
     "launch",
     "metrics",
+    "offline",
+    "offline_run",
     "physics",
     "prefix",
     "prompt",

@@ -25,7 +25,7 @@ import orjson
 
 from loadgen.errors import DroppedConnection, RequestError
 from loadgen.sim.chunks import ResponseFormatter, error_body, models_body
-from loadgen.sim.config import SimConfig
+from loadgen.sim.config import SimConfig, engine_deployment
 from loadgen.sim.engine import Engine, FixedDelayEngine, Stall
 from loadgen.sim.faults import FaultInjector, FaultKind
 from loadgen.sim.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -118,6 +118,7 @@ class SimApp:
         await _error(send, 404, f"no route for {method} {path}", "NotFoundError")
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send, api: Api) -> None:
+        self.metrics.received()  # first: a request whose body never comes counts too
         cfg = self.config
         raw_id = _header(scope, b"x-request-id")
         request_id = raw_id.decode("latin-1") if raw_id else f"sim-{next(self._counter)}"
@@ -181,7 +182,6 @@ class SimApp:
         if plan.malformed:
             self.metrics.fault("malformed")
             malformed_at = -(-request.max_tokens // cfg.tokens_per_chunk) // 2
-        self.metrics.prompt_tokens(request.prompt_tokens)
         response = ResponseWriter(
             engine=self.engine,
             metrics=self.metrics,
@@ -285,7 +285,8 @@ def _default_engine(config: SimConfig) -> Engine:
 
 
 def _models_meta(config: SimConfig, scale: float) -> dict[str, object]:
-    """The simulator's own ``/v1/models`` card fields: engine, time scale, deployment."""
+    """The simulator's own ``/v1/models`` card fields: engine, time scale, deployment (also
+    as ``sim_deployment_spec``, the ``deployment.toml`` layout: ``traces.deployment``)."""
     meta: dict[str, object] = {"sim_time_scale": scale}
     spec = config.engine
     if spec is None:
@@ -306,4 +307,6 @@ def _models_meta(config: SimConfig, scale: float) -> dict[str, object]:
         "kv_block_size": spec.kv_block_size,
         "prefix_cache": spec.prefix_cache,
     }
+    # The whole deployment in the deployment.toml layout, read by the replay's preflight.
+    meta["sim_deployment_spec"] = engine_deployment(spec).nested()
     return meta

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from loadgen.errors import ConfigError
+from traces.deployment import DeploymentSpec, Efficiency, KvLink, Pool, Scheduler
 
 DEFAULT_PORT = 8000
 DEFAULT_MODEL_NAME = "sim-model"
@@ -56,6 +57,7 @@ class EngineConfig:
     memory_fraction: float = 0.9
     kv_capacity_tokens: int | None = None
     tokenizer: Path | None = None
+    profile: Path | None = None  # calibration profile TOML (loadgen plan calibrate)
 
     def __post_init__(self) -> None:
         _check(bool(self.model), "model", self.model, "must not be empty")
@@ -171,6 +173,80 @@ class SimConfig:
     def chunk_interval_ns(self) -> int:
         """Time between two content chunks, in ns: ``itl_ms * tokens_per_chunk``."""
         return round(self.itl_ms * self.tokens_per_chunk * 1e6)
+
+
+def engine_deployment(engine: EngineConfig) -> DeploymentSpec:
+    """The engine's whole deployment in the ``deployment.toml`` layout (what the simulator
+    publishes on its model card, so that a run records it)."""
+    disagg = engine.topology == "disagg"
+    return DeploymentSpec(
+        engine="sim",
+        model=engine.model,
+        gpu=engine.gpu,
+        gpus=engine.gpus,
+        tensor_parallel=engine.gpus,
+        pipeline_parallel=1,
+        replicas=None if disagg else engine.replicas,
+        time_scale=engine.time_scale,
+        topology=engine.topology,
+        scheduler=Scheduler(
+            max_batched_tokens=engine.max_batched_tokens,
+            max_num_seqs=engine.max_num_seqs,
+            block_size=engine.kv_block_size,
+            prefix_caching=engine.prefix_cache,
+            kv_capacity_tokens=engine.kv_capacity_tokens,
+        ),
+        efficiency=Efficiency(
+            prefill=engine.efficiency_prefill,
+            decode=engine.efficiency_decode,
+            step_overhead_us=engine.step_overhead_us,
+            memory_fraction=engine.memory_fraction,
+        ),
+        prefill=Pool(instances=engine.prefill_instances, gpus=engine.prefill_gpus)
+        if disagg
+        else Pool(),
+        decode=Pool(instances=engine.decode_instances, gpus=engine.decode_gpus)
+        if disagg
+        else Pool(),
+        kv_link=KvLink(gbps=engine.link_gbps, latency_us=engine.link_latency_us)
+        if disagg
+        else KvLink(),
+    )
+
+
+def engine_options(spec: DeploymentSpec) -> dict[str, object]:
+    """``EngineConfig`` keyword arguments for what ``spec`` says (keys it leaves out keep
+    the engine's defaults). The simulator runs tensor parallel only: a pipeline is refused.
+    ``efficiency.profile`` is not read here (it needs the budget file reader)."""
+    if (spec.pipeline_parallel or 1) > 1:
+        raise ConfigError(
+            f"{spec.where}: pipeline_parallel = {spec.pipeline_parallel}: the simulator "
+            "models tensor parallelism only"
+        )
+    pairs: dict[str, object] = {
+        "model": spec.model,
+        "gpu": spec.gpu,
+        "gpus": spec.gpus_per_replica,
+        "topology": spec.topology,
+        "replicas": spec.replicas,
+        "prefill_instances": spec.prefill.instances,
+        "prefill_gpus": spec.prefill.gpus,
+        "decode_instances": spec.decode.instances,
+        "decode_gpus": spec.decode.gpus,
+        "link_gbps": spec.kv_link.gbps,
+        "link_latency_us": spec.kv_link.latency_us,
+        "max_num_seqs": spec.scheduler.max_num_seqs,
+        "max_batched_tokens": spec.scheduler.max_batched_tokens,
+        "kv_block_size": spec.scheduler.block_size,
+        "prefix_cache": spec.scheduler.prefix_caching,
+        "kv_capacity_tokens": spec.scheduler.kv_capacity_tokens,
+        "time_scale": spec.time_scale,
+        "efficiency_prefill": spec.efficiency.prefill,
+        "efficiency_decode": spec.efficiency.decode,
+        "step_overhead_us": spec.efficiency.step_overhead_us,
+        "memory_fraction": spec.efficiency.memory_fraction,
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
 
 
 def _check(ok: bool, name: str, value: object, why: str) -> None:

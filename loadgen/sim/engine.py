@@ -219,8 +219,10 @@ class GroundTruth:
 
     Our keys, floats in ms: ``queue_ms``, ``prefill_ms``, ``transfer_ms`` and ``first_token_ms``
     add up to ``ttft_ms``, the *measured* time from the request body's receipt to the write of
-    the first content chunk (``first_token_ms`` absorbs the few microseconds by which the
-    write trailed the plan); ``decode_ms`` is first to last content chunk write.
+    the first content chunk (stamped as its ``send`` starts; ``first_token_ms`` absorbs
+    whatever the write trailed the plan by, and ``slip_ms`` states the worst chunk's
+    lateness, to its ``send``'s return, on its own); ``decode_ms`` is first to last content
+    chunk write.
     vLLM's per-request keys (``--enable-per-request-metrics``, vLLM PR #46768) are derived:
     ``time_to_first_token_ms`` = ttft, ``queue_time_ms`` = queue, ``generation_time_ms`` =
     decode, ``mean_itl_ms`` = decode / (completion_tokens - 1), ``tokens_per_second`` =
@@ -237,6 +239,10 @@ class GroundTruth:
     instance: str
     cached_tokens: int = 0
     prefill_instance: str | None = None
+    slip_ms: float = 0.0
+    """The simulator's own lateness: the worst chunk's ``send`` completion after its planned
+    time, in *wall* ms (not model time). The other terms are the plan and the measured
+    first/last writes; this says how far the writes trailed the plan."""
 
     @classmethod
     def measure(
@@ -249,6 +255,7 @@ class GroundTruth:
         completion_tokens: int,
         instance: str,
         time_scale: float = 1.0,
+        slip_ns: int = 0,
     ) -> GroundTruth:
         """Combine the engine's planned phases with the measured first and last writes."""
         ttft_ns = (first_ns - received_ns) / time_scale
@@ -264,6 +271,7 @@ class GroundTruth:
             instance=phases.instance or instance,
             cached_tokens=phases.cached_tokens,
             prefill_instance=phases.prefill_instance,
+            slip_ms=max(0, slip_ns) / 1e6,
         )
 
     def as_json(self) -> dict[str, float | int | str]:
@@ -281,6 +289,7 @@ class GroundTruth:
             "ttft_ms": self.ttft_ms,
             "decode_ms": self.decode_ms,
             "instance": self.instance,
+            "slip_ms": self.slip_ms,
             **extra,
             "time_to_first_token_ms": self.ttft_ms,
             "queue_time_ms": self.queue_ms,

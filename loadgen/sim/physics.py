@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from analyzers.budget import (
     Deployment,
@@ -26,6 +27,7 @@ from analyzers.budget import (
     kv_transfer_time_s,
     step_time_s,
 )
+from analyzers.budget.profile import load_profile_for
 from analyzers.errors import BudgetError
 from loadgen.errors import ConfigError
 
@@ -41,6 +43,7 @@ class HardwareChoice:
     decode_efficiency: float = 0.6
     step_overhead_s: float = 0.0
     memory_fraction: float = 0.9
+    profile: Path | None = None  # calibration profile TOML; its entry for ``gpu`` is used
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,8 +60,15 @@ class Physics:
     def __init__(self, choice: HardwareChoice, *, chunk_tokens: int | None = None) -> None:
         try:
             self.model: ModelSpec = catalog.model(choice.model)
+            hardware = catalog.gpu(choice.gpu)
+            profile = None
+            if choice.profile is not None:
+                profile = load_profile_for(
+                    choice.profile, choice.gpu, lambda name: catalog.gpu(name).name == hardware.name
+                )
             self.deploy = Deployment(
-                hardware=catalog.gpu(choice.gpu),
+                hardware=hardware,
+                profile=profile,
                 tensor_parallel=choice.gpus,
                 prefill_efficiency=choice.prefill_efficiency,
                 decode_efficiency=choice.decode_efficiency,

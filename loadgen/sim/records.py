@@ -17,6 +17,7 @@ class RequestRecord:
 
     __slots__ = (
         "chunk_due_ns",
+        "chunk_sent_ns",
         "chunk_tokens",
         "chunk_write_ns",
         "headers_ns",
@@ -24,6 +25,7 @@ class RequestRecord:
         "prompt_tokens",
         "received_ns",
         "request_id",
+        "slip_ns",
     )
 
     def __init__(self, request_id: str, *, received_ns: int, prompt_tokens: int) -> None:
@@ -34,6 +36,11 @@ class RequestRecord:
         self.chunk_write_ns: list[int] = []
         self.chunk_tokens: list[int] = []
         self.chunk_due_ns: list[int] = []
+        self.chunk_sent_ns: list[int] = []
+        """When each content chunk's ``send`` returned: the bytes were with the transport
+        (written to the socket, or queued there behind earlier ones)."""
+        self.slip_ns = 0
+        """The worst lateness so far of a chunk against its plan: ``sent - due`` (wall ns)."""
         self.outcome = "running"
 
     def chunk(self, write_ns: int, tokens: int, due_ns: int | None = None) -> None:
@@ -43,6 +50,13 @@ class RequestRecord:
         self.chunk_tokens.append(tokens)
         if due_ns is not None:
             self.chunk_due_ns.append(due_ns)
+
+    def sent(self, sent_ns: int) -> None:
+        """Note that the latest chunk's ``send`` returned at ``sent_ns``; its lateness
+        against plan (streaming: the engine's due time) raises ``slip_ns``."""
+        self.chunk_sent_ns.append(sent_ns)
+        if len(self.chunk_due_ns) == len(self.chunk_sent_ns):
+            self.slip_ns = max(self.slip_ns, sent_ns - self.chunk_due_ns[-1])
 
     def to_json(self) -> bytes:
         """The record as served by ``GET /debug/requests/{id}``."""
@@ -55,6 +69,8 @@ class RequestRecord:
                 "chunk_write_ns": self.chunk_write_ns,
                 "chunk_tokens": self.chunk_tokens,
                 "chunk_due_ns": self.chunk_due_ns,
+                "chunk_sent_ns": self.chunk_sent_ns,
+                "slip_ns": self.slip_ns,
                 "outcome": self.outcome,
             }
         )

@@ -1,9 +1,15 @@
 """Write one generation response, streaming (SSE) or whole, and keep its server record.
 
-Each content chunk is stamped immediately before its ``send``; the ground truth of the final
-chunk combines the engine's phases with the measured writes, in model time (wall durations
-divided by the engine's time scale). Faults that act inside a stream (drop, malformed chunk)
-are applied here; a drop is reported as the outcome ``dropped`` for the app to raise.
+Each content chunk is stamped immediately before its ``send`` (``chunk_write_ns``: the
+write cannot have happened earlier, so a client never sees a token before it) and again
+when the ``send`` returned (``chunk_sent_ns``: the bytes were with the transport, so the
+write cannot have happened later). The ground truth of the final chunk combines the
+engine's phases with the first, in model time (wall durations divided by the engine's
+time scale), and reports the simulator's own slip on its own: how much later than planned
+its chunks went out by the second (wall ms, ``slip_ms``; the last chunk's own send is
+counted up to its stamp when the truth rides on it, in full when a usage chunk follows).
+Faults that act inside a stream (drop, malformed chunk) are applied here; a drop is
+reported as the outcome ``dropped`` for the app to raise.
 
 Must not import the replay client (loadgen.client/replay/transport/recorder).
 """
@@ -56,12 +62,21 @@ class ResponseWriter:
         self._headers = headers
         self._drop_after = drop_after
 
-    def _truth(self, phases: Phases, first_ns: int, last_ns: int, tokens: int) -> GroundTruth:
-        truth = self._measure(phases, first_ns, last_ns, tokens)
+    def _truth(
+        self, phases: Phases, first_ns: int, last_ns: int, tokens: int, due_ns: int | None = None
+    ) -> GroundTruth:
+        """``due_ns``: the plan of the chunk the truth rides on (its lateness so far counts)."""
+        truth = self._measure(phases, first_ns, last_ns, tokens, due_ns)
         self._metrics.request_phases(truth)
         return truth
 
-    def _measure(self, phases: Phases, first_ns: int, last_ns: int, tokens: int) -> GroundTruth:
+    def _measure(
+        self, phases: Phases, first_ns: int, last_ns: int, tokens: int, due_ns: int | None
+    ) -> GroundTruth:
+        slip = self._record.slip_ns
+        if due_ns is not None:
+            slip = max(slip, last_ns - due_ns)
+        self._metrics.slip(slip / 1e9)
         return GroundTruth.measure(
             phases,
             received_ns=self._record.received_ns,
@@ -70,7 +85,20 @@ class ResponseWriter:
             completion_tokens=tokens,
             instance=self._engine.instance,
             time_scale=self._scale,
+            slip_ns=slip,
         )
+
+    def _served_by(self, phases: Phases | None) -> str:
+        """The instance a request's metrics are labelled with (vLLM's ``engine``)."""
+        if phases is not None and phases.instance is not None:
+            return phases.instance
+        return self._engine.instance
+
+    def _prefilled(self, phases: Phases) -> None:
+        """Count the prompt's tokens once its prefill is done (at the first token), on the
+        instance that prefilled it."""
+        instance = phases.prefill_instance or self._served_by(phases)
+        self._metrics.prompt_tokens(self._request.prompt_tokens, engine=instance)
 
     def _drops_at(self, emitted: int, emission: Emission) -> bool:
         return self._drop_after is not None and emitted + emission.tokens > self._drop_after
@@ -101,7 +129,7 @@ class ResponseWriter:
                     if emission.last and not self._request.include_usage:
                         now = time.perf_counter_ns()
                         first = record.chunk_write_ns[0] if record.chunk_write_ns else now
-                        truth = self._truth(phases, first, now, emitted)
+                        truth = self._truth(phases, first, now, emitted, emission.due_ns)
                     body = fmt.content_chunk(
                         token_text(emission.first_token, emission.tokens),
                         completion_tokens=emitted,
@@ -111,17 +139,21 @@ class ResponseWriter:
                     write_ns = time.perf_counter_ns()
                     record.chunk(write_ns, emission.tokens, emission.due_ns)
                     await send({"type": "http.response.body", "body": body, "more_body": True})
+                    record.sent(time.perf_counter_ns())
                     if emission.index == 0:
-                        metrics.first_token((write_ns - record.received_ns) / 1e9 / self._scale)
+                        ttft_s = (write_ns - record.received_ns) / 1e9 / self._scale
+                        metrics.first_token(ttft_s, engine=self._served_by(phases))
+                        self._prefilled(emission.phases)
         finally:
-            metrics.generated(emitted)
+            metrics.generated(emitted, engine=self._served_by(phases))
         if self._request.include_usage and phases is not None:
             writes = record.chunk_write_ns
             truth = self._truth(phases, writes[0], writes[-1], emitted)
             body = fmt.usage_chunk(completion_tokens=emitted, truth=truth)
             await send({"type": "http.response.body", "body": body, "more_body": True})
         await send({"type": "http.response.body", "body": DONE, "more_body": False})
-        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale)
+        e2e_s = (time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale
+        metrics.finished(e2e_s, engine=self._served_by(phases))
         return "ok"
 
     async def whole(self, emissions: AsyncGenerator[Emission, None]) -> str:
@@ -138,11 +170,13 @@ class ResponseWriter:
                         return "dropped"
                     if emission.index == 0:
                         first_ns = time.perf_counter_ns()
-                        metrics.first_token((first_ns - record.received_ns) / 1e9 / self._scale)
+                        ttft_s = (first_ns - record.received_ns) / 1e9 / self._scale
+                        metrics.first_token(ttft_s, engine=self._served_by(emission.phases))
+                        self._prefilled(emission.phases)
                     emitted += emission.tokens
                     phases = emission.phases
         finally:
-            metrics.generated(emitted)
+            metrics.generated(emitted, engine=self._served_by(phases))
         if phases is None:
             raise RuntimeError("the engine emitted no tokens")
         now = time.perf_counter_ns()
@@ -161,7 +195,9 @@ class ResponseWriter:
         write_ns = time.perf_counter_ns()
         record.chunk(write_ns, emitted)
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
-        metrics.finished((time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale)
+        record.sent(time.perf_counter_ns())
+        e2e_s = (time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale
+        metrics.finished(e2e_s, engine=self._served_by(phases))
         return "ok"
 
     async def _partial_body(self) -> None:

@@ -47,6 +47,40 @@ from loadgen.sim.router import Router, RouterPolicy
 from loadgen.sim.tokenizer import make_tokenizer
 
 
+def instance_setup(spec: EngineConfig, gpus: int) -> tuple[Physics, SchedulerLimits]:
+    """The physics and batch limits of one instance of ``gpus`` GPUs under ``spec``: shared
+    by the real-time engine and the offline one (:mod:`loadgen.sim.offline`)."""
+    physics = Physics(
+        HardwareChoice(
+            model=spec.model,
+            gpu=spec.gpu,
+            gpus=gpus,
+            prefill_efficiency=spec.efficiency_prefill,
+            decode_efficiency=spec.efficiency_decode,
+            step_overhead_s=spec.step_overhead_us / 1e6,
+            memory_fraction=spec.memory_fraction,
+            profile=spec.profile,
+        ),
+        chunk_tokens=spec.max_batched_tokens,
+    )
+    capacity = spec.kv_capacity_tokens or physics.kv_capacity_tokens()
+    blocks = capacity // spec.kv_block_size
+    if blocks < 1:
+        raise ConfigError(
+            f"{spec.model} on {gpus} x {spec.gpu} leaves no memory for the KV cache; "
+            "add GPUs or raise --memory-fraction"
+        )
+    limits = SchedulerLimits(
+        num_blocks=blocks,
+        block_size=spec.kv_block_size,
+        max_num_seqs=spec.max_num_seqs,
+        max_batched_tokens=spec.max_batched_tokens,
+        prefix_cache=spec.prefix_cache,
+        preempt=spec.preempt,
+    )
+    return physics, limits
+
+
 class _Ticket:
     """One request's progress through the engine, and the waiter of its handler."""
 
@@ -138,41 +172,14 @@ class PhysicsEngine:
         self._transfers: set[asyncio.Task[None]] = set()
 
     def _pool(self, prefix: str, count: int, gpus: int, role: Role) -> list[Instance]:
-        spec = self.spec
-        physics = Physics(
-            HardwareChoice(
-                model=spec.model,
-                gpu=spec.gpu,
-                gpus=gpus,
-                prefill_efficiency=spec.efficiency_prefill,
-                decode_efficiency=spec.efficiency_decode,
-                step_overhead_s=spec.step_overhead_us / 1e6,
-                memory_fraction=spec.memory_fraction,
-            ),
-            chunk_tokens=spec.max_batched_tokens,
-        )
-        capacity = spec.kv_capacity_tokens or physics.kv_capacity_tokens()
-        blocks = capacity // spec.kv_block_size
-        if blocks < 1:
-            raise ConfigError(
-                f"{spec.model} on {gpus} x {spec.gpu} leaves no memory for the KV cache; "
-                "add GPUs or raise --memory-fraction"
-            )
-        limits = SchedulerLimits(
-            num_blocks=blocks,
-            block_size=spec.kv_block_size,
-            max_num_seqs=spec.max_num_seqs,
-            max_batched_tokens=spec.max_batched_tokens,
-            prefix_cache=spec.prefix_cache,
-            preempt=spec.preempt,
-        )
+        physics, limits = instance_setup(self.spec, gpus)
         return [
             Instance(
                 f"{prefix}{i}",
                 role=role,
                 physics=physics,
                 limits=limits,
-                time_scale=spec.time_scale,
+                time_scale=self.spec.time_scale,
                 timer=self._timer,
                 on_step=self._on_step,
             )

@@ -332,7 +332,7 @@ def classes_table(a: Analysis) -> str:
     """Outcomes, throughput, fidelity and goodput, one row per class and the run."""
     header = [
         "class", "requests", "ok", "errors", "req/s", "output tok/s", "total tok/s",
-        "prompt |ratio-1| (median)", "cached", "goodput",
+        "prompt |ratio-1| (median)", "cached share (tokens)", "goodput",
     ]  # fmt: skip
     rows = []
     for c in (a.overall, *a.classes):
@@ -347,7 +347,7 @@ def classes_table(a: Analysis) -> str:
                 f"{c.output_tokens_per_s:,.0f}",
                 f"{c.total_tokens_per_s:,.0f}",
                 fmt.percent(f.abs_error_median),
-                fmt.percent(f.cached_fraction_mean, 0),
+                fmt.percent(f.cached_share),
                 fmt.percent(None if g is None else g.fraction),
             ]
         )
@@ -359,9 +359,27 @@ def analysis_tables(a: Analysis) -> str:
     parts = [classes_table(a), metrics_table(a.overall, "Latency, all requests")]
     if len(a.classes) > 1:
         parts += [metrics_table(c, f"Latency, class {c.workload}") for c in a.classes]
+    if a.cache_by_turn:
+        parts.append(cache_depth_table(a))
     outcomes = ", ".join(f"{o.outcome} {o.count:,}" for o in a.overall.outcomes) or "none"
     parts.append(f'<p class="note">Outcomes: {escape(outcomes)}.</p>')
     return "\n".join(parts)
+
+
+def cache_depth_table(a: Analysis) -> str:
+    """Reported prefix-cache reuse per session turn depth, token-weighted."""
+    header = ["turn", "requests", "prompt tokens", "cached tokens", "cached share"]
+    rows = [
+        [
+            str(d.turn),
+            f"{d.requests:,}",
+            f"{d.prompt_tokens:,}",
+            f"{d.cached_tokens:,}",
+            fmt.percent(d.share),
+        ]
+        for d in a.cache_by_turn
+    ]
+    return html_table("Prefix cache by turn depth (token-weighted)", header, rows)
 
 
 def tail_table(c: ClassDecomposition) -> str:

@@ -16,8 +16,9 @@ REQUIRED_MODELS = [
     "llama-3.1-405b", "qwen2.5-72b", "mixtral-8x7b", "deepseek-v3",
     "llama-3.2-11b-vision", "qwen2.5-vl-72b", "llava-1.5-7b", "llava-next-7b",
     "internvl2.5-78b", "pixtral-12b", "gemma-3-27b",
+    "llama-2-70b", "llama2-70b", "bloom-176b", "opt-13b", "opt-66b", "opt-175b",
 ]  # fmt: skip
-REQUIRED_GPUS = ["a100", "h100", "h200", "b200", "l40s", "mi300x"]
+REQUIRED_GPUS = ["a100", "h100", "h200", "b200", "l40s", "mi300x", "h100-pcap", "h100-pcie"]
 
 
 @pytest.mark.parametrize("name", REQUIRED_MODELS)
@@ -58,7 +59,12 @@ def _llama_params(m: ModelSpec) -> float:
 
 @pytest.mark.parametrize(
     ("name", "stated"),
-    [("llama-3.1-8b", 8.03e9), ("llama-3.3-70b", 70.55e9), ("llama-3.1-405b", 405.85e9)],
+    [
+        ("llama-3.1-8b", 8.03e9),
+        ("llama-3.3-70b", 70.55e9),
+        ("llama-3.1-405b", 405.85e9),
+        ("llama-2-70b", 68.98e9),
+    ],
 )
 def test_llama_parameter_counts_follow_from_the_config(name: str, stated: float) -> None:
     m = catalog.model(name)
@@ -122,3 +128,24 @@ def test_bad_values_are_rejected() -> None:
         Deployment(hardware=catalog.gpu("h100"), prefill_efficiency=1.5)
     with pytest.raises(BudgetError, match="FP8"):
         catalog.gpu("a100").peak_flops("fp8")
+
+
+@pytest.mark.parametrize(
+    ("name", "stated"),
+    [("bloom-176b", 176.2e9), ("opt-13b", 12.85e9), ("opt-66b", 65.7e9), ("opt-175b", 174.6e9)],
+)
+def test_mha_parameter_counts_follow_from_the_shape(name: str, stated: float) -> None:
+    """12 hidden^2 per layer (QKV, output, a 4x MLP) plus the tied embeddings (and OPT's
+    2,048 learned positions): the counts in the catalog within 0.5%."""
+    m = catalog.model(name)
+    positions = 2048 * m.hidden if name.startswith("opt") else 0
+    total = m.layers * 12 * m.hidden**2 + m.vocab * m.hidden + positions
+    assert total == pytest.approx(stated, rel=5e-3)
+    assert m.kv_heads == m.q_heads
+    assert m.params_total == stated
+
+
+def test_every_gpu_names_its_interconnect() -> None:
+    for gpu in default_catalog().gpus.values():
+        assert gpu.interconnect, gpu.name
+        assert gpu.scale_up_bandwidth_bytes_per_s > 0 or gpu.pcie_bandwidth_bytes_per_s > 0

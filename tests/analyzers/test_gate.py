@@ -57,6 +57,12 @@ def _gate(runner: CliRunner, *args: str, env: dict[str, str] | None = None) -> t
         ({}, 0),
         ({"slow": 3.0}, 1),
         ({"schedule_lag_ms": 40.0}, 3),
+        # A --max-inflight cap's hold is a caveat, not a late client: the SLOs are judged.
+        ({"held_ms": 40.0}, 0),
+        ({"held_ms": 40.0, "schedule_lag_ms": 8.0}, 3),
+        # A simulator that wrote 30 ms late (30% of its TTFT) did not model its deployment.
+        ({"slip_ms": 30.0}, 3),
+        ({"slip_ms": 1.0}, 0),
         ({"n": 40}, 3),
         ({"fail_first": 300, "outcome": "connect_error"}, 4),
         ({"fail_first": 400, "outcome": "timeout"}, 4),
@@ -181,3 +187,22 @@ def test_help(command: str) -> None:
     result = CliRunner().invoke(cli, [command, "--help"])
     assert result.exit_code == 0
     assert "Usage" in result.output
+
+
+def test_backpressure_is_printed_with_the_verdict(tmp_path: Path, slo_file: Path) -> None:
+    run = make_run(tmp_path / "run", held_ms=40.0)
+    exit_code, output = _gate(CliRunner(), str(run), "--slo", str(slo_file))
+    assert exit_code == 0, output
+    assert "backpressure: 399 requests waited for --max-inflight 4" in output
+    report = gate(run, GateOptions(slos=parse_rules(["ttft_ms.p99<=400"])))
+    assert report.verdict == "pass"
+    assert report.problems == ()
+    assert [w for w in report.warnings if w.startswith("backpressure:")]
+    assert "warning: backpressure" in gate_markdown(report)
+
+
+def test_simulator_slip_makes_the_gate_invalid(tmp_path: Path, slo_file: Path) -> None:
+    run = make_run(tmp_path / "run", slip_ms=30.0)
+    exit_code, output = _gate(CliRunner(), str(run), "--slo", str(slo_file))
+    assert exit_code == 3, output
+    assert "simulator slip" in output

@@ -314,3 +314,37 @@ def test_a_run_of_failures_has_no_latencies(tmp_path: Path) -> None:
         assert m.count == 0
         assert m.mean is None
         assert all(pv.value is None for pv in m.percentiles)
+
+
+def test_cached_share_is_token_weighted_per_turn_depth(tmp_path: Path) -> None:
+    # Two sessions of three turns: short early turns fully cached, long late turns barely.
+    # The mean of per-request fractions overstates the reuse the server delivered.
+    shapes = [(100, 90), (1_000, 100), (10_000, 200)]  # (prompt, cached) per turn depth
+    records = []
+    for sess in range(2):
+        for depth, (prompt, cached) in enumerate(shapes):
+            i = sess * 3 + depth
+            records.append(
+                rec(
+                    i,
+                    session_id=f"s{sess}",
+                    prompt_tokens=prompt,
+                    input_tokens=prompt,
+                    cached_tokens=cached,
+                )
+            )
+    records.append(rec(6, prompt_tokens=500, input_tokens=500, cached_tokens=500))  # no session
+    a = analyze(write_run(tmp_path / "run", records))
+    f = a.overall.fidelity
+    total_prompt = 2 * (100 + 1_000 + 10_000) + 500
+    total_cached = 2 * (90 + 100 + 200) + 500
+    assert f.cached_share == pytest.approx(total_cached / total_prompt)  # 11.7%
+    fractions = [c / p for p, c in shapes] * 2 + [1.0]
+    assert f.cached_fraction_mean == pytest.approx(sum(fractions) / len(fractions))  # 45.7%
+    assert [(d.turn, d.requests, d.prompt_tokens, d.cached_tokens) for d in a.cache_by_turn] == [
+        (1, 2, 200, 180),
+        (2, 2, 2_000, 200),
+        (3, 2, 20_000, 400),
+    ]
+    assert [d.share for d in a.cache_by_turn] == pytest.approx([0.9, 0.1, 0.02])
+    assert analyze(write_run(tmp_path / "plain", [rec(0)])).cache_by_turn == ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -9,14 +10,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from runbuilders import health, run_info
+from runbuilders import health, make_run, run_info
 
+from analyzers.decompose import DecomposeOptions, decompose
 from analyzers.metrics import AnalysisOptions, analyze
 from analyzers.validity import ClassCount, assess_validity, min_requests_for
+from reports.jsondoc import validity_json
 from traces import schema as s
 from traces.io import write_run_info
 from traces.records import RequestRecord, records_to_batch
-from traces.runinfo import GeneratorHealth, LagSummary
+from traces.runinfo import Backpressure, GeneratorHealth, LagSummary
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -131,3 +134,126 @@ def test_one_long_event_loop_stall_from_run_json_is_client_bound(tmp_path: Path)
         AnalysisOptions(percentiles=(50.0,)),
     )
     assert not b.validity.client_bound
+
+
+def test_stamp_delay_from_run_json_is_client_bound(tmp_path: Path) -> None:
+    # Sends on time and a calm p99 loop lag; bytes waited 400 ms once to be stamped.
+    generator = replace(
+        health(loop_lag_ms=4.0, schedule_lag_ms=0.5),
+        stamp_delay_ms=LagSummary(samples=3000, p50_ms=0.1, p99_ms=3.0, max_ms=400.0),
+    )
+    run = write_run(tmp_path / "run", [rec(i) for i in range(3)], generator=generator)
+    a = analyze(run, AnalysisOptions(percentiles=(50.0,)))
+    assert a.health.stamp_delay_max_ms == 400.0
+    assert a.validity.client_bound
+    assert [r for r in a.validity.reasons if "bytes waited 400 ms > 100 ms to be stamped" in r]
+    busy = replace(
+        generator, stamp_delay_ms=LagSummary(samples=3000, p50_ms=2, p99_ms=35.0, max_ms=60)
+    )
+    b = analyze(
+        write_run(tmp_path / "busy", [rec(i) for i in range(3)], generator=busy),
+        AnalysisOptions(percentiles=(50.0,)),
+    )
+    assert [r for r in b.validity.reasons if "stamp delay p99 35.0 ms" in r]
+    calm = replace(
+        generator, stamp_delay_ms=LagSummary(samples=3000, p50_ms=0.1, p99_ms=1, max_ms=9)
+    )
+    c = analyze(
+        write_run(tmp_path / "calm", [rec(i) for i in range(3)], generator=calm),
+        AnalysisOptions(percentiles=(50.0,)),
+    )
+    assert c.validity.valid
+
+
+def test_a_max_inflight_hold_is_backpressure_not_client_bound(tmp_path: Path) -> None:
+    # The rows' lag is 200 ms (the cap's hold); the client's own was 0.4 ms.
+    held = LagSummary(samples=99, p50_ms=150.0, p99_ms=200.0, max_ms=210.0)
+    generator = replace(
+        health(schedule_lag_ms=200.0),
+        backpressure=Backpressure(
+            max_inflight=8,
+            held=99,
+            hold_ms=held,
+            dispatch_lag_ms=LagSummary(samples=100, p50_ms=0.1, p99_ms=0.4, max_ms=0.5),
+        ),
+    )
+    records = [rec(i, lag_ms=200.0 if i else 0.1) for i in range(100)]
+    a = analyze(
+        write_run(tmp_path / "run", records, generator), AnalysisOptions(percentiles=(50.0,))
+    )
+    assert a.validity.backpressure
+    assert not a.validity.client_bound
+    assert a.validity.valid
+    assert a.validity.reasons == (
+        "backpressure: 99 requests waited for --max-inflight 8; p99 wait 200.0 ms: the offered "
+        "load was not the trace's",
+    )
+    # The client late beyond the hold is client-bound all the same.
+    late = replace(
+        generator,
+        backpressure=replace(
+            generator.backpressure,  # type: ignore[type-var]
+            dispatch_lag_ms=LagSummary(samples=100, p50_ms=3, p99_ms=12.0, max_ms=20),
+        ),
+    )
+    b = analyze(write_run(tmp_path / "late", records, late), AnalysisOptions(percentiles=(50.0,)))
+    assert b.validity.backpressure
+    assert b.validity.client_bound
+    assert "beyond the --max-inflight wait" in b.validity.reasons[1]
+
+
+@pytest.mark.parametrize(
+    ("slip_ms", "ttft_ms", "flagged"),
+    [
+        (1.0, 10.0, False),  # under 5 ms: within the 10% / 5 ms the decomposition is held to
+        (30.0, 10.0, True),
+        (30.0, 2000.0, False),  # 1.5% of a 2 s TTFT
+        (150.0, 2000.0, True),
+    ],
+)
+def test_simulator_slip_flags_the_run_everywhere(
+    tmp_path: Path, slip_ms: float, ttft_ms: float, flagged: bool
+) -> None:
+    records = [
+        rec(
+            i,
+            first_token_ns=T0 + i * 100 * MS + int(ttft_ms * MS),
+            end_ns=T0 + i * 100 * MS + int(ttft_ms * MS),
+            server_ttft_ms=ttft_ms,
+            server_slip_ms=slip_ms,
+        )
+        for i in range(100)
+    ]
+    run = write_run(tmp_path / "run", records)
+    a = analyze(run, AnalysisOptions(percentiles=(50.0,)))
+    assert a.validity.sim_slip == flagged, a.validity.reasons
+    assert a.validity.valid == (not flagged)
+    if flagged:
+        assert (
+            f"simulator slip: it wrote chunks p99 {slip_ms:.1f} ms later" in a.validity.reasons[0]
+        )
+        assert validity_json(a.validity)["sim_slip"] is True
+
+
+@pytest.mark.parametrize(("slip_ms", "flagged"), [(1.0, False), (30.0, True)])
+def test_decompose_carries_the_simulator_slip(
+    tmp_path: Path, slip_ms: float, flagged: bool
+) -> None:
+    # decompose builds its own validity from the rows it splits: the flag reaches it too.
+    run = make_run(tmp_path / "run", slip_ms=slip_ms)
+    d = decompose(run, None, DecomposeOptions(percentiles=(50.0,)))
+    assert d.validity.sim_slip == flagged, d.validity.reasons
+
+
+def test_runs_without_slip_or_stamp_delay_are_read_as_before(tmp_path: Path) -> None:
+    # A run.json of version 3 (no stamp delay) and rows without server_slip_ms.
+    run = write_run(tmp_path / "run", [rec(i) for i in range(3)], generator=health())
+    table = pq.read_table(run / s.REQUESTS_FILE).drop_columns([s.SERVER_SLIP_MS])
+    pq.write_table(table, run / s.REQUESTS_FILE)
+    doc = json.loads((run / s.RUN_JSON).read_text())
+    doc["schema_version"] = 3
+    (run / s.RUN_JSON).write_text(json.dumps(doc))
+    a = analyze(run, AnalysisOptions(percentiles=(50.0,)))
+    assert a.health.stamp_delay_p99_ms is None
+    assert a.health.cap is None
+    assert a.validity.valid

@@ -54,6 +54,7 @@ from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
 from analyzers.decompose.terms import SERVER_SIDE_MS, TOTAL_MS, term_col
+from loadgen.cli.options.budget import BudgetChoice
 from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.config import EngineConfig
 from loadgen.sim.launch import SimProcess
@@ -221,6 +222,12 @@ def test_decomposition_accuracy(tmp_path: Path, sim: SimFactory, topology: str, 
         scrape_metrics=False,
     )
     run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
+    # What `loadgen decompose RUN` builds with no flags, from the deployment the run
+    # recorded, is this budget and time scale.
+    recorded = BudgetChoice().resolve(run_dir)
+    assert recorded.time_scale == SCALE
+    assert recorded.budget is not None
+    assert replace(recorded.budget, source=budget.source) == budget
     truth = pl.read_parquet(run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
     assert truth.height == load.requests
     assert truth.get_column(s.SERVER_QUEUE_MS).null_count() == 0

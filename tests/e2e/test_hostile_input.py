@@ -15,6 +15,7 @@ replay midway, and servers that echo credentials back.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -339,3 +340,124 @@ def test_user_info_in_the_base_url_is_in_no_file_and_no_output(
     assert info["server_metrics"]["url"].startswith("http://<redacted>@127.0.0.1:")
     for path in [p for p in run_dir.rglob("*") if p.is_file()]:
         assert password.encode() not in path.read_bytes(), path
+
+
+# ---------------------------------------------------------------- credentials in the URL
+STREAM_OK = response(
+    b'data: {"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+def _authorization(request: bytes) -> str | None:
+    for line in request.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"authorization":
+            return value.strip().decode()
+    return None
+
+
+@pytest.mark.parametrize("transport", ["fast", "httpx"])
+def test_user_info_in_the_base_url_is_sent_as_basic_auth_and_stored_nowhere(
+    tmp_path: Path, transport: str
+) -> None:
+    """``http://user:pass@host/v1``: every request (the preflight's and the run's) carries
+    ``Authorization: Basic base64(user:pass)``; neither the password nor that base64 is in
+    any file of the run or in the output, even when the server echoes them."""
+    password = "s3cret-Pa55:word"  # a colon in the password, percent-encoded in the URL
+    expected = "Basic " + base64.b64encode(f"alice:{password}".encode()).decode()
+    credential = expected.removeprefix("Basic ")
+    echo = response(
+        b'data: {"error": {"message": "bad creds ' + credential.encode() + b" "
+        + password.encode() + b'"}}\n\n'
+    )  # fmt: skip
+    trace = _trace(tmp_path / "t.parquet", ["q0", "q1"])
+    run_dir = tmp_path / "run"
+
+    async def main() -> tuple[tuple[int, str], list[bytes]]:
+        absent = response(b"", status=b"404 Not Found", content_type=b"text/plain")
+        # GET /models, the probe, the deployment's /metrics and /props, two requests
+        script = [MODELS, STREAM_OK, absent, absent, STREAM_OK, echo]
+        async with scripted_server(script) as (url, log):
+            userinfo_url = url.replace("http://", "http://alice:s3cret-Pa55%3Aword@") + "/v1"
+            ran = await _loadgen(
+                "replay", str(trace), "--base-url", userinfo_url, "--model", "m",
+                "--no-scrape-metrics", "--no-progress", "--transport", transport,
+                "-o", str(run_dir),
+            )  # fmt: skip
+            return ran, log.requests
+
+    (code, out), wire = asyncio.run(main())
+    assert code == 0, out
+    assert len(wire) == 6  # GET /models, the probe, /metrics, /props, two requests
+    assert [_authorization(r) for r in wire] == [expected] * 6
+    for text in (out, *(str(v) for v in json.loads((run_dir / s.RUN_JSON).read_text()).values())):
+        assert password not in text
+        assert credential not in text
+    for path in [p for p in run_dir.rglob("*") if p.is_file()]:
+        data = path.read_bytes()
+        assert password.encode() not in data, path
+        assert credential.encode() not in data, path
+    errors = [r[s.ERROR] for r in pq.read_table(run_dir / s.REQUESTS_FILE).to_pylist()]
+    assert "server error in stream: bad creds <redacted> <redacted>" in errors
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--api-key-env", "LOADGEN_TEST_KEY"], f"Bearer {KEY}"),
+        (["--header", "Authorization: Token t0ken"], "Token t0ken"),
+    ],
+)
+def test_an_explicit_credential_wins_over_the_user_info(
+    tmp_path: Path, extra: list[str], expected: str
+) -> None:
+    trace = _trace(tmp_path / "t.parquet", ["q0"])
+
+    async def main() -> tuple[tuple[int, str], list[bytes]]:
+        async with scripted_server([STREAM_OK]) as (url, log):
+            ran = await _loadgen(
+                "replay", str(trace), "--base-url", url.replace("http://", "http://a:b@") + "/v1",
+                "--model", "m", "--no-preflight", "--no-scrape-metrics", "--no-progress",
+                "-o", str(tmp_path / "run"), *extra,
+                env={"LOADGEN_TEST_KEY": KEY},
+            )  # fmt: skip
+            return ran, log.requests
+
+    (code, out), wire = asyncio.run(main())
+    assert code == 0, out
+    assert [_authorization(r) for r in wire] == [expected]
+
+
+# ---------------------------------------------------------------- what run.json copies
+def test_a_key_in_model_ids_or_trace_metadata_is_not_stored(tmp_path: Path) -> None:
+    """The server lists models whose ids hold the API key, and the trace's metadata holds
+    it too: run.json keeps the served models and the metadata, scrubbed."""
+    models = _json_reply(b"200 OK", {"data": [{"id": f"tenant-{KEY}"}, {"id": "m"}]})
+    trace = _trace(tmp_path / "t.parquet", ["q0"])
+    table = pq.read_table(trace)
+    meta = {"schema_version": s.SCHEMA_VERSION, "kind": "trace", "note": f"made with {KEY}",
+            "nested": {KEY: [f"x{KEY}y"]}}  # fmt: skip
+    pq.write_table(
+        table.replace_schema_metadata({s.METADATA_KEY: json.dumps(meta).encode()}), trace
+    )
+    run_dir = tmp_path / "run"
+
+    async def main() -> tuple[int, str]:
+        async with scripted_server([models, STREAM_OK, STREAM_OK]) as (url, _):
+            return await _loadgen(
+                "replay", str(trace), "--base-url", url + "/v1", "--model", "m",
+                "--no-scrape-metrics", "--no-progress", "-o", str(run_dir),
+                "--api-key-env", "LOADGEN_TEST_KEY",
+                env={"LOADGEN_TEST_KEY": KEY},
+            )  # fmt: skip
+
+    code, out = asyncio.run(main())
+    assert code == 0, out
+    info = json.loads((run_dir / s.RUN_JSON).read_text())
+    assert info["endpoint"]["served_models"] == ["tenant-<redacted>", "m"]
+    assert info["trace"]["metadata"]["note"] == "made with <redacted>"
+    assert info["trace"]["metadata"]["nested"] == {"<redacted>": ["x<redacted>y"]}
+    assert KEY not in out
+    for path in [p for p in run_dir.rglob("*") if p.is_file()]:
+        assert KEY.encode() not in path.read_bytes(), path

@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from promfamilies import drift, families, load
 
 from loadgen.errors import EndpointError
 from loadgen.sim.launch import SimProcess, start_sim
@@ -195,6 +196,19 @@ def test_metrics_parse(server: SimProcess, client: httpx.Client) -> None:
     samples = {s.name: s.value for s in families["vllm:prompt_tokens"].samples}
     assert samples["vllm:prompt_tokens_total"] >= 2
     assert families["vllm:time_to_first_token_seconds"].type == "histogram"
+
+
+def test_metrics_are_named_typed_and_labelled_as_vllms(
+    server: SimProcess, client: httpx.Client
+) -> None:
+    """The simulator's ``vllm:`` families against vLLM 0.32's, recorded from a real server
+    (tests/data/vllm_metrics.json; tests/realserver/test_vllm.py checks the recording
+    against the live server with LOADGEN_VLLM=1)."""
+    client.post(f"{server.base_url}/completions", json={"prompt": "a b", "max_tokens": 2})
+    simulated = families(client.get(f"{server.root_url}/metrics").text)
+    assert len([name for name in simulated if name.startswith("vllm:")]) >= 15
+    differences = drift(simulated, load())
+    assert not differences, "\n".join(differences)
 
 
 @pytest.mark.slow

@@ -18,10 +18,10 @@ from scripted import Paced, response, scripted_server
 
 from loadgen.clock import Clock
 from loadgen.http import connection as http11
-from loadgen.http.connection import MAX_HEAD_BYTES, MalformedResponse
+from loadgen.http.connection import MAX_HEAD_BYTES
 from loadgen.http.exchange import Exchange
 from loadgen.http.pool import FastTransport, Outgoing, Timeouts, origin_of
-from loadgen.http.stamping import STAMPED, Progress, read_head
+from loadgen.http.stamping import STAMPED, MalformedResponse, Progress, read_head
 
 pytestmark = pytest.mark.usefixtures("body_decoder")
 

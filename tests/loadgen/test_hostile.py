@@ -30,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 from feeds import IMPLS
 from hostile import SCENARIOS, hostile_server, hostile_server_thread
+from scripted import scripted_server
 
 from loadgen.cli.replay import replay
 from loadgen.client import PreparedRequest, StreamingClient
@@ -41,6 +42,8 @@ from traces.io import read_run_info, write_trace
 from traces.records import RequestRecord, TraceRequest
 
 MIB = 1024 * 1024
+KINDS = ["fast", "httpx"]
+"""The replay's transports (``--transport``): the same row for the same server bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +164,14 @@ def test_an_event_beyond_the_limit_ends_the_stream(name: str, kind: str, native:
     assert got.peak_bytes < 6 * MIB, got.peak_bytes
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize("name", ["long_line", "cr_only"])
-def test_an_event_within_the_limit_is_read_whole(name: str, native: bool) -> None:
+def test_an_event_within_the_limit_is_read_whole(name: str, native: bool, kind: str) -> None:
     """Under the default limit a long event is a stream like any other. While it is
     decoded it is held a few times over (the pending bytes, the whole event, its lines
     and their data joined): the bound is 6 times its size (docs/performance.md)."""
-    got = against(name, 4 * MIB, native=native)
+    got = against(name, 4 * MIB, native=native, kind=kind)
     rec = got.record
     assert (rec.outcome, rec.http_status, rec.error) == (s.OUTCOME_OK, 200, None)
     assert len(rec.chunk_offsets_us) == 1  # the long event's content
@@ -191,16 +195,18 @@ def test_the_time_for_a_long_event_grows_linearly(name: str, native: bool) -> No
 
 
 # ---------------------------------------------------------------- item 5: outcomes
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("native", IMPLS)
 @pytest.mark.parametrize("name", ["close_delimited", "http10"])
-def test_a_complete_close_delimited_body_is_ok(name: str, native: bool) -> None:
-    rec = against(name, native=native).record
+def test_a_complete_close_delimited_body_is_ok(name: str, native: bool, kind: str) -> None:
+    rec = against(name, native=native, kind=kind).record
     assert (rec.outcome, rec.http_status, rec.error) == (s.OUTCOME_OK, 200, None)
     assert len(rec.chunk_offsets_us) == 3
 
 
-def test_garbage_is_a_protocol_error() -> None:
-    rec = against("garbage").record
+@pytest.mark.parametrize("kind", KINDS)
+def test_garbage_is_a_protocol_error(kind: str) -> None:
+    rec = against("garbage", kind=kind).record
     assert (rec.outcome, rec.http_status) == (s.OUTCOME_PROTOCOL_ERROR, None)
     assert rec.error is not None
     assert rec.error.startswith("MalformedResponse: malformed HTTP response")
@@ -213,27 +219,34 @@ def test_a_redirect_is_an_http_error_and_not_followed(kind: str) -> None:
     assert rec.error == "HTTP 302: [redirect to http://127.0.0.1:9/v1/elsewhere: not followed]"
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("native", IMPLS)
-def test_100_continue_is_skipped(native: bool) -> None:
-    rec = against("continue", native=native).record
+def test_100_continue_is_skipped(native: bool, kind: str) -> None:
+    rec = against("continue", native=native, kind=kind).record
     assert (rec.outcome, rec.http_status, rec.error) == (s.OUTCOME_OK, 200, None)
     assert len(rec.chunk_offsets_us) == 3
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("native", IMPLS)
-def test_good_chunks_before_a_bad_one_are_kept(native: bool) -> None:
-    rec = against("bad_chunk", native=native).record
+def test_good_chunks_before_a_bad_one_are_kept(native: bool, kind: str) -> None:
+    rec = against("bad_chunk", native=native, kind=kind).record
     assert (rec.outcome, rec.http_status) == (s.OUTCOME_PROTOCOL_ERROR, 200)
     assert rec.error is not None
-    assert "chunk size" in rec.error
+    assert rec.error.startswith("MalformedResponse: malformed HTTP response")
+    # The parsers name it their way: httptools' "chunk size", h11's "chunk header".
+    assert ("chunk size" if kind == "fast" else "illegal chunk header") in rec.error
     assert len(rec.chunk_offsets_us) == 2
 
 
-def test_a_head_that_never_ends_is_a_protocol_error() -> None:
-    got = against("endless_head", 32 * MIB)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_head_that_never_ends_is_a_protocol_error(kind: str) -> None:
+    got = against("endless_head", 32 * MIB, kind=kind)
     assert got.record.outcome == s.OUTCOME_PROTOCOL_ERROR
     assert got.record.error is not None
-    assert "response head longer than 64 KiB" in got.record.error
+    assert got.record.error.startswith("MalformedResponse: ")
+    limit = "64 KiB" if kind == "fast" else "100 KiB"  # ours, httpcore's
+    assert f"longer than {limit}" in got.record.error
     assert got.peak_bytes < 4 * MIB, got.peak_bytes
 
 
@@ -273,3 +286,26 @@ def test_max_event_mib_reaches_the_client_and_run_json(tmp_path: Path) -> None:
     info = read_run_info(run_dir)
     assert info is not None
     assert info.config.max_event_bytes == MIB
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_a_server_that_goes_away_mid_body_is_a_disconnect(kind: str, framing: str) -> None:
+    """The other side of ``MalformedResponse``: a body cut short by the server's close is
+    ``disconnect`` on both transports (h11 raises the same exception type for both)."""
+    event = b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+    if framing == "length":
+        head = b"content-length: %d\r\n" % (len(event) * 4)
+        body = event
+    else:
+        head = b"transfer-encoding: chunked\r\n"
+        body = b"%x\r\n%s\r\n" % (len(event), event)
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n" + head + b"\r\n" + body
+
+    async def main() -> Measured:
+        async with scripted_server([reply], close_after=True) as (url, _):
+            return await one_request(url, kind=kind)
+
+    rec = asyncio.run(main()).record
+    assert (rec.outcome, rec.http_status) == (s.OUTCOME_DISCONNECT, 200), rec.error
+    assert len(rec.chunk_offsets_us) == 1

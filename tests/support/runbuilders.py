@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ from traces.io import write_run_info
 from traces.prompts.maker import PromptStrategy
 from traces.records import RequestRecord, records_to_batch
 from traces.runinfo import (
+    Backpressure,
     Capabilities,
     ClockAnchor,
     Endpoint,
@@ -119,15 +121,20 @@ def make_run(
     transfer_ms: float = 0.0,
     schedule_lag_ms: float = 0.0,
     workloads: tuple[str, ...] = ("text",),
+    held_ms: float = 0.0,
+    slip_ms: float | None = None,
 ) -> Path:
     """A hand-built run: TTFT ~ lognormal around 100 ms (x ``slow`` + ``ttft_shift_ms``),
-    20 tokens at ~10 ms x ``slow``; the first ``fail_first`` requests end with ``outcome``."""
+    20 tokens at ~10 ms x ``slow``; the first ``fail_first`` requests end with ``outcome``.
+    ``held_ms``: every request but the first was held that long by a ``--max-inflight 4``
+    (the rows' schedule lag, and run.json's ``backpressure``); ``slip_ms``: the simulator's
+    reported slip on every ok row."""
     rng = random.Random(seed)
     records = []
     t0 = 1_000_000_000_000
     for i in range(n):
         due = t0 + i * 50_000_000
-        sent = due + int(schedule_lag_ms * 1e6)
+        sent = due + int((schedule_lag_ms + (held_ms if i else 0.0)) * 1e6)
         queue = rng.lognormvariate(math.log(40), 0.5) * slow
         prefill = 50.0 * slow
         first = 10.0 * slow
@@ -165,6 +172,7 @@ def make_run(
                 server_transfer_ms=None if failed else transfer_ms,
                 server_first_token_ms=None if failed else first,
                 server_ttft_ms=None if failed else server_ttft + ttft_shift_ms,
+                server_slip_ms=None if failed else slip_ms,
             )
         )
     path.mkdir(parents=True, exist_ok=True)
@@ -178,7 +186,17 @@ def make_run(
             # would by their rows.
             trace_sha256=hashlib.sha256(f"make_run n={n}".encode()).hexdigest(),
             anchor_wall_ns=t0,
-            generator_health=health(schedule_lag_ms=schedule_lag_ms, loop_lag_ms=0.5, cpu=0.1),
+            generator_health=replace(
+                health(schedule_lag_ms=schedule_lag_ms + held_ms, loop_lag_ms=0.5, cpu=0.1),
+                backpressure=Backpressure(
+                    max_inflight=4,
+                    held=n - 1,
+                    hold_ms=lag(held_ms),
+                    dispatch_lag_ms=lag(schedule_lag_ms),
+                )
+                if held_ms
+                else None,
+            ),
         ),
     )
     return path

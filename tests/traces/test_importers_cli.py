@@ -21,7 +21,9 @@ FIXTURES = {
     "sharegpt": DATA / "sharegpt.json",
     "splitwise": DATA / "splitwise.csv",
     "servegen": DATA / "servegen_tiny",
+    "dataset": DATA / "dataset_qa.jsonl",
 }
+EXTRA_ARGS = {"dataset": ["--map", "prompt=q,output=a"]}
 
 
 def test_every_registered_format_has_a_fixture() -> None:
@@ -38,7 +40,8 @@ def test_import_help_lists_formats() -> None:
 @pytest.mark.parametrize("fmt", sorted(FIXTURES))
 def test_import_each_format(tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "t.parquet"
-    result = CliRunner().invoke(cli, ["trace", "import", fmt, str(FIXTURES[fmt]), "-o", str(out)])
+    args = ["trace", "import", fmt, str(FIXTURES[fmt]), *EXTRA_ARGS.get(fmt, []), "-o", str(out)]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert result.output.startswith("imported ")
     assert read_trace_table(out).num_rows > 0

@@ -119,3 +119,75 @@ def test_bad_trace_cell_names_line_and_column(tmp_path: Path) -> None:
         import_trace(
             "servegen", tmp_path / "chunk-2-trace.csv", tmp_path / "o.parquet", ImportOptions()
         )
+
+
+def _write_client(folder: Path, client: str, rows: list[str], dataset: object) -> Path:
+    trace = folder / f"chunk-{client}-trace.csv"
+    trace.write_text("".join(f"{r}\n" for r in rows))
+    (folder / f"chunk-{client}-dataset.json").write_text(json.dumps(dataset))
+    return trace
+
+
+def _expected_requests(trace: Path) -> float:
+    with trace.open() as fh:
+        return sum(float(r[1]) * 600 for r in csv.reader(fh))
+
+
+def test_reasoning_client_with_reason_ratio_imports(tmp_path: Path) -> None:
+    # shaped as data/reason/deepseek-r1: input/output pmfs plus reason_ratio over fractions,
+    # a field the importer does not sample (it used to reject the file: "bad entry 0.35")
+    fields = {
+        "input_tokens": "{100: 0.5, 300: 0.5}",
+        "output_tokens": "{2000: 1.0}",
+        "reason_ratio": "{0.35: 0.25, 0.8: 0.75}",
+    }
+    trace = _write_client(
+        tmp_path,
+        "0",
+        ["0,1.5,1.0,Gamma,1.0,1.0", "600,0,0,,0,0", "1200,2.5,0.9,Weibull,1.1,1.0"],
+        {"0": fields},
+    )
+    out = tmp_path / "r.parquet"
+    import_trace("servegen", trace, out, ImportOptions(start_s=0.0, seed=2))
+    rows = read_trace_table(out).to_pylist()
+    assert len(rows) == pytest.approx(_expected_requests(trace), rel=0.06)  # 2,400
+    assert {r["input_tokens"] for r in rows} == {100, 300}
+    assert {r["output_tokens"] for r in rows} == {2000}
+    assert not [r for r in rows if 600 <= r["arrival_s"] < 1200]
+
+
+def test_idle_windows_are_zero_requests(tmp_path: Path) -> None:
+    # shaped as data/language/m-large chunk-11: most dataset windows are `{}` or empty pmfs,
+    # and idle arrival windows have rate 0 and no pattern
+    busy = {"input_tokens": "{50: 1.0}", "output_tokens": "{9: 1.0}"}
+    dataset = {
+        "0": {},
+        "21600": {"input_tokens": "{}", "output_tokens": "{}", "reason_ratio": "{}"},
+        "43200": busy,
+        "64800": {},
+    }
+    rows_csv = [f"{t},0,0,,0,0" for t in range(0, 43200, 600)]
+    rows_csv += ["43200,2.0,1.0,Gamma,1.0,1.0", "43800,0,0,,0,0"]
+    # traffic while the dataset window is idle borrows the nearest busy one's lengths
+    rows_csv += ["64800,1.0,1.0,Gamma,1.0,1.0"]
+    trace = _write_client(tmp_path, "11", rows_csv, dataset)
+    out = tmp_path / "i.parquet"
+    import_trace("servegen", trace, out, ImportOptions(start_s=0.0, seed=4))
+    rows = read_trace_table(out).to_pylist()
+    assert len(rows) == pytest.approx(_expected_requests(trace), rel=0.06)  # 1,800
+    assert min(r["arrival_s"] for r in rows) >= 43200
+    assert not [r for r in rows if 43800 <= r["arrival_s"] < 64800]
+    assert {(r["input_tokens"], r["output_tokens"]) for r in rows} == {(50, 9)}
+
+
+def test_traffic_without_any_busy_dataset_window_is_an_error(tmp_path: Path) -> None:
+    trace = _write_client(tmp_path, "3", ["0,1.0,1.0,Gamma,1.0,1.0"], {"0": {}})
+    with pytest.raises(SourceError, match=r"line 1, column 'rate_rps'.*every dataset window"):
+        import_trace("servegen", trace, tmp_path / "o.parquet", ImportOptions())
+
+
+def test_empty_pmf_in_a_busy_window_names_the_field(tmp_path: Path) -> None:
+    dataset = {"0": {"input_tokens": "{5: 1.0}", "output_tokens": "{}"}}
+    trace = _write_client(tmp_path, "4", ["0,1.0,1.0,Gamma,1.0,1.0"], dataset)
+    with pytest.raises(SourceError, match=r"column '0\.output_tokens': empty pmf"):
+        import_trace("servegen", trace, tmp_path / "o.parquet", ImportOptions())

@@ -12,7 +12,7 @@ import pytest
 
 from traces import schema as s
 from traces.importers.base import ImportOptions
-from traces.importers.errors import SourceError
+from traces.importers.errors import ImportOptionError, SourceError
 from traces.importers.parse import iter_json_array
 from traces.importers.registry import import_trace
 from traces.io import read_metadata, read_trace_table
@@ -86,3 +86,69 @@ def test_turn_without_text_names_the_column(tmp_path: Path) -> None:
     src.write_text('[{"conversations": [{"from": "human"}]}]')
     with pytest.raises(SourceError, match=r"line 1, column 'conversations'"):
         import_trace("sharegpt", src, tmp_path / "o.parquet", ImportOptions())
+
+
+def _convo(cid: str, turns: int) -> dict[str, object]:
+    msgs: list[dict[str, str]] = []
+    for k in range(turns):
+        msgs += [{"from": "human", "value": f"question {k}"}, {"from": "gpt", "value": "ok"}]
+    return {"id": cid, "conversations": msgs}
+
+
+def test_jsonl_and_openai_messages_are_read(tmp_path: Path) -> None:
+    src = tmp_path / "sg.jsonl"
+    lines = [
+        json.dumps(_convo("a", 2)),
+        "",
+        json.dumps(
+            {
+                "id": "b",
+                "messages": [
+                    {"role": "user", "content": "one two"},
+                    {"role": "assistant", "content": "three"},
+                ],
+            }
+        ),
+    ]
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.parquet"
+    import_trace("sharegpt", src, out, ImportOptions(turns="all"))
+    rows = read_trace_table(out).to_pylist()
+    assert [(r["session_id"], r["turn"]) for r in rows] == [("a", 0), ("a", 1), ("b", 0)]
+    assert json.loads(rows[2]["messages"]) == [{"role": "user", "content": "one two"}]
+    assert rows[2]["input_tokens"] == 2
+
+
+def test_think_time_keeps_conversations_as_sessions(tmp_path: Path) -> None:
+    src = tmp_path / "many.jsonl"
+    src.write_text("".join(json.dumps(_convo(f"c{i}", 1 + i % 5)) + "\n" for i in range(400)))
+    out = tmp_path / "s.parquet"
+    import_trace(
+        "sharegpt", src, out, ImportOptions(turns="all", rate=2.0, think_s=3.0, batch_rows=64)
+    )
+    rows = read_trace_table(out).to_pylist()
+    assert len(rows) == sum(1 + i % 5 for i in range(400))
+    arrivals = [r["arrival_s"] for r in rows]
+    assert arrivals == sorted(arrivals)
+    by_session: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        by_session.setdefault(r["session_id"], []).append((r["turn"], r["arrival_s"]))
+    starts = sorted(v[0][1] for v in by_session.values())
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert statistics.mean(gaps) == pytest.approx(0.5, rel=0.12)  # sessions at --rate 2/s
+    thinks = []
+    for turns in by_session.values():
+        assert [t for t, _ in turns] == list(range(len(turns)))  # turns in order
+        thinks += [b[1] - a[1] for a, b in itertools.pairwise(turns)]
+    assert statistics.mean(thinks) == pytest.approx(3.0, rel=0.12)
+    # interleaved: some session's later turn comes after another session's start
+    assert [r["session_id"] for r in rows] != sorted(
+        (r["session_id"] for r in rows), key=lambda c: int(c[1:])
+    )
+
+
+def test_think_time_needs_all_turns(tmp_path: Path) -> None:
+    with pytest.raises(ImportOptionError, match="--think-s needs --turns all"):
+        import_trace(
+            "sharegpt", DATA / "sharegpt.json", tmp_path / "o.parquet", ImportOptions(think_s=1.0)
+        )

@@ -145,8 +145,10 @@ def test_unknown_keys_of_this_version_are_errors_by_name() -> None:
     with pytest.raises(RunInfoError, match=r"unknown key\(s\) 'health\.workers\[0\]\.gpu_util'"):
         RunInfo.from_json(doc)
     doc = _v2()
-    doc["deployment"] = {}
-    with pytest.raises(RunInfoError, match=r"unknown key\(s\) 'deployment' \(known there: run_id"):
+    doc["gpu_topology"] = {}
+    with pytest.raises(
+        RunInfoError, match=r"unknown key\(s\) 'gpu_topology' \(known there: run_id"
+    ):
         RunInfo.from_json(doc)
 
 

@@ -25,7 +25,19 @@ from traces.importers.errors import SourceError
 from traces.importers.registry import import_trace
 from traces.io import conform_trace, read_trace_table
 from traces.prompts.images import MAX_SIDE
-from traces.validate import MESSAGES_MAX_DEPTH, find_bad_value, messages_problem, validate_trace
+from traces.validate import (
+    DEFAULT_BLOCK_SIZE,
+    MAX_ARRIVAL_S,
+    MAX_ID_CHARS,
+    MAX_IMAGE_PIXELS,
+    MAX_IMAGES,
+    MAX_TOKENS,
+    MESSAGES_MAX_DEPTH,
+    block_size_of,
+    find_bad_value,
+    messages_problem,
+    validate_trace,
+)
 
 IMAGE_TYPE = pa.list_(pa.struct([("width", pa.int32()), ("height", pa.int32())]))
 OK_MESSAGES = '[{"role": "user", "content": "hi"}]'
@@ -125,6 +137,42 @@ def refusal(t: pa.Table) -> ValidationError:
             "null",
         ),
         ({s.ARRIVAL_S: [0.0, 1.0, math.inf]}, 2, s.ARRIVAL_S, "infinite"),
+        # Sizes that cannot be served (issue 19): refused with row and column.
+        ({s.ARRIVAL_S: [0.0, 1.0, 1e300]}, 2, s.ARRIVAL_S, "later than 1e+09 s"),
+        ({s.INPUT_TOKENS: [1, MAX_TOKENS + 1, 3]}, 1, s.INPUT_TOKENS, "more than 10,000,000"),
+        ({s.OUTPUT_TOKENS: [1, 2, 2**31 - 1]}, 2, s.OUTPUT_TOKENS, "2,147,483,647 tokens"),
+        (
+            {s.IMAGE_TOKENS: pa.array([MAX_TOKENS + 1, 0, 0], pa.int32())},
+            0,
+            s.IMAGE_TOKENS,
+            "0..10",
+        ),
+        ({s.REQUEST_ID: ["a", "b" * (MAX_ID_CHARS + 1), "c"]}, 1, s.REQUEST_ID, "longer than 1024"),
+        (
+            {
+                s.IMAGES: pa.array(
+                    [None, [{"width": 1, "height": 1}] * (MAX_IMAGES + 1), None], IMAGE_TYPE
+                )
+            },
+            1,
+            s.IMAGES,
+            "1,001 images",
+        ),
+        (
+            {
+                s.IMAGES: pa.array(
+                    [
+                        [],
+                        None,
+                        [{"width": MAX_SIDE, "height": MAX_SIDE}, {"width": 1, "height": 1}],
+                    ],
+                    IMAGE_TYPE,
+                )
+            },
+            2,
+            s.IMAGES,
+            f"at most {MAX_IMAGE_PIXELS:,}",
+        ),
     ],
 )
 def test_each_rule_names_row_and_column(
@@ -153,6 +201,63 @@ def test_good_values_pass() -> None:
         ),
         "t",
     )
+
+
+def test_the_largest_servable_sizes_pass() -> None:
+    validate_trace(
+        table(
+            **{
+                s.REQUEST_ID: ["a", "b" * MAX_ID_CHARS, "c"],
+                s.ARRIVAL_S: [0.0, 1.0, MAX_ARRIVAL_S],
+                s.INPUT_TOKENS: [MAX_TOKENS, 1, 1],
+                s.OUTPUT_TOKENS: [1, MAX_TOKENS, 1],
+                s.IMAGE_TOKENS: pa.array([MAX_TOKENS, None, 0], pa.int32()),
+                s.IMAGES: pa.array(
+                    [
+                        [{"width": 1, "height": 1}] * MAX_IMAGES,
+                        None,
+                        [{"width": MAX_SIDE, "height": MAX_SIDE}],
+                    ],
+                    IMAGE_TYPE,
+                ),
+            }
+        ),
+        "t",
+    )
+
+
+def test_a_count_beyond_its_column_names_the_row(tmp_path: Path) -> None:
+    """A trace written with int64 counts beyond int32: the row, not only the column."""
+    path = tmp_path / "wide.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                s.REQUEST_ID: ["a", "b"],
+                s.ARRIVAL_S: [0.0, 1.0],
+                s.INPUT_TOKENS: pa.array([1, 2**40], pa.int64()),
+                s.OUTPUT_TOKENS: [1, 1],
+            }
+        ),
+        path,
+    )
+    with pytest.raises(ValidationError) as info:
+        read_trace_table(path)
+    assert (info.value.row, info.value.column) == (1, s.INPUT_TOKENS)
+    assert "1099511627776 does not fit int32" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_TOKENS + 1, 10**12, True, 2.5, "512", [512]])
+def test_a_block_size_that_cannot_be_built_is_refused(value: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        block_size_of({"block_size": value}, "t.parquet")
+    assert str(info.value).startswith("t.parquet: metadata 'block_size' must be an integer")
+    assert info.value.column == "block_size"
+
+
+def test_a_block_size_absent_is_the_default_and_a_good_one_is_kept() -> None:
+    assert block_size_of({}, "t") == DEFAULT_BLOCK_SIZE
+    assert block_size_of({"block_size": None}, "t") == DEFAULT_BLOCK_SIZE
+    assert block_size_of({"block_size": 16}, "t") == 16
 
 
 def test_a_long_bad_value_is_shown_cut(tmp_path: Path) -> None:

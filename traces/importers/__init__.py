@@ -9,6 +9,7 @@ __all__ = [
     "azure_lmm",
     "base",
     "burstgpt",
+    "dataset",
     "errors",
     "mooncake",
     "parse",

@@ -11,6 +11,7 @@ Imports nothing outside ``traces`` and the standard library.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -56,6 +57,9 @@ class ImportOptions:
     seed: int = 0
     tokens_per_word: float = 1.0
     turns: str = "first"
+    think_s: float | None = None
+    columns: tuple[tuple[str, str], ...] = ()
+    """``dataset``: (trace target, source column) pairs of ``--map``."""
     image_size: ImageSpec | None = None
 
     def __post_init__(self) -> None:
@@ -81,6 +85,8 @@ class ImportOptions:
             raise ImportOptionError(
                 f"--tokens-per-word must be positive, got {self.tokens_per_word}"
             )
+        if self.think_s is not None and not (self.think_s >= 0 and math.isfinite(self.think_s)):
+            raise ImportOptionError(f"--think-s must be >= 0 seconds, got {self.think_s}")
         if self.turns not in ("first", "all"):
             raise ImportOptionError(f"--turns must be 'first' or 'all', got {self.turns!r}")
         if self.image_size is not None and min(self.image_size.width, self.image_size.height) <= 0:

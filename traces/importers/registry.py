@@ -9,7 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from traces.importers import azure_llm, azure_lmm, burstgpt, mooncake, servegen, sharegpt, splitwise
+from traces.importers import (
+    azure_llm,
+    azure_lmm,
+    burstgpt,
+    dataset,
+    mooncake,
+    servegen,
+    sharegpt,
+    splitwise,
+)
 from traces.importers.base import Importer, ImportOptions
 from traces.importers.errors import ImportOptionError
 from traces.importers.sink import ImportResult, TraceSink
@@ -26,6 +35,7 @@ REGISTRY: Final[dict[str, Importer]] = {
     "sharegpt": sharegpt.IMPORTER,
     "splitwise": splitwise.IMPORTER,
     "servegen": servegen.IMPORTER,
+    "dataset": dataset.IMPORTER,
 }
 
 

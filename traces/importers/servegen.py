@@ -8,7 +8,12 @@ Source format (reference/traces.md §1.8; alibaba/ServeGen ``data/<category>/<mo
   {value: probability}>"}}`` per 21,600 s window. Multimodal fields are ``text_tokens``,
   ``image_tokens`` (per image), ``image_count``, ``output_tokens`` (plus audio/video, not
   imported); language and reasoning clients have ``input_tokens`` and ``output_tokens``
-  (``reason_ratio`` is not imported).
+  (``reason_ratio``, a pmf over fractions, is not imported and not parsed). Only the
+  fields in ``USED_FIELDS`` are parsed.
+* Idle windows: a trace row with rate 0 and an empty pattern yields no requests; a dataset
+  window written as ``{}`` or with empty pmfs (``"{}"``) records no lengths. Should an
+  arrival window with traffic fall in an idle dataset window, its lengths come from the
+  nearest busy dataset window (earlier first).
 
 The pmfs are Python literals, parsed with ``ast.literal_eval`` (never ``eval``).
 
@@ -55,6 +60,8 @@ from traces.importers.errors import SourceError
 from traces.importers.parse import check_source
 from traces.importers.sink import TraceSink
 
+USED_FIELDS = ("text_tokens", "input_tokens", "output_tokens", "image_count", "image_tokens")
+"""Dataset fields the importer samples; any other field is ignored unparsed."""
 TRACE_COLUMNS = ("window_start_s", "rate_rps", "cv", "pattern", "shape", "scale")
 _TRACE_NAME = re.compile(r"^chunk-(?P<client>.+)-trace\.csv$")
 QWEN_GRID_PX = 28
@@ -106,8 +113,11 @@ class Client:
     window_s: float
 
 
-def parse_pmf(text: Any, where: str, column: str) -> Pmf:
-    """Parse a ``"{value: probability}"`` Python literal safely (``ast.literal_eval``)."""
+def parse_pmf(text: Any, where: str, column: str) -> Pmf | None:
+    """Parse a ``"{value: probability}"`` Python literal safely (``ast.literal_eval``).
+
+    An empty dict (``"{}"``, how ServeGen writes a field of an idle window) gives None.
+    """
     if not isinstance(text, str):
         raise SourceError(where, line=None, column=column, problem="expected a dict literal string")
     try:
@@ -116,8 +126,10 @@ def parse_pmf(text: Any, where: str, column: str) -> Pmf:
         raise SourceError(
             where, line=None, column=column, problem=f"not a Python dict literal ({exc})"
         ) from exc
-    if not isinstance(value, dict) or not value:
-        raise SourceError(where, line=None, column=column, problem="expected a non-empty dict")
+    if not isinstance(value, dict):
+        raise SourceError(where, line=None, column=column, problem="expected a dict")
+    if not value:
+        return None
     items: list[tuple[int, float]] = []
     for k, p in value.items():
         ok_k = isinstance(k, int | float) and not isinstance(k, bool) and float(k).is_integer()
@@ -218,11 +230,22 @@ def _read_datasets(path: Path) -> tuple[tuple[float, ...], tuple[dict[str, Pmf],
             raise SourceError(
                 where, line=None, column=None, problem=f"window {key!r}: expected an object"
             )
-        pmfs = {name: parse_pmf(text, where, f"{key}.{name}") for name, text in fields.items()}
-        text_field = "text_tokens" if "text_tokens" in pmfs else "input_tokens"
+        # only the fields this importer samples are parsed: others (reason_ratio, whose values
+        # are fractions, audio/video) must not reject the file
+        pmfs: dict[str, Pmf] = {}
+        for name in USED_FIELDS:
+            if name in fields:
+                pmf = parse_pmf(fields[name], where, f"{key}.{name}")
+                if pmf is not None:
+                    pmfs[name] = pmf
+        text_field = "text_tokens" if "text_tokens" in fields else "input_tokens"
+        if text_field not in pmfs and "output_tokens" not in pmfs:
+            entries.append((start, {}))  # idle window: `{}` or every length pmf `"{}"`
+            continue
         for need in (text_field, "output_tokens"):
             if need not in pmfs:
-                raise SourceError(where, line=None, column=f"{key}.{need}", problem="missing field")
+                problem = "missing field" if need not in fields else "empty pmf in a busy window"
+                raise SourceError(where, line=None, column=f"{key}.{need}", problem=problem)
         entries.append((start, pmfs))
     entries.sort(key=lambda e: e[0])
     return tuple(e[0] for e in entries), tuple(e[1] for e in entries)
@@ -263,6 +286,24 @@ def _gap_sampler(w: Window, rng: random.Random) -> Callable[[], float]:
     return lambda: rng.expovariate(w.rate_rps)
 
 
+def _dataset_at(client: Client, t: float, w: Window) -> dict[str, Pmf]:
+    """The dataset window in force at ``t``; when it is idle (no lengths recorded) while the
+    arrival window has traffic, the nearest busy one before it, else after it."""
+    datasets = client.datasets
+    i = max(0, bisect.bisect_right(client.dataset_starts, t) - 1)
+    order: list[int] = [i, *range(i - 1, -1, -1), *range(i + 1, len(datasets))]
+    for j in order:
+        found: dict[str, Pmf] = datasets[j]
+        if found:
+            return found
+    raise SourceError(
+        f"chunk-{client.name}-trace.csv",
+        line=w.line,
+        column="rate_rps",
+        problem=f"rate {w.rate_rps} > 0 but every dataset window of client {client.name} is empty",
+    )
+
+
 def _window_rows(
     client: Client, w: Window, rng: random.Random, first_id: int, cols: dict[str, list[Any]]
 ) -> int:
@@ -274,7 +315,7 @@ def _window_rows(
     end = w.start_s + client.window_s
     t = w.start_s + gap()
     while t < end:
-        ds = client.datasets[max(0, bisect.bisect_right(client.dataset_starts, t) - 1)]
+        ds = _dataset_at(client, t, w)
         text = ds.get("text_tokens") or ds["input_tokens"]
         n_images = ds["image_count"].sample(rng) if "image_count" in ds else 0
         per_image = (

@@ -1,9 +1,14 @@
-"""ShareGPT conversations (JSON array) -> workload table of chat requests.
+"""ShareGPT conversations (JSON array or JSONL) -> workload table of chat requests.
 
 Source format (reference/traces.md §1.7; ``ShareGPT_V3_unfiltered_cleaned_split.json``)::
 
     [{"id": "...", "conversations": [{"from": "human", "value": "..."},
                                       {"from": "gpt", "value": "..."}, ...]}, ...]
+
+or the same objects one per line (JSONL, as Hugging Face exports write them); the file's
+first non-blank character tells which (``[`` array, ``{`` JSONL). Turns given as OpenAI
+``messages`` (``{"role": ..., "content": ...}``) under ``conversations`` or ``messages`` are
+accepted too.
 
 * The file carries text only: no timestamps and no token counts.
 * Arrivals are a Poisson process of ``--rate`` requests/s (default 1) drawn from
@@ -14,6 +19,12 @@ Source format (reference/traces.md §1.7; ``ShareGPT_V3_unfiltered_cleaned_split
   from its first user turn and the reply after it; ``--turns all`` makes one request per
   user turn with the whole history before it, sharing a ``session_id`` (the conversation
   id) and numbered by ``turn``.
+* ``--think-s MEAN`` (with ``--turns all``) keeps each conversation a session in time:
+  conversations start as the Poisson process above and each later turn follows the one
+  before by an exponential think time of mean MEAN seconds (0: at once), as
+  ``traces.synth.sessions`` spaces synthetic turns; rows from overlapping sessions are
+  merged by arrival with a heap that holds only turns not yet due (bounded by the sessions
+  in flight). Without it every request is one Poisson arrival, turns in file order.
 * Token counts are estimated from words: ``ceil(words * --tokens-per-word)``, at least 1
   (default 1.0, exact for the built-in simulator, which counts words; real BPE tokenizers
   give about 1.3 tokens per English word). The reply's length becomes ``output_tokens``.
@@ -24,6 +35,7 @@ Source format (reference/traces.md §1.7; ``ShareGPT_V3_unfiltered_cleaned_split
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import random
@@ -34,8 +46,8 @@ import pyarrow as pa
 
 from traces import schema as s
 from traces.importers.base import LINE_COLUMN, Importer, ImportOptions
-from traces.importers.errors import SourceError
-from traces.importers.parse import iter_json_array
+from traces.importers.errors import ImportOptionError, SourceError
+from traces.importers.parse import check_source, iter_json_array, iter_jsonl
 from traces.importers.sink import TraceSink
 
 ROLES = {
@@ -59,26 +71,38 @@ def _messages(entry: Any, where: str, line: int) -> list[dict[str, str]] | None:
     """The conversation as OpenAI messages, or None when a speaker is unknown."""
     if not isinstance(entry, dict):
         raise SourceError(where, line=line, column=None, problem="expected a conversation object")
-    turns = entry.get("conversations")
+    turns = entry.get("conversations", entry.get("messages"))
     if not isinstance(turns, list):
         raise SourceError(
             where, line=line, column="conversations", problem="missing or not a list of turns"
         )
     out: list[dict[str, str]] = []
     for turn in turns:
-        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+        text = turn.get("value", turn.get("content")) if isinstance(turn, dict) else None
+        if not isinstance(text, str):
             raise SourceError(
                 where, line=line, column="conversations", problem="a turn lacks a text 'value'"
             )
-        role = ROLES.get(str(turn.get("from", "")).lower())
+        role = ROLES.get(str(turn.get("from", turn.get("role", ""))).lower())
         if role is None:
             return None
-        out.append({"role": role, "content": turn["value"]})
+        out.append({"role": role, "content": text})
     return out
 
 
+def _is_jsonl(path: Path) -> bool:
+    """True when the first non-blank character is ``{`` (one object per line)."""
+    check_source(path)
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        while chunk := fh.read(4096):
+            stripped = chunk.lstrip()
+            if stripped:
+                return stripped[0] == "{"
+    return False
+
+
 def read(path: Path, options: ImportOptions, sink: TraceSink) -> None:
-    """Stream a ShareGPT JSON array into ``sink`` as chat requests with Poisson arrivals."""
+    """Stream ShareGPT conversations into ``sink`` as chat requests with Poisson arrivals."""
     where = path.name
     rate = options.rate or DEFAULT_RATE
     rng = random.Random(options.seed)
@@ -108,9 +132,27 @@ def read(path: Path, options: ImportOptions, sink: TraceSink) -> None:
         cols.update({k: [] for k in keys})
 
     flush()
+    think = options.think_s
+    if think is not None and options.turns != "all":
+        raise ImportOptionError("--think-s needs --turns all (it spaces a conversation's turns)")
+    if think is not None:
+        sink.note("sessions", f"starts poisson rate={rate}/s, think exponential mean={think} s")
+    think_rng = random.Random(f"sharegpt-think:{options.seed}")
+    pending: list[tuple[float, int, tuple[Any, ...]]] = []  # later turns, by arrival
+    seq = 0
+
+    def emit(row: tuple[Any, ...]) -> None:
+        for key, value in zip(keys, row, strict=True):
+            cols[key].append(value)
+
+    def release(until: float) -> None:
+        while pending and pending[0][0] <= until:
+            emit(heapq.heappop(pending)[2])
+
     clock = 0.0
     first = True
-    for index, (line, entry) in enumerate(iter_json_array(path)):
+    entries = iter_jsonl(path) if _is_jsonl(path) else iter_json_array(path)
+    for index, (line, entry) in enumerate(entries):
         messages = _messages(entry, where, line)
         if messages is None:
             sink.skip("unknown_role")
@@ -130,28 +172,41 @@ def read(path: Path, options: ImportOptions, sink: TraceSink) -> None:
             continue
         for number, k in enumerate(exchanges):
             history = messages[: k + 1]
-            if not first:
-                clock += rng.expovariate(rate)
-            first = False
-            cols["id"].append(f"{index}-{number}")
-            cols["t"].append(clock)
-            cols["in"].append(sum(_tokens(m["content"], per_word) for m in history))
-            cols["out"].append(_tokens(messages[k + 1]["content"], per_word))
-            cols["msgs"].append(json.dumps(history, ensure_ascii=False))
-            cols["session"].append(conv_id if options.turns == "all" else None)
-            cols["turn"].append(number if options.turns == "all" else None)
-            cols["line"].append(line)
+            if think is None or number == 0:
+                if not first:
+                    clock += rng.expovariate(rate)
+                first = False
+                when = clock
+                release(when)
+            else:
+                when += think_rng.expovariate(1.0 / think) if think > 0 else 0.0
+            row = (
+                f"{index}-{number}",
+                when,
+                sum(_tokens(m["content"], per_word) for m in history),
+                _tokens(messages[k + 1]["content"], per_word),
+                json.dumps(history, ensure_ascii=False),
+                conv_id if options.turns == "all" else None,
+                number if options.turns == "all" else None,
+                line,
+            )
+            if think is None or number == 0:
+                emit(row)
+            else:
+                seq += 1
+                heapq.heappush(pending, (when, seq, row))
         if len(cols["id"]) >= options.batch_rows:
             flush()
             if sink.done:
                 return
+    release(math.inf)
     flush()
 
 
 IMPORTER = Importer(
     name="sharegpt",
-    summary="ShareGPT JSON conversations -> chat messages, Poisson arrivals at --rate",
+    summary="ShareGPT JSON/JSONL conversations -> chat messages, Poisson arrivals at --rate",
     read=read,
-    options=frozenset({"rate", "seed", "tokens_per_word", "turns"}),
+    options=frozenset({"rate", "seed", "tokens_per_word", "turns", "think_s"}),
     source_columns={s.MESSAGES: "conversations"},
 )

@@ -30,6 +30,7 @@ import pyarrow as pa
 from traces import schema as s
 from traces.io import write_trace
 from traces.prompts.image_tokens import canonical_family, image_tokens
+from traces.synth.agents import AgentSpec, agent_sessions
 from traces.synth.arrivals import ArrivalSpec, arrival_times
 from traces.synth.classes import (
     COMMON_RESOLUTIONS,
@@ -74,7 +75,10 @@ class SynthConfig:
 
     ``requests`` and/or ``duration_s`` bound the trace (at least one). In session mode the
     arrival process starts sessions at ``rate / turns_mean``, so requests still arrive at
-    about ``rate`` per second.
+    about ``rate`` per second. With ``agent`` (``traces.synth.agents``) the arrival process
+    starts agent sessions at ``rate`` per second, every row is workload ``agent`` over chat,
+    and ``agent.sessions`` may bound the trace instead; ``mix``, ``prefix`` and ``sessions``
+    do not apply.
     """
 
     requests: int | None = None
@@ -85,6 +89,7 @@ class SynthConfig:
     api: ApiChoice = "chat"
     prefix: PrefixSpec | None = None
     sessions: SessionSpec | None = None
+    agent: AgentSpec | None = None
     slo_ttft_ms: tuple[ClassValue, ...] = ()
     slo_tpot_ms: tuple[ClassValue, ...] = ()
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -92,8 +97,11 @@ class SynthConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.requests is None and self.duration_s is None:
+        agents = self.agent is not None and self.agent.sessions is not None
+        if self.requests is None and self.duration_s is None and not agents:
             raise ValueError("give a number of requests, a duration or both")
+        if self.agent is not None and (self.sessions is not None or self.prefix is not None):
+            raise ValueError("agent sessions bring their own turns and prefixes")
         if self.requests is not None and self.requests < 1:
             raise ValueError("requests must be at least 1")
         if self.duration_s is not None and self.duration_s <= 0:
@@ -133,6 +141,10 @@ class _Draft:
     image_tokens: int | None = None
     session: int | None = None
     turn: int | None = None
+    session_label: str | None = None
+
+
+AGENT_WORKLOAD: Final = "agent"
 
 
 class _Builder:
@@ -266,6 +278,43 @@ def _session_requests(config: SynthConfig, spec: SessionSpec, builder: _Builder)
     return drafts
 
 
+def _agent_requests(config: SynthConfig, spec: AgentSpec, builder: _Builder) -> list[_Draft]:
+    # Sessions start at `rate`; with a request count N and no session count, N sessions
+    # suffice (each has at least one turn), as in _session_requests.
+    rng = random.Random(f"llm-loadgen/{config.seed}/arrivals")
+    starts = arrival_times(
+        config.arrival,
+        rng,
+        count=spec.sessions if spec.sessions is not None else config.requests,
+        duration_s=config.duration_s,
+    )
+    turns = agent_sessions(
+        spec,
+        starts,
+        block_size=config.block_size,
+        fresh=builder._fresh,
+        seed=config.seed,
+        horizon_s=config.duration_s,
+    )
+    drafts = [
+        _Draft(
+            arrival_s=t.arrival_s,
+            workload=AGENT_WORKLOAD,
+            api=s.API_CHAT,
+            input_tokens=t.input_tokens,
+            output_tokens=t.output_tokens,
+            blocks=list(t.blocks),
+            turn=t.turn,
+            session_label=t.session,
+        )
+        for t in turns
+    ]
+    drafts.sort(key=lambda d: d.arrival_s)  # stable: ties keep generation order
+    if config.requests is not None:
+        del drafts[config.requests :]
+    return drafts
+
+
 def _dictionary(values: list[str], order: Sequence[str], index_type: pa.DataType) -> pa.Array:
     """A dictionary array with a fixed, config-derived dictionary (deterministic bytes)."""
     lookup = {name: i for i, name in enumerate(order)}
@@ -290,10 +339,12 @@ def _table(config: SynthConfig, drafts: list[_Draft]) -> pa.Table:
         ],
         type=pa.list_(s.IMAGE_TYPE),
     )
-    class_order = [c.name for c in config.classes]
+    class_order = [AGENT_WORKLOAD] if config.agent else [c.name for c in config.classes]
     ttft = [class_value(config.slo_ttft_ms, d.workload) for d in drafts]
     tpot = [class_value(config.slo_tpot_ms, d.workload) for d in drafts]
-    session_ids = [None if d.session is None else f"s{d.session:07d}" for d in drafts]
+    session_ids = [
+        d.session_label or (None if d.session is None else f"s{d.session:07d}") for d in drafts
+    ]
     columns: dict[str, pa.Array] = {
         s.REQUEST_ID: pa.array([f"r{i:07d}" for i in range(n)], type=pa.string()),
         s.ARRIVAL_S: pa.array([d.arrival_s for d in drafts], type=pa.float64()),
@@ -345,7 +396,9 @@ def provenance(config: SynthConfig) -> dict[str, Any]:
 def synthesize(config: SynthConfig) -> SynthResult:
     """Build the trace table for ``config`` (deterministic in ``config``)."""
     builder = _Builder(config)
-    if config.sessions is not None:
+    if config.agent is not None:
+        drafts = _agent_requests(config, config.agent, builder)
+    elif config.sessions is not None:
         drafts = _session_requests(config, config.sessions, builder)
     else:
         drafts = _plain_requests(config, builder)
@@ -362,7 +415,9 @@ def write_synth(config: SynthConfig, path: Path) -> SynthResult:
 
 
 __all__ = [
+    "AGENT_WORKLOAD",
     "COMMON_RESOLUTIONS",
+    "AgentSpec",
     "ClassShare",
     "ClassValue",
     "PrefixSpec",

@@ -1,5 +1,5 @@
-"""The engine's scheduler in model time: KV blocks, one step's time, the iteration-level
-scheduler and the virtual-time timeline.
+"""The engine's scheduler in model time: KV blocks, one step's time and its terms, the
+iteration-level scheduler and the virtual-time timeline.
 
 A leaf shared by the simulator, the offline what-ifs and the decomposition: it imports the
 budget arithmetic it steps (``specs``, ``kv``, ``weights``) and the analyzers' errors, and
@@ -10,5 +10,6 @@ __all__ = [
     "kvblocks",
     "scheduler",
     "step",
+    "terms",
     "timeline",
 ]

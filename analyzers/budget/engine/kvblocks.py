@@ -28,16 +28,20 @@ class BlockPool:
         self._refs = [0] * num_blocks
         self._hash: list[int | None] = [None] * num_blocks
         self._by_hash: dict[int, int] = {}
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # The free blocks in reuse order are the uncached ones (a stack: its top is reused
+        # first; fresh blocks start at the bottom in index order) followed by the cached
+        # ones, least recently freed first.
+        self._uncached: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._cached: OrderedDict[int, None] = OrderedDict()
 
     @property
     def num_free(self) -> int:
         """Blocks no sequence holds (cached ones included: they can be reallocated)."""
-        return len(self._free)
+        return len(self._uncached) + len(self._cached)
 
     def usage(self) -> float:
         """Fraction of blocks held by sequences, 0..1 (vLLM's ``kv_cache_usage_perc``)."""
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self.num_free / self.num_blocks
 
     def match(self, hashes: Sequence[int]) -> list[int]:
         """Blocks caching the longest prefix of ``hashes`` (does not take them)."""
@@ -54,40 +58,51 @@ class BlockPool:
     def can_allocate(self, new_blocks: int, matched: Sequence[int] = ()) -> bool:
         """Whether ``new_blocks`` fresh blocks fit once the ``matched`` ones are taken."""
         idle_hits = sum(1 for b in matched if self._refs[b] == 0)
-        return len(self._free) - idle_hits >= new_blocks
+        return self.num_free - idle_hits >= new_blocks
 
     def take(self, blocks: Sequence[int]) -> None:
         """Add a holder to cached ``blocks`` (from :meth:`match`)."""
         for block in blocks:
             if self._refs[block] == 0:
-                del self._free[block]
+                del self._cached[block]  # a free block with a hash is a cached one
             self._refs[block] += 1
 
     def allocate(self, n: int) -> list[int]:
         """``n`` fresh blocks, evicting the least recently freed cached ones first."""
-        if n > len(self._free):
-            raise RuntimeError(f"asked for {n} KV blocks, {len(self._free)} free")
-        out: list[int] = []
-        for _ in range(n):
-            block, _ = self._free.popitem(last=False)
-            key = self._hash[block]
-            if key is not None:
-                del self._by_hash[key]
-                self._hash[block] = None
-            self._refs[block] = 1
-            out.append(block)
+        uncached, cached = self._uncached, self._cached
+        if n > len(uncached) + len(cached):
+            raise RuntimeError(f"asked for {n} KV blocks, {self.num_free} free")
+        refs = self._refs
+        k = min(n, len(uncached))
+        out = uncached[len(uncached) - k :]
+        out.reverse()  # the top of the stack first
+        del uncached[len(uncached) - k :]
+        for block in out:
+            refs[block] = 1
+        if k < n:
+            # Locals: a long prompt evicts hundreds of cached blocks at once.
+            pop, hashes, by_hash, append = cached.popitem, self._hash, self._by_hash, out.append
+            for _ in range(n - k):
+                block = pop(last=False)[0]
+                key = hashes[block]
+                if key is not None:
+                    del by_hash[key]
+                    hashes[block] = None
+                refs[block] = 1
+                append(block)
         return out
 
     def free(self, blocks: Sequence[int]) -> None:
         """Drop one holder of each block; the tail of a sequence is evicted before its head."""
+        uncached, cached, refs, hashes = self._uncached, self._cached, self._refs, self._hash
+        caching = self.caching
         for block in reversed(blocks):
-            self._refs[block] -= 1
-            if self._refs[block] == 0:
-                if self.caching and self._hash[block] is not None:
-                    self._free[block] = None
+            left = refs[block] = refs[block] - 1
+            if left == 0:
+                if caching and hashes[block] is not None:
+                    cached[block] = None
                 else:
-                    self._free[block] = None
-                    self._free.move_to_end(block, last=False)  # uncached: reuse first
+                    uncached.append(block)  # uncached: reuse first
 
     def register(self, block: int, key: int) -> None:
         """Note that ``block`` now holds the full prompt block with chained hash ``key``."""
@@ -95,3 +110,16 @@ class BlockPool:
             return
         self._hash[block] = key
         self._by_hash[key] = block
+
+    def register_run(
+        self, blocks: Sequence[int], keys: Sequence[int], start: int, stop: int
+    ) -> None:
+        """:meth:`register` ``blocks[i]`` under ``keys[i]`` for ``i`` in ``start..stop-1``."""
+        if not self.caching:
+            return
+        hashes, by_hash = self._hash, self._by_hash
+        for i in range(start, stop):
+            block, key = blocks[i], keys[i]
+            if hashes[block] is None and key not in by_hash:
+                hashes[block] = key
+                by_hash[key] = block

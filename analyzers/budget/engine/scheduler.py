@@ -255,15 +255,27 @@ class Scheduler:
         plan: list[tuple[_Seq, int]] = []
         preempted: list[int] = []
         admitted: list[Admission] = []
-        i = 0
-        while i < len(self._running) and budget > 0:
-            seq = self._running[i]
-            n = min(seq.known - seq.computed, budget)
-            if limits.preempt and not self._grow(seq, seq.computed + n, preempted):
-                break
-            plan.append((seq, n))
-            budget -= n
-            i += 1
+        running = self._running
+        if limits.preempt:
+            i = 0
+            while i < len(running) and budget > 0:
+                seq = running[i]
+                n = min(seq.known - seq.computed, budget)
+                if not self._grow(seq, seq.computed + n, preempted):
+                    break
+                plan.append((seq, n))
+                budget -= n
+                i += 1
+        else:  # the same loop without growth (nothing is preempted): the hot path
+            append = plan.append
+            for seq in running:
+                if budget <= 0:
+                    break
+                n = seq.spec.prompt_tokens + seq.generated - seq.computed
+                if n > budget:
+                    n = budget
+                append((seq, n))
+                budget -= n
         while (
             not preempted
             and self._waiting
@@ -290,7 +302,10 @@ class Scheduler:
         finished: list[int] = []
         leaving: set[int] = set()
         bs = self.limits.block_size
+        role, pool = self.role, self.pool
+        batch_tokens = 0
         for seq, n in plan:
+            batch_tokens += n
             spec = seq.spec
             if not seq.encoded:
                 seq.encoded = True
@@ -299,30 +314,30 @@ class Scheduler:
             hashes = spec.block_hashes
             if seq.registered < len(hashes):
                 full = min(computed, spec.prompt_tokens) // bs
-                for b in range(seq.registered, min(full, len(hashes))):
-                    self.pool.register(seq.blocks[b], hashes[b])
+                pool.register_run(seq.blocks, hashes, seq.registered, min(full, len(hashes)))
                 seq.registered = max(seq.registered, full)
             if computed < spec.prompt_tokens + seq.generated:
                 continue
-            if seq.generated == 0 and self.role != "decode":
-                prefilled.append(spec.seq_id)
-            if self.role == "prefill":
-                leaving.add(spec.seq_id)
-                self._held[spec.seq_id] = seq
+            seq_id = spec.seq_id
+            if seq.generated == 0 and role != "decode":
+                prefilled.append(seq_id)
+            if role == "prefill":
+                leaving.add(seq_id)
+                self._held[seq_id] = seq
                 continue
             seq.generated += 1
-            sampled.append(spec.seq_id)
+            sampled.append(seq_id)
             if seq.generated >= spec.max_tokens:
-                finished.append(spec.seq_id)
-                leaving.add(spec.seq_id)
-                self.pool.free(seq.blocks)
+                finished.append(seq_id)
+                leaving.add(seq_id)
+                pool.free(seq.blocks)
                 seq.blocks = []
-                del self._seqs[spec.seq_id]
+                del self._seqs[seq_id]
         if leaving:
             self._running = [s for s in self._running if s.spec.seq_id not in leaving]
         return StepResult(
             duration_s=duration,
-            batch_tokens=sum(n for _, n in plan),
+            batch_tokens=batch_tokens,
             admitted=tuple(admitted),
             prefilled=tuple(prefilled),
             sampled=tuple(sampled),

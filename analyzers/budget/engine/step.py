@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from analyzers.budget.engine.terms import step_terms
 from analyzers.budget.kv import kv_bytes, kv_bytes_per_token
 from analyzers.budget.specs import Deployment, ModelSpec
 from analyzers.budget.weights import weights_read_bytes
@@ -36,7 +37,10 @@ class SequenceWork:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCost:
-    """The terms of one step; ``time_s = max(compute_s, memory_s) + overhead_s``."""
+    """The terms of one step; ``time_s = max(launch_s, max(compute_s, memory_s) +
+    collective_s) + overhead_s``. ``collective_s`` (tensor-parallel all-reduces, pipeline
+    hand-offs) and ``launch_s`` (the host's kernel launches) are 0 without a calibration
+    profile, which leaves the plain roofline ``max(compute_s, memory_s) + overhead_s``."""
 
     linear_flops: float
     attention_flops: float
@@ -45,6 +49,8 @@ class StepCost:
     compute_flops_per_s: float
     bandwidth_bytes_per_s: float
     overhead_s: float
+    collective_s: float = 0.0
+    launch_s: float = 0.0
 
     @property
     def flops(self) -> float:
@@ -69,7 +75,8 @@ class StepCost:
     @property
     def time_s(self) -> float:
         """The step's predicted duration in seconds."""
-        return max(self.compute_s, self.memory_s) + self.overhead_s
+        gpu = max(self.compute_s, self.memory_s) + self.collective_s
+        return max(self.launch_s, gpu) + self.overhead_s
 
     @property
     def compute_bound(self) -> bool:
@@ -124,6 +131,10 @@ def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]
     compute = (2 N_active sum(new) + sum attention_flops) / (tp x peak(dtype) x eff_prefill)
     memory  = (weights_read(sum(new)) + sum kv_bytes(cached + new)) / (tp x HBM BW x eff_decode)
     time    = max(compute, memory) + step_overhead
+    With a profile on ``deploy``, the efficiencies of its phase (prefill for a step that
+    carries a prefill, else decode) replace the deployment's and the terms of
+    ``analyzers.budget.engine.terms`` join: ``time = max(launch, max(compute, memory) +
+    all-reduce) + step_overhead + profile overheads``.
     """
     tokens = sum(w.new_tokens for w in work)
     if model.attention == "sliding":
@@ -142,14 +153,51 @@ def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]
         per_context = 2 * model.q_heads * (model.attention_qk_dim + model.attention_v_dim)
         attention = per_context * model.self_attention_layers * integral
         kv = held * kv_bytes_per_token(model)
+    linear = linear_flops(model, tokens)
+    weight = weights_read_bytes(model, tokens)
+    compute_rate = deploy.compute_flops(model.weight_dtype)
+    memory_rate = deploy.bandwidth_bytes_per_s()
+    overhead = deploy.step_overhead_s
+    collective = launch = 0.0
+    profile = deploy.profile
+    if profile is not None:
+        decoding = sum(1 for w in work if w.new_tokens == 1 and w.cached_tokens > 0)
+        busy = sum(1 for w in work if w.new_tokens > 0)
+        terms = step_terms(
+            model,
+            deploy.hardware,
+            tensor_parallel=deploy.tensor_parallel,
+            pipeline_parallel=deploy.pipeline_parallel,
+            flops=linear + attention,
+            bytes_read=weight + kv,
+            tokens=tokens,
+            prefills=1 if decoding < busy else 0,
+            decode_sequences=decoding,
+        )
+        phase = terms.phase(profile)
+        compute_rate = (
+            deploy.tensor_parallel
+            * deploy.hardware.peak_flops(model.weight_dtype)
+            * phase.compute_efficiency
+        )
+        memory_rate = (
+            deploy.tensor_parallel
+            * deploy.hardware.hbm_bandwidth_bytes_per_s
+            * phase.memory_efficiency
+        )
+        collective = terms.collective_s(phase)
+        launch = terms.launch_s(phase)
+        overhead += terms.overhead_s(phase)
     return StepCost(
-        linear_flops=linear_flops(model, tokens),
+        linear_flops=linear,
         attention_flops=attention,
-        weight_bytes=weights_read_bytes(model, tokens),
+        weight_bytes=weight,
         kv_bytes=kv,
-        compute_flops_per_s=deploy.compute_flops(model.weight_dtype),
-        bandwidth_bytes_per_s=deploy.bandwidth_bytes_per_s(),
-        overhead_s=deploy.step_overhead_s,
+        compute_flops_per_s=compute_rate,
+        bandwidth_bytes_per_s=memory_rate,
+        overhead_s=overhead,
+        collective_s=collective,
+        launch_s=launch,
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -100,7 +100,10 @@ class PredictedPhases:
     instance: str
 
 
-class _Instance:
+class VirtualInstance:
+    """One instance of the virtual-time loop: a named scheduler, the sequences that arrived
+    for it and not yet joined (``pending``), and when its next step can start."""
+
     __slots__ = ("busy_until", "floor", "kick", "name", "pending", "scheduler")
 
     def __init__(self, name: str, scheduler: Scheduler) -> None:
@@ -112,6 +115,7 @@ class _Instance:
         self.kick: float | None = None
 
     def load(self) -> int:
+        """Sequences held or about to be (the least-loaded router's key)."""
         sched = self.scheduler
         return len(self.pending) + sched.num_running + sched.num_waiting
 
@@ -125,20 +129,35 @@ class _Instance:
         return max(self.floor, min(times)) if times else None
 
 
-class _Track:
-    """Per-request times of the replay (model seconds)."""
+class VirtualTrack:
+    """One request's times in the virtual-time loop (model seconds; None: not reached)."""
 
-    __slots__ = ("arrival", "first_step", "front", "prefill_end", "sample", "transfer_end")
+    __slots__ = (
+        "arrival",
+        "back",
+        "cached",
+        "first_step",
+        "front",
+        "prefill_end",
+        "sample",
+        "times",
+        "transfer_end",
+    )
 
     def __init__(self, arrival: float) -> None:
         self.arrival = arrival
         self.front = ""
+        self.back: str | None = None
         self.first_step: float | None = None
+        self.cached = 0
         self.prefill_end: float | None = None
         self.transfer_end: float | None = None
         self.sample: float | None = None
+        self.times: list[float] = []
+        """Every sampled token's time (only when the cluster records tokens)."""
 
     def phases(self) -> PredictedPhases | None:
+        """Queue, prefill, transfer and first token, once the first token is sampled."""
         if self.first_step is None or self.prefill_end is None or self.sample is None:
             return None
         ready = self.transfer_end if self.transfer_end is not None else self.prefill_end
@@ -151,85 +170,89 @@ class _Track:
         )
 
 
-class _Replay:
-    """The virtual-time event loop over every instance (mirrors ``loadgen.sim.instance``)."""
+FinishCallback = Callable[[int, float], None]
+"""Told ``(key, t)`` when request ``key`` sampled its last token at ``t`` (closed loops)."""
 
-    def __init__(self, shape: EngineShape, arrivals: Sequence[Arrival], max_steps: int) -> None:
-        self.shape = shape
-        self.max_steps = max_steps
-        longest = max((a.prompt_tokens for a in arrivals), default=1)
-        role: Role = "prefill" if shape.disaggregated else "mixed"
-        self.front = [self._instance(f"{role}{i}", role, longest) for i in range(shape.replicas)]
-        self.back = [
-            self._instance(f"decode{i}", "decode", longest) for i in range(shape.decode_instances)
-        ]
-        self.tracks: dict[int, _Track] = {}
-        self.specs: dict[int, Arrival] = {}
+
+class VirtualCluster:
+    """The virtual-time event loop over every instance (mirrors ``loadgen.sim.instance``
+    and ``loadgen.sim.topology``): arrivals and KV deliveries are events, each instance
+    steps at the earliest start known, and the earliest thing always happens first.
+
+    ``front``: the mixed (monolith) or prefill instances; ``back``: the decode instances
+    (disaggregated; then ``transfer_s(prompt_tokens)`` times one KV transfer on the prefill
+    instance's own link, transfers queueing on it). Each pool has its own router turn.
+    ``record_tokens``: keep every sampled token's time, not only the first."""
+
+    def __init__(
+        self,
+        front: Sequence[VirtualInstance],
+        back: Sequence[VirtualInstance] = (),
+        *,
+        router: RouterPolicy = "least-loaded",
+        transfer_s: Callable[[int], float] | None = None,
+        record_tokens: bool = False,
+        on_finish: FinishCallback | None = None,
+    ) -> None:
+        if not front:
+            raise BudgetError("a virtual cluster needs at least one instance")
+        if back and transfer_s is None:
+            raise BudgetError("a disaggregated virtual cluster needs a KV transfer time")
+        self.front = list(front)
+        self.back = list(back)
+        self.router = router
+        self.transfer_s = transfer_s
+        self.record_tokens = record_tokens
+        self.on_finish = on_finish
+        self.tracks: dict[int, VirtualTrack] = {}
+        self.specs: dict[int, SeqSpec] = {}
         self.events: list[tuple[float, int, int, str]] = []
         self.order = itertools.count()
-        self.turn = itertools.count()
+        self.front_turn = itertools.count()
+        self.back_turn = itertools.count()
         self.link_free: dict[str, float] = {}
-        self.front_of: dict[int, _Instance] = {}
-        for a in arrivals:
-            if a.key in self.specs:
-                raise BudgetError(f"request key {a.key} appears twice in the schedule replay")
-            self.specs[a.key] = a
-            self.tracks[a.key] = _Track(a.arrival_s)
-            heapq.heappush(self.events, (a.arrival_s, next(self.order), a.key, "arrive"))
-        self.waiting_first = len(arrivals)
+        self.front_of: dict[int, VirtualInstance] = {}
+        self.waiting_first = 0
+        self.rejected: set[int] = set()
+        self.steps = 0
 
-    def _instance(self, name: str, role: Role, longest: int) -> _Instance:
-        shape = self.shape
-        model, deploy = shape.model, shape.deployment
-        chunk = deploy.chunk_tokens or max(UNCHUNKED_BUDGET, longest)
-        blocks = kv_capacity_tokens(model, deploy) // shape.block_size
-        if blocks < 1:
-            raise BudgetError(f"{model.name}: no memory left for the KV cache in the replay")
-        limits = SchedulerLimits(
-            num_blocks=blocks,
-            block_size=shape.block_size,
-            max_num_seqs=shape.max_num_seqs,
-            max_batched_tokens=chunk,
-            prefix_cache=False,  # cached tokens come from each request's reported usage
-        )
+    def arrive(self, spec: SeqSpec, at_s: float) -> None:
+        """Request ``spec.seq_id`` reaches the cluster at ``at_s`` (not before the present)."""
+        key = spec.seq_id
+        if key in self.specs:
+            raise BudgetError(f"request key {key} appears twice in the schedule replay")
+        self.specs[key] = spec
+        self.tracks[key] = VirtualTrack(at_s)
+        self.waiting_first += 1
+        heapq.heappush(self.events, (at_s, next(self.order), key, "arrive"))
 
-        def timer(work: Sequence[SequenceWork]) -> float:
-            return step_time_s(model, deploy, work)
-
-        return _Instance(name, Scheduler(timer, limits, role=role))
-
-    def _choose(self, pool: list[_Instance]) -> _Instance:
+    def _choose(self, pool: list[VirtualInstance], turn: Iterator[int]) -> VirtualInstance:
         if len(pool) == 1:
             return pool[0]
-        if self.shape.router == "round-robin":
-            return pool[next(self.turn) % len(pool)]
-        return min(pool, key=_Instance.load)
+        if self.router == "round-robin":
+            return pool[next(turn) % len(pool)]
+        return min(pool, key=VirtualInstance.load)
 
     def _event(self) -> None:
         t, _, key, kind = heapq.heappop(self.events)
-        a = self.specs[key]
+        spec = self.specs[key]
         if kind == "arrive":
-            inst = self._choose(self.front)
+            inst = self._choose(self.front, self.front_turn)
             self.tracks[key].front = inst.name
             self.front_of[key] = inst
-            spec = SeqSpec(
-                seq_id=key,
-                prompt_tokens=a.prompt_tokens,
-                max_tokens=a.output_tokens,
-                cached_tokens=min(a.cached_tokens, a.prompt_tokens - 1),
-            )
             inst.pending.append((t, spec))
             return
         # "deliver": the KV cache arrived; the prefill instance frees its blocks.
         front = self.front_of[key]
         front.scheduler.release(key)
         front.kick = t if front.kick is None else min(front.kick, t)
-        back = self._choose(self.back)
+        back = self._choose(self.back, self.back_turn)
+        self.tracks[key].back = back.name
         back.pending.append(
-            (t, SeqSpec(seq_id=key, prompt_tokens=a.prompt_tokens, max_tokens=a.output_tokens))
+            (t, SeqSpec(seq_id=key, prompt_tokens=spec.prompt_tokens, max_tokens=spec.max_tokens))
         )
 
-    def _step(self, inst: _Instance, start: float) -> None:
+    def _step(self, inst: VirtualInstance, start: float) -> None:
         inst.kick = None
         keep: list[tuple[float, SeqSpec]] = []
         for t, spec in inst.pending:
@@ -240,6 +263,7 @@ class _Replay:
                 inst.scheduler.add(spec)
             except CapacityError:
                 self.waiting_first -= 1  # never fits: no phases
+                self.rejected.add(spec.seq_id)
         inst.pending = keep
         result = inst.scheduler.step()
         if result is None:  # idle, or blocked on KV memory until a release
@@ -249,58 +273,81 @@ class _Replay:
         end = start + result.duration_s
         inst.busy_until = inst.floor = end
         role = inst.scheduler.role
+        tracks = self.tracks
         if role != "decode":
             for adm in result.admitted:
-                track = self.tracks[adm.seq_id]
+                track = tracks[adm.seq_id]
                 if track.first_step is None:
                     track.first_step = start
+                    track.cached = adm.cached_tokens
             for key in result.prefilled:
-                self.tracks[key].prefill_end = end
+                tracks[key].prefill_end = end
                 if role == "prefill":
                     self._handoff(inst, key, end)
+        record = self.record_tokens
         for key in result.sampled:
-            track = self.tracks[key]
+            track = tracks[key]
             if track.sample is None:
                 track.sample = end
                 self.waiting_first -= 1
+            if record:
+                track.times.append(end)
+        if self.on_finish is not None:
+            for key in result.finished:
+                self.on_finish(key, end)
 
-    def _handoff(self, inst: _Instance, key: int, ready: float) -> None:
-        link = self.shape.link
-        assert link is not None
+    def _handoff(self, inst: VirtualInstance, key: int, ready: float) -> None:
+        assert self.transfer_s is not None
         begin = max(ready, self.link_free.get(inst.name, 0.0))
-        done = begin + kv_transfer_time_s(self.shape.model, self.specs[key].prompt_tokens, link)
+        done = begin + self.transfer_s(self.specs[key].prompt_tokens)
         self.link_free[inst.name] = done
         self.tracks[key].transfer_end = done
         heapq.heappush(self.events, (done, next(self.order), key, "deliver"))
 
-    def run(self) -> dict[int, PredictedPhases]:
+    def run(self, *, max_steps: int, first_tokens_only: bool = False) -> None:
+        """Step until nothing is left to do (or, with ``first_tokens_only``, until every
+        request has its first token). Raises ``BudgetError`` past ``max_steps`` steps."""
         instances = [*self.front, *self.back]
-        steps = 0
-        while self.waiting_first > 0:
-            best: _Instance | None = None
+        events = self.events
+        while not first_tokens_only or self.waiting_first > 0:
+            best: VirtualInstance | None = None
             best_start = 0.0
             for inst in instances:
                 start = inst.next_start()
                 if start is not None and (best is None or start < best_start):
                     best, best_start = inst, start
-            if self.events and (best is None or self.events[0][0] <= best_start):
+            if events and (best is None or events[0][0] <= best_start):
                 self._event()
                 continue
             if best is None:
-                break  # blocked for good (a request that never fits)
+                break  # done, or blocked for good (a request that never fits)
             self._step(best, best_start)
-            steps += 1
-            if steps > self.max_steps:
+            self.steps += 1
+            if self.steps > max_steps:
                 raise BudgetError(
-                    f"the schedule replay stopped after {self.max_steps:,} steps "
+                    f"the schedule replay stopped after {max_steps:,} steps "
                     f"({self.waiting_first:,} requests still without a first token)"
                 )
-        out: dict[int, PredictedPhases] = {}
-        for key, track in self.tracks.items():
-            phases = track.phases()
-            if phases is not None:
-                out[key] = phases
-        return out
+
+
+def _replay_instance(shape: EngineShape, name: str, role: Role, longest: int) -> VirtualInstance:
+    model, deploy = shape.model, shape.deployment
+    chunk = deploy.chunk_tokens or max(UNCHUNKED_BUDGET, longest)
+    blocks = kv_capacity_tokens(model, deploy) // shape.block_size
+    if blocks < 1:
+        raise BudgetError(f"{model.name}: no memory left for the KV cache in the replay")
+    limits = SchedulerLimits(
+        num_blocks=blocks,
+        block_size=shape.block_size,
+        max_num_seqs=shape.max_num_seqs,
+        max_batched_tokens=chunk,
+        prefix_cache=False,  # cached tokens come from each request's reported usage
+    )
+
+    def timer(work: Sequence[SequenceWork]) -> float:
+        return step_time_s(model, deploy, work)
+
+    return VirtualInstance(name, Scheduler(timer, limits, role=role))
 
 
 def replay_schedule(
@@ -313,4 +360,35 @@ def replay_schedule(
     ``max_steps`` steps."""
     if not arrivals:
         return {}
-    return _Replay(shape, arrivals, max_steps).run()
+    longest = max(a.prompt_tokens for a in arrivals)
+    role: Role = "prefill" if shape.disaggregated else "mixed"
+    front = [_replay_instance(shape, f"{role}{i}", role, longest) for i in range(shape.replicas)]
+    back = [
+        _replay_instance(shape, f"decode{i}", "decode", longest)
+        for i in range(shape.decode_instances)
+    ]
+    link = shape.link
+    model = shape.model
+
+    def transfer(prompt_tokens: int) -> float:
+        assert link is not None
+        return kv_transfer_time_s(model, prompt_tokens, link)
+
+    cluster = VirtualCluster(
+        front, back, router=shape.router, transfer_s=transfer if shape.disaggregated else None
+    )
+    for a in arrivals:
+        spec = SeqSpec(
+            seq_id=a.key,
+            prompt_tokens=a.prompt_tokens,
+            max_tokens=a.output_tokens,
+            cached_tokens=min(a.cached_tokens, a.prompt_tokens - 1),
+        )
+        cluster.arrive(spec, a.arrival_s)
+    cluster.run(max_steps=max_steps, first_tokens_only=True)
+    out: dict[int, PredictedPhases] = {}
+    for key, track in cluster.tracks.items():
+        phases = track.phases()
+        if phases is not None:
+            out[key] = phases
+    return out

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from traces.importers.base import ImportOptions
+from traces.importers.dataset import parse_mapping
 from traces.importers.errors import ImportOptionError
 from traces.importers.registry import REGISTRY, import_trace
 from traces.records import ImageSpec
@@ -84,21 +85,21 @@ def _formats_help() -> str:
     "--rate",
     type=float,
     default=None,
-    help="[sharegpt] Poisson arrival rate, requests/s (default 1).",
+    help="[sharegpt, dataset] Poisson arrival rate, requests/s (default 1).",
 )
 @click.option(
     "--seed",
     type=int,
     default=0,
     show_default=True,
-    help="[sharegpt, servegen] Seed of sampled arrivals and lengths.",
+    help="[sharegpt, servegen, dataset] Seed of sampled arrivals and lengths.",
 )
 @click.option(
     "--tokens-per-word",
     type=float,
     default=1.0,
     show_default=True,
-    help="[sharegpt] Token estimate per word of text.",
+    help="[sharegpt, dataset] Token estimate per word of text.",
 )
 @click.option(
     "--turns",
@@ -106,6 +107,21 @@ def _formats_help() -> str:
     default="first",
     show_default=True,
     help="[sharegpt] One request per conversation, or one per user turn.",
+)
+@click.option(
+    "--think-s",
+    type=float,
+    default=None,
+    help="[sharegpt] With --turns all: mean think time between a conversation's turns, s "
+    "(conversations then start at --rate).",
+)
+@click.option(
+    "--map",
+    "mapping",
+    multiple=True,
+    metavar="TARGET=COLUMN,...",
+    help="[dataset] Source column of each trace field: prompt, system, output, input_tokens, "
+    "output_tokens, arrival_s, session_id, turn (repeatable).",
 )
 @click.option(
     "--image-size",
@@ -128,9 +144,17 @@ def import_(
     seed: int,
     tokens_per_word: float,
     turns: str,
+    think_s: float | None,
+    mapping: tuple[str, ...],
     image_size: str | None,
 ) -> None:
     """Convert the public trace at PATH, in FORMAT, into a trace file (schema v1).
+
+    \b
+    Examples:
+      loadgen trace import mooncake conversation_trace.jsonl -o mooncake.parquet
+      loadgen trace import dataset train.parquet --map prompt=question,output=answer \\
+          --rate 4 -o qa.parquet
 
     The source is streamed in batches (bounded memory) and validated as it is read; a
     bad value is reported with its file, line and column. Provenance (format, source
@@ -149,6 +173,8 @@ def import_(
         seed=seed,
         tokens_per_word=tokens_per_word,
         turns=turns,
+        think_s=think_s,
+        columns=parse_mapping(",".join(mapping)) if mapping else (),
         image_size=_image_size(image_size),
     )
     result = import_trace(fmt, path, out, options)

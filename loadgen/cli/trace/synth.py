@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from traces.errors import TraceError
+from traces.synth.agents import AgentSpec
 from traces.synth.arrivals import ARRIVAL_KINDS, ArrivalSpec, RateStep
 from traces.synth.lengths import (
     Empirical,
@@ -245,7 +246,65 @@ _ARRIVAL_OPTIONS: dict[str, tuple[str, ...]] = {
 )  # fmt: skip
 @click.option(
     "--think-mean", type=_NONNEG, default=10.0, show_default=True,
-    help="Mean seconds between turns.",
+    help="Mean seconds between turns (--kind agent: default 2).",
+)  # fmt: skip
+@click.option(
+    "--kind", type=click.Choice(["requests", "agent"]), default="requests", show_default=True,
+    help="requests: the classes of --mix; agent: tool-using agent sessions (--rate starts "
+    "sessions).",
+)  # fmt: skip
+@click.option("--agents", type=click.IntRange(min=1), help="[agent] Top-level sessions to start.")
+@click.option(
+    "--turns-min", type=click.IntRange(min=1), default=10, show_default=True,
+    help="[agent] Fewest turns per session.",
+)  # fmt: skip
+@click.option(
+    "--turns-max", type=click.IntRange(min=1), default=40, show_default=True,
+    help="[agent] Most turns per session.",
+)  # fmt: skip
+@click.option(
+    "--context-max", type=click.IntRange(min=1), default=131_072, show_default=True,
+    help="[agent] Context a session grows to at most, tokens.",
+)  # fmt: skip
+@click.option(
+    "--tools", type=click.IntRange(min=0), default=12, show_default=True,
+    help="[agent] Tool definitions in the system prompt.",
+)  # fmt: skip
+@click.option(
+    "--tool-tokens", type=click.IntRange(min=1), default=250, show_default=True,
+    help="[agent] Tokens per tool definition.",
+)  # fmt: skip
+@click.option(
+    "--toolsets", type=click.IntRange(min=1), default=4, show_default=True,
+    help="[agent] Distinct tool preambles shared across sessions (Zipf).",
+)  # fmt: skip
+@click.option(
+    "--task-mean", type=_POS, default=600.0, show_default=True,
+    help="[agent] Mean task message tokens (lognormal).",
+)  # fmt: skip
+@click.option(
+    "--tool-result-mean", type=_POS, default=3000.0, show_default=True,
+    help="[agent] Mean tool result tokens added per turn (lognormal).",
+)  # fmt: skip
+@click.option(
+    "--reply-mean", type=_POS, default=250.0, show_default=True,
+    help="[agent] Mean reply (tool call) tokens (lognormal).",
+)  # fmt: skip
+@click.option(
+    "--fork-prob", type=click.FloatRange(0.0, 1.0), default=0.03, show_default=True,
+    help="[agent] Chance a turn starts sub-agents.",
+)  # fmt: skip
+@click.option(
+    "--branches-mean", type=click.FloatRange(min=1.0), default=2.0, show_default=True,
+    help="[agent] Mean sub-agents per branching (geometric).",
+)  # fmt: skip
+@click.option(
+    "--spawn-fraction", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+    help="[agent] Share of sub-agents that start fresh from the preamble (others fork).",
+)  # fmt: skip
+@click.option(
+    "--child-turns-max", type=click.IntRange(min=2), default=8, show_default=True,
+    help="[agent] Most turns per sub-agent.",
 )  # fmt: skip
 @click.option("--slo-ttft-ms", type=_CLASS_VALUES, help="TTFT SLO: MS or CLASS=MS,...")
 @click.option("--slo-tpot-ms", type=_CLASS_VALUES, help="TPOT SLO: MS or CLASS=MS,...")
@@ -267,6 +326,8 @@ def synth(ctx: click.Context, /, **opts: Any) -> None:
       loadgen trace synth --requests 200 --rate 5 --seed 1 -o trace.parquet
       loadgen trace synth --duration 600 --arrival gamma --cv 3 --rate 20 \\
           --mix text=0.7,long_context=0.1,image=0.2 --prefix-groups 8 -o mixed.parquet
+      loadgen trace synth --kind agent --agents 200 --rate 0.5 --context-max 131072 \\
+          --seed 3 -o agents.parquet
     """
     config = _config(ctx, opts)
     try:
@@ -275,12 +336,72 @@ def synth(ctx: click.Context, /, **opts: Any) -> None:
         raise click.UsageError(str(exc), ctx) from exc
     table = result.table
     span = table.column("arrival_s")[-1].as_py() if table.num_rows else 0.0
-    click.echo(f"wrote {opts['out']}: {table.num_rows} requests over {span:.1f} s")
+    sessions = ""
+    if config.agent is not None:
+        ids = table.column("session_id").unique().to_pylist()
+        subs = sum(1 for i in ids if i is not None and "." in i)
+        sessions = f" in {len(ids) - subs} agent sessions and {subs} sub-agents"
+    click.echo(f"wrote {opts['out']}: {table.num_rows} requests{sessions} over {span:.1f} s")
+
+
+_AGENT_OPTIONS = (
+    "agents", "turns_min", "turns_max", "context_max", "tools", "tool_tokens", "toolsets",
+    "task_mean", "tool_result_mean", "reply_mean", "fork_prob", "branches_mean",
+    "spawn_fraction", "child_turns_max",
+)  # fmt: skip
+_REQUEST_OPTIONS = (
+    "input_mean", "input_sigma", "input_fixed", "input_from", "output_mean", "output_sigma",
+    "output_fixed", "output_from", "mix", "long_min", "long_max", "images_max", "prefix_groups",
+    "prefix_tokens", "zipf_s", "prefix_fraction", "api", "sessions", "turns_mean",
+)  # fmt: skip
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _agent(ctx: click.Context, o: dict[str, Any]) -> AgentSpec | None:
+    """The agent spec of ``--kind agent`` (None for ``--kind requests``); options of the
+    other kind are usage errors, never silently ignored."""
+    if o["kind"] != "agent":
+        for name in _AGENT_OPTIONS:
+            if _given(ctx, name):
+                raise click.UsageError(f"{_flag(name)} needs --kind agent", ctx)
+        return None
+    for name in _REQUEST_OPTIONS:
+        if _given(ctx, name):
+            raise click.UsageError(f"{_flag(name)} does not apply to --kind agent", ctx)
+    if o["turns_min"] > o["turns_max"]:
+        raise click.UsageError("--turns-min must not exceed --turns-max", ctx)
+    try:
+        return AgentSpec(
+            sessions=o["agents"],
+            turns_min=o["turns_min"],
+            turns_max=o["turns_max"],
+            context_max=o["context_max"],
+            toolsets=o["toolsets"],
+            tools=o["tools"],
+            tool_tokens=o["tool_tokens"],
+            task=LogNormal(mean=o["task_mean"], sigma=0.6),
+            tool_result=LogNormal(mean=o["tool_result_mean"], sigma=1.0),
+            reply=LogNormal(mean=o["reply_mean"], sigma=0.5),
+            think_mean_s=o["think_mean"] if _given(ctx, "think_mean") else 2.0,
+            fork_prob=o["fork_prob"],
+            branches_mean=o["branches_mean"],
+            spawn_fraction=o["spawn_fraction"],
+            child_turns_max=o["child_turns_max"],
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc), ctx) from exc
 
 
 def _config(ctx: click.Context, o: dict[str, Any]) -> SynthConfig:
-    if o["requests"] is None and o["duration"] is None:
-        raise click.UsageError("give --requests N, --duration SECONDS or both", ctx)
+    agent = _agent(ctx, o)
+    bounded = agent is not None and agent.sessions is not None
+    if o["requests"] is None and o["duration"] is None and not bounded:
+        raise click.UsageError(
+            "give --requests N, --duration SECONDS or both (--kind agent: or --agents N)", ctx
+        )
     kind = o["arrival"]
     for name, kinds in _ARRIVAL_OPTIONS.items():
         if _given(ctx, name) and kind not in kinds:
@@ -336,7 +457,7 @@ def _config(ctx: click.Context, o: dict[str, Any]) -> SynthConfig:
         sessions = SessionSpec(turns_mean=o["turns_mean"], think_mean_s=o["think_mean"])
     else:
         for name in ("turns_mean", "think_mean"):
-            if _given(ctx, name):
+            if _given(ctx, name) and not (agent is not None and name == "think_mean"):
                 raise click.UsageError(f"--{name.replace('_', '-')} needs --sessions", ctx)
     mix: tuple[ClassShare, ...] = o["mix"]
     classes = (
@@ -356,6 +477,7 @@ def _config(ctx: click.Context, o: dict[str, Any]) -> SynthConfig:
             api=o["api"],
             prefix=prefix,
             sessions=sessions,
+            agent=agent,
             slo_ttft_ms=ttft,
             slo_tpot_ms=tpot,
             block_size=o["block_size"],
