@@ -168,6 +168,9 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
         "server_timings_hidden": d.options.hide_server_timings,
         "network": {"value_ms": d.network.value_ms, "source": d.network.source},
         "sources": {x.term: x.source for x in d.sources},
+        "unidentified": [
+            {"term": u.term, "requests": u.requests, "reason": u.reason} for u in d.unidentified
+        ],
         "calibration": None
         if cal is None
         else {

@@ -19,9 +19,13 @@ batching policy (``analyzers.decompose.load``: a prompt's prefill stretched over
 steps it shares, the KV link's queue, the decode batch's step for the first token); with
 ``load_aware=False`` (or when the replay cannot run) at batch 1 (prefill of ``prompt -
 cached`` tokens, one decode step for the first token or none, the KV transfer over the
-budget's link or none). The network is estimated once for the run, and the queue is the
-remainder, clamped at 0; a negative remainder is kept as ``overshoot_ms`` (<= 0) so the
-parts still add up. The ``budget_*`` columns stay the batch-1 budget, except the queue's,
+budget's link or none). The network is each request's own (``_request_network``: the
+server's TTFT subtracted, else its response head read before its first token, else its
+fresh connection's handshake, else the run's estimate), and the queue is the remainder,
+clamped at 0; a negative remainder is kept as ``overshoot_ms`` (<= 0) so the parts still
+add up. No term is ever negative: a server-reported term below 0 (or a network the
+server's TTFT makes negative) is null, "unidentified", and ``RequestTerms.unidentified``
+says for how many requests and why. The ``budget_*`` columns stay the batch-1 budget, except the queue's,
 which is the replay's predicted queue (null without a replay). The budget model the
 predictions come from is ``analyzers.decompose.model``'s ``BudgetModel``.
 
@@ -66,7 +70,16 @@ UNCACHED: Final = "uncached_prompt_tokens"
 PROMPT: Final = "prompt_tokens_used"
 
 TermSource = Literal[
-    "measured", "server", "budget", "calibrated", "schedule", "remainder", "estimate", "mixed"
+    "measured",
+    "server",
+    "headers",
+    "budget",
+    "calibrated",
+    "schedule",
+    "remainder",
+    "estimate",
+    "mixed",
+    "unidentified",
 ]
 
 
@@ -157,6 +170,16 @@ class SourceOf:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Unidentified:
+    """A term the run does not identify for ``requests`` of its requests, and why: its
+    column is null there (never 0, never folded into another term)."""
+
+    term: str
+    requests: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestTerms:
     """The per-request decomposition (``frame``: one row per ok request with a first token;
     columns ``CLASS``, ``REQUEST_ID``, ``TOTAL_MS``, ``SERVER_SIDE_MS``, each ``{term}_ms``
@@ -170,6 +193,8 @@ class RequestTerms:
     first_due_ns: int
     prediction: str = ""
     """How the server terms were predicted ("" when the server's timings were used)."""
+    unidentified: tuple[Unidentified, ...] = ()
+    """Terms left null for some requests, with the reason."""
 
 
 _SERVER_COLS: Final = {
@@ -228,6 +253,16 @@ def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
             pl.when(pl.col(s.FIRST_BYTE_NS) < pl.col(s.FIRST_TOKEN_NS))
             .then(e.ms_between(s.FIRST_BYTE_NS, s.REQUEST_WRITTEN_NS) / scale)
             .alias("_early_byte_ms"),
+            # The response head before the first token: the server answered on receipt, so
+            # last byte written -> head read is this request's round trip (and the server's
+            # handling before its head).
+            pl.when(pl.col(s.HEADERS_NS) < pl.col(s.FIRST_TOKEN_NS))
+            .then(e.ms_between(s.HEADERS_NS, s.REQUEST_WRITTEN_NS) / scale)
+            .alias("_head_ms"),
+            # A fresh connection's TCP handshake: one round trip of this request's path.
+            pl.when(pl.col(s.CONNECT_START_NS).is_not_null() & pl.col(s.CONNECTED_NS).is_not_null())
+            .then(e.ms_between(s.CONNECTED_NS, s.CONNECT_START_NS) / scale)
+            .alias("_connect_rtt_ms"),
             *server,
         )
     )
@@ -298,6 +333,96 @@ def _network(frame: pl.DataFrame, options: DecomposeOptions) -> NetworkEstimate:
     return NetworkEstimate(value_ms=0.0, source="residual")
 
 
+NETWORK_MS: Final = "_net"
+"""Each request's own network round trip (null: unidentified), ms, server clock."""
+_NETWORK_SOURCE: Final = "_net_src"
+NEGATIVE_SLACK_MS: Final = 1e-3
+"""A server-reported term this far below 0 is rounding, read as 0; further is unidentified."""
+
+
+def _non_negative(value: pl.Expr) -> pl.Expr:
+    """``value`` where >= 0 (rounding below it read as 0); null where clearly negative."""
+    return pl.when(value >= 0).then(value).when(value > -NEGATIVE_SLACK_MS).then(0.0)
+
+
+def _request_network(frame: pl.DataFrame, run_level: NetworkEstimate) -> pl.DataFrame:
+    """Each request's network round trip (``NETWORK_MS``) and where it came from.
+
+    In order: a probe's value (given for the run); ``server``: the client's server-side
+    time minus the server's reported TTFT (null where that is negative: the two clocks
+    disagree and the split of that request is unidentified); ``headers``: the response head
+    (else the first byte) read before the first token, ``head - request_written``; the TCP
+    handshake of the request's fresh connection; the run's estimate (``estimate``)."""
+    if run_level.source == "probe":
+        return frame.with_columns(
+            pl.lit(run_level.value_ms).alias(NETWORK_MS), pl.lit("estimate").alias(_NETWORK_SOURCE)
+        )
+    side = pl.col(SERVER_SIDE_MS)
+    server = side - pl.col("_s_ttft")
+    # A head cannot take longer than the first token: bound by the server-side time.
+    head = pl.coalesce(pl.col("_head_ms"), pl.col("_early_byte_ms"))
+    head = pl.min_horizontal(head.clip(lower_bound=0.0), side)
+    rtt = pl.min_horizontal(pl.col("_connect_rtt_ms").clip(lower_bound=0.0), side)
+    has_server = pl.col("_s_ttft").is_not_null()
+    return frame.with_columns(
+        pl.when(has_server)
+        .then(_non_negative(server))
+        .otherwise(pl.coalesce(head, rtt, pl.lit(run_level.value_ms)))
+        .alias(NETWORK_MS),
+        pl.when(has_server)
+        .then(pl.when(_non_negative(server).is_null()).then(pl.lit("unidentified")))
+        .otherwise(
+            pl.when(head.is_not_null())
+            .then(pl.lit("headers"))
+            .when(rtt.is_not_null())
+            .then(pl.lit("measured"))
+            .otherwise(pl.lit("estimate"))
+        )
+        .fill_null(pl.lit("server"))
+        .alias(_NETWORK_SOURCE),
+    )
+
+
+def _network_source(frame: pl.DataFrame) -> TermSource:
+    found = set(frame.get_column(_NETWORK_SOURCE).unique().to_list()) - {"unidentified"}
+    if len(found) == 1:
+        only = found.pop()
+        for source in ("server", "headers", "measured", "estimate"):
+            if only == source:
+                return source
+    return "mixed" if found else "unidentified"
+
+
+def _unidentified(frame: pl.DataFrame) -> tuple[Unidentified, ...]:
+    """The terms left null for some requests, with the reason."""
+    out: list[Unidentified] = []
+    negative_network = frame.filter(pl.col(_NETWORK_SOURCE) == "unidentified").height
+    if negative_network:
+        out.append(
+            Unidentified(
+                term="network",
+                requests=negative_network,
+                reason="the server's reported TTFT exceeds the client's server-side time "
+                "(first token - request written): the clocks disagree",
+            )
+        )
+    for term in ("queue", "prefill", "transfer", "first_token"):
+        col = frame.get_column(term_col(term))
+        nulls = col.null_count()
+        if not nulls:
+            continue
+        negative = frame.filter(pl.col(f"_s_{term}") < -NEGATIVE_SLACK_MS).height
+        if negative:
+            reason = f"the server reported a negative {term.replace('_', ' ')}"
+        elif term == "queue":
+            reason = "the queue is the remainder of the server-side time, and the network "
+            reason += "of the same requests is unidentified"
+        else:
+            reason = "no server timing and no prediction for it"
+        out.append(Unidentified(term=term, requests=nulls, reason=reason))
+    return tuple(out)
+
+
 def _calibrate(
     frame: pl.DataFrame, budget: BudgetModel, network_ms: float, options: DecomposeOptions
 ) -> CalibrationResult:
@@ -307,7 +432,7 @@ def _calibrate(
     measured = pl.coalesce(
         pl.col("_s_prefill"),
         pl.col(SERVER_SIDE_MS)
-        - network_ms
+        - pl.col(NETWORK_MS).fill_null(network_ms)
         - pl.col("_s_first_token").fill_null(pl.col("_p_first"))
         - pl.col("_s_transfer").fill_null(pl.col("_p_transfer")),
     )
@@ -403,6 +528,7 @@ def request_terms(
         )
     frame = frame.join(_predictions(keys, budget), on=[UNCACHED, s.CACHED_TOKENS, PROMPT])
     network = _network(frame, options)
+    frame = _request_network(frame, network)
     calibration = None
     budget_prefill = pl.col("_p_prefill")
     prefill_fallback: TermSource = "budget"
@@ -440,13 +566,16 @@ def request_terms(
         frame = frame.with_columns(
             (budget_prefill * pl.col("_l_prefill") / pl.col("_l_alone")).alias("_l_prefill")
         )
-    terms = _server_split(frame, network.value_ms, budget_prefill, options)
+    split = _server_split(frame, network.value_ms, budget_prefill, options)
+    unidentified = _unidentified(split)
+    network_source = _network_source(split)
+    terms = split.drop([c for c in split.columns if c.startswith("_")])
     counts = {t: frame.get_column(f"_s_{t}").drop_nulls().len() for t in _SERVER_COLS}
     other_fallback: TermSource = "schedule" if prefill_fallback == "schedule" else "budget"
     n = frame.height
     sources = (
         *(SourceOf(term=t, source="measured") for t in CLIENT_TERMS),
-        SourceOf(term="network", source=_source(counts["ttft"], n, "estimate")),
+        SourceOf(term="network", source=network_source),
         SourceOf(term="queue", source=_source(counts["queue"], n, "remainder")),
         SourceOf(term="prefill", source=_source(counts["prefill"], n, prefill_fallback)),
         SourceOf(term="transfer", source=_source(counts["transfer"], n, other_fallback)),
@@ -460,6 +589,7 @@ def request_terms(
         budget=budget,
         first_due_ns=int(first_due or 0),
         prediction=prediction,
+        unidentified=unidentified,
     )
 
 
@@ -467,10 +597,18 @@ def _server_split(
     frame: pl.DataFrame, network_ms: float, budget_prefill: pl.Expr, options: DecomposeOptions
 ) -> pl.DataFrame:
     side = pl.col(SERVER_SIDE_MS)
-    network = pl.coalesce(side - pl.col("_s_ttft"), pl.lit(network_ms))
-    prefill = pl.coalesce(pl.col("_s_prefill"), pl.col("_l_prefill"), budget_prefill)
-    transfer = pl.coalesce(pl.col("_s_transfer"), pl.col("_l_transfer"), pl.col("_p_transfer"))
-    first = pl.coalesce(pl.col("_s_first_token"), pl.col("_l_first"), pl.col("_p_first"))
+    network = pl.col(NETWORK_MS)
+
+    def split(term: str, *predictions: pl.Expr) -> pl.Expr:
+        # The server's value where it reported one (null where negative: unidentified),
+        # the prediction only where it reported none.
+        server = pl.col(f"_s_{term}")
+        predicted = pl.coalesce(*predictions).clip(lower_bound=0.0)
+        return pl.when(server.is_null()).then(predicted).otherwise(_non_negative(server))
+
+    prefill = split("prefill", pl.col("_l_prefill"), budget_prefill)
+    transfer = split("transfer", pl.col("_l_transfer"), pl.col("_p_transfer"))
+    first = split("first_token", pl.col("_l_first"), pl.col("_p_first"))
     remainder = side - pl.col(term_col("network")) - pl.col(term_col("prefill"))
     remainder = remainder - pl.col(term_col("transfer")) - pl.col(term_col("first_token"))
     queue_is_remainder = pl.col("_s_queue").is_null()
@@ -483,7 +621,10 @@ def _server_split(
         transfer.alias(term_col("transfer")),
         first.alias(term_col("first_token")),
     ).with_columns(
-        pl.coalesce(pl.col("_s_queue"), remainder.clip(lower_bound=0.0)).alias(term_col("queue")),
+        pl.when(queue_is_remainder)
+        .then(remainder.clip(lower_bound=0.0))
+        .otherwise(_non_negative(pl.col("_s_queue")))
+        .alias(term_col("queue")),
         pl.when(queue_is_remainder)
         .then(remainder.clip(upper_bound=0.0))
         .otherwise(0.0)
@@ -496,4 +637,4 @@ def _server_split(
         pl.col("_p_first").alias(budget_col("first_token")),
         pl.col("_l_queue").alias(budget_col("queue")),
     )
-    return out.drop([c for c in out.columns if c.startswith("_")])
+    return out
