@@ -183,6 +183,8 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
             "achieved_flops_per_s": cal.achieved_flops_per_s,
             "peak_flops_per_s": cal.peak_flops_per_s,
             "fraction_of_peak": cal.fraction_of_peak,
+            "chunk_tokens": cal.chunk_tokens,
+            "chunk_fitted": cal.chunk_fitted,
         },
         "overall": _class_json(d.overall),
         "classes": [_class_json(c) for c in d.classes],

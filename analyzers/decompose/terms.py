@@ -25,16 +25,18 @@ fresh connection's handshake, else the run's estimate), and the queue is the rem
 clamped at 0; a negative remainder is kept as ``overshoot_ms`` (<= 0) so the parts still
 add up. No term is ever negative: a server-reported term below 0 (or a network the
 server's TTFT makes negative) is null, "unidentified", and ``RequestTerms.unidentified``
-says for how many requests and why. The ``budget_*`` columns stay the batch-1 budget, except the queue's,
-which is the replay's predicted queue (null without a replay). The budget model the
-predictions come from is ``analyzers.decompose.model``'s ``BudgetModel``.
+says for how many requests and why. The ``budget_*`` columns stay the batch-1 budget,
+except the queue's, which is the replay's predicted queue (null without a replay). The
+budget model the predictions come from is ``analyzers.decompose.model``'s
+``BudgetModel``. With ``calibrate`` and no chunk size in the deployment, the chunk size
+is fitted from the run too (``_fit_chunk``).
 
 Must not import loadgen or httpx.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Literal
 
@@ -50,7 +52,14 @@ from analyzers.budget.calibrate import (
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
-from analyzers.decompose.load import ROW, empty_phases, predict_phases
+from analyzers.budget.specs import Deployment
+from analyzers.decompose.load import (
+    ROW,
+    SECOND_COL,
+    empty_phases,
+    load_aware_phases,
+    predict_phases,
+)
 from analyzers.decompose.model import BudgetModel
 from analyzers.errors import AnalyzerError, BudgetError
 from analyzers.frames import RowSelection, scan_run, select_rows
@@ -153,6 +162,13 @@ class CalibrationResult:
     achieved_flops_per_s: float | None
     peak_flops_per_s: float | None
     fraction_of_peak: float | None
+    chunk_tokens: int | None = None
+    """The step token budget (chunk size) the replay used: the deployment's when it names
+    one, else the one fitted from the run (``chunk_fitted``; None: unchunked)."""
+    chunk_fitted: bool = False
+    tokens_range: tuple[int, int] | None = None
+    """The fewest and most uncached tokens among the fitted samples: the quadratic is
+    trusted between them only (outside it the replay's roofline at the fitted efficiency)."""
 
     def prefill_ms(self, n: int) -> float | None:
         """The fitted prefill of ``n`` uncached tokens, ms (None without the quadratic)."""
@@ -467,7 +483,83 @@ def _calibrate(
         achieved_flops_per_s=cal.achieved_flops_per_s,
         peak_flops_per_s=cal.peak_flops_per_s,
         fraction_of_peak=cal.fraction_of_peak,
+        tokens_range=(
+            int(low.get_column(UNCACHED).min()),  # type: ignore[arg-type]
+            int(low.get_column(UNCACHED).max()),  # type: ignore[arg-type]
+        ),
     )
+
+
+CHUNK_CANDIDATES: Final = (None, 256, 512, 1024, 2048, 4096, 8192, 16384)
+"""Step token budgets ``--calibrate`` tries when the deployment names none (None:
+unchunked): vLLM's, SGLang's and llama.cpp's usual values."""
+CHUNK_FIT_GAIN: Final = 0.10
+"""A fitted chunk size replaces "unchunked" only if it lowers the replay's error by this."""
+
+
+def _fit_chunk(
+    scanned: pl.LazyFrame,
+    frame: pl.DataFrame,
+    budget: BudgetModel,
+    deploy: Deployment,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> Deployment:
+    """``deploy`` with the chunk size under which the replay of the whole run best explains
+    each request's measured server-side time (least mean absolute error of the predicted
+    queue + prefill + transfer + first token against ``server side - network``, plus that
+    of the gap to the second token, the length of the step after the first, which the
+    chunk size sets under load).
+
+    A prompt alone costs about the same chunked or not, so the low-load fit cannot see the
+    chunk size; under load it decides who waits and who shares a step, which the run's
+    own queueing shows. Candidates the replay cannot run are skipped; unchunked stays unless
+    a chunk size is clearly (``CHUNK_FIT_GAIN``) better."""
+    observed = frame.select(
+        pl.col(ROW), (pl.col(SERVER_SIDE_MS) - pl.col(NETWORK_MS).fill_null(network_ms)).alias("_o")
+    )
+    # The second token a step after the first: that step's length, seen by the client.
+    offsets, tokens = pl.col(s.CHUNK_OFFSETS_US), pl.col(s.CHUNK_TOKENS)
+    single = tokens.list.first().fill_null(1) == 1
+    gap = (offsets.list.get(1, null_on_oob=True) - offsets.list.first()).cast(pl.Float64)
+    gaps = scanned.select(
+        pl.col(ROW),
+        pl.when(single & (offsets.list.len() > 1)).then(gap / 1e3 / options.time_scale).alias("_g"),
+    ).collect()
+    observed = observed.join(gaps, on=ROW, how="left")
+    best: tuple[float, Deployment] | None = None
+    told: float | None = None
+    for chunk in CHUNK_CANDIDATES:
+        candidate = replace(deploy, chunk_tokens=chunk)
+        try:
+            replay = load_aware_phases(
+                scanned,
+                budget,
+                network_ms=network_ms,
+                time_scale=options.time_scale,
+                deployment=candidate,
+                max_steps=options.max_replay_steps,
+                second_token=True,
+            )
+        except BudgetError:
+            continue
+        joined = replay.frame.join(observed, on=ROW)
+        if joined.height == 0:
+            continue
+        predicted = pl.sum_horizontal("_l_queue", "_l_prefill", "_l_transfer", "_l_first")
+        error = joined.select(
+            (predicted - pl.col("_o")).abs().mean()
+            + (pl.col(SECOND_COL) - pl.col("_g")).abs().mean().fill_null(0.0)
+        ).item()
+        if not isinstance(error, float):
+            continue
+        if chunk is None:
+            told = error
+        if best is None or error < best[0]:
+            best = (error, candidate)
+    if best is None or (told is not None and best[0] > (1 - CHUNK_FIT_GAIN) * told):
+        return deploy  # no candidate explains the run clearly better than unchunked
+    return best[1]
 
 
 def _calibrated_prefill(
@@ -547,6 +639,13 @@ def request_terms(
         if calibration is not None:
             eff = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
             deploy = calibrated(budget.deployment, _as_calibration(calibration, eff))
+            if deploy.chunk_tokens is None and options.load_aware:
+                deploy = _fit_chunk(scanned, frame, budget, deploy, network.value_ms, options)
+                calibration = replace(
+                    calibration, chunk_tokens=deploy.chunk_tokens, chunk_fitted=True
+                )
+            else:
+                calibration = replace(calibration, chunk_tokens=deploy.chunk_tokens)
         prediction, phases = predict_phases(
             scanned,
             budget,
@@ -559,12 +658,23 @@ def request_terms(
         )
         if phases.height:
             prefill_fallback = "schedule"
+            if calibration is not None and calibration.chunk_fitted:
+                chunk = calibration.chunk_tokens
+                size = f"{chunk}-token steps" if chunk else "unchunked prefill"
+                prediction += f" ({size} fitted from the run)"
     frame = frame.join(phases, on=ROW, how="left")
     if calibration is not None:
         # The calibrated line is what a prompt costs alone on this server; the replay says
         # how much the load stretches it.
+        # Beyond the fitted lengths the quadratic extrapolates; the replay's own prefill,
+        # at the fitted efficiency, is used there.
+        lo, hi = calibration.tokens_range or (0, 0)
+        in_range = pl.col(UNCACHED).is_between(lo, hi)
         frame = frame.with_columns(
-            (budget_prefill * pl.col("_l_prefill") / pl.col("_l_alone")).alias("_l_prefill")
+            pl.when(in_range)
+            .then(budget_prefill * pl.col("_l_prefill") / pl.col("_l_alone"))
+            .otherwise(pl.col("_l_prefill"))
+            .alias("_l_prefill")
         )
     split = _server_split(frame, network.value_ms, budget_prefill, options)
     unidentified = _unidentified(split)

@@ -179,7 +179,8 @@ def test_network_is_each_requests_own(tmp_path: Path, budget: BudgetModel) -> No
         r = rec(i, prompt=LENGTHS[i % 4])
         extra = (i % 4) * MS  # this request's path is slower by 0-3 ms, both ways
         written = r.request_written_ns
-        assert written is not None and r.first_token_ns is not None
+        assert written is not None
+        assert r.first_token_ns is not None
         records.append(
             replace(
                 r,
@@ -199,8 +200,10 @@ def test_network_is_each_requests_own(tmp_path: Path, budget: BudgetModel) -> No
     # The server-side time left after network and predictions is the same for all: the
     # slower paths did not grow the queue.
     queue = f.get_column(term_col("queue")) + f.get_column(OVERSHOOT_MS)
-    spread = f.with_columns(queue.alias("q")).group_by("prompt_tokens_used").agg(
-        (pl.col("q").max() - pl.col("q").min()).alias("spread")
+    spread = (
+        f.with_columns(queue.alias("q"))
+        .group_by("prompt_tokens_used")
+        .agg((pl.col("q").max() - pl.col("q").min()).alias("spread"))
     )
     assert spread.get_column("spread").max() < 1e-6  # type: ignore[operator]
 
@@ -217,13 +220,16 @@ def test_negative_terms_are_unidentified_not_zero(tmp_path: Path) -> None:
     f = t.frame.sort(s.DUE_NS)
     network = f.get_column(term_col("network")).to_list()
     prefill = f.get_column(term_col("prefill")).to_list()
-    assert network[0] is None and network[1:] == pytest.approx([NET_MS] * 3, abs=1e-3)
-    assert prefill[1] is None and None not in prefill[2:]
+    assert network[0] is None
+    assert network[1:] == pytest.approx([NET_MS] * 3, abs=1e-3)
+    assert prefill[1] is None
+    assert None not in prefill[2:]
     for term in TERMS:
         values = f.get_column(term_col(term)).drop_nulls()
         assert (values >= 0).all(), term
     gaps = {u.term: (u.requests, u.reason) for u in t.unidentified}
-    assert gaps["network"][0] == 1 and "clocks disagree" in gaps["network"][1]
+    assert gaps["network"][0] == 1
+    assert "clocks disagree" in gaps["network"][1]
     assert gaps["prefill"] == (1, "the server reported a negative prefill")
     assert {x.term: x.source for x in t.sources}["network"] == "server"
 
@@ -241,7 +247,6 @@ def test_load_aware_prefill_of_prompts_sharing_steps(tmp_path: Path) -> None:
     # and third are prefilled in chunks alongside the others, so their prefill lasts
     # several steps of a full batch, far beyond the batch-1 budget (what a batch-1
     # prediction would book as queue).
-
 
     budget = BudgetModel.from_catalog("llama-3.1-8b", "h100")
     budget = replace(budget, deployment=replace(budget.deployment, chunk_tokens=2048))

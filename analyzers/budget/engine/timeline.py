@@ -98,6 +98,9 @@ class PredictedPhases:
     transfer_s: float
     first_token_s: float
     instance: str
+    second_token_s: float | None = None
+    """From the first token to the second (the next step's length), when asked for and the
+    request has one."""
 
 
 class _Instance:
@@ -128,7 +131,15 @@ class _Instance:
 class _Track:
     """Per-request times of the replay (model seconds)."""
 
-    __slots__ = ("arrival", "first_step", "front", "prefill_end", "sample", "transfer_end")
+    __slots__ = (
+        "arrival",
+        "first_step",
+        "front",
+        "prefill_end",
+        "sample",
+        "second",
+        "transfer_end",
+    )
 
     def __init__(self, arrival: float) -> None:
         self.arrival = arrival
@@ -137,6 +148,7 @@ class _Track:
         self.prefill_end: float | None = None
         self.transfer_end: float | None = None
         self.sample: float | None = None
+        self.second: float | None = None
 
     def phases(self) -> PredictedPhases | None:
         if self.first_step is None or self.prefill_end is None or self.sample is None:
@@ -148,13 +160,20 @@ class _Track:
             transfer_s=ready - self.prefill_end,
             first_token_s=self.sample - ready,
             instance=self.front,
+            second_token_s=None if self.second is None else self.second - self.sample,
         )
 
 
 class _Replay:
     """The virtual-time event loop over every instance (mirrors ``loadgen.sim.instance``)."""
 
-    def __init__(self, shape: EngineShape, arrivals: Sequence[Arrival], max_steps: int) -> None:
+    def __init__(
+        self,
+        shape: EngineShape,
+        arrivals: Sequence[Arrival],
+        max_steps: int,
+        second_token: bool = False,
+    ) -> None:
         self.shape = shape
         self.max_steps = max_steps
         longest = max((a.prompt_tokens for a in arrivals), default=1)
@@ -177,6 +196,7 @@ class _Replay:
             self.tracks[a.key] = _Track(a.arrival_s)
             heapq.heappush(self.events, (a.arrival_s, next(self.order), a.key, "arrive"))
         self.waiting_first = len(arrivals)
+        self.waiting_second = sum(a.output_tokens > 1 for a in arrivals) if second_token else 0
 
     def _instance(self, name: str, role: Role, longest: int) -> _Instance:
         shape = self.shape
@@ -240,6 +260,8 @@ class _Replay:
                 inst.scheduler.add(spec)
             except CapacityError:
                 self.waiting_first -= 1  # never fits: no phases
+                if self.waiting_second and spec.max_tokens > 1:
+                    self.waiting_second -= 1
         inst.pending = keep
         result = inst.scheduler.step()
         if result is None:  # idle, or blocked on KV memory until a release
@@ -263,6 +285,9 @@ class _Replay:
             if track.sample is None:
                 track.sample = end
                 self.waiting_first -= 1
+            elif track.second is None and self.waiting_second:
+                track.second = end
+                self.waiting_second -= 1
 
     def _handoff(self, inst: _Instance, key: int, ready: float) -> None:
         link = self.shape.link
@@ -276,7 +301,7 @@ class _Replay:
     def run(self) -> dict[int, PredictedPhases]:
         instances = [*self.front, *self.back]
         steps = 0
-        while self.waiting_first > 0:
+        while self.waiting_first > 0 or self.waiting_second > 0:
             best: _Instance | None = None
             best_start = 0.0
             for inst in instances:
@@ -304,13 +329,18 @@ class _Replay:
 
 
 def replay_schedule(
-    arrivals: Sequence[Arrival], shape: EngineShape, *, max_steps: int = 1_000_000
+    arrivals: Sequence[Arrival],
+    shape: EngineShape,
+    *,
+    max_steps: int = 1_000_000,
+    second_token: bool = False,
 ) -> dict[int, PredictedPhases]:
     """Each request's predicted phases under the load of all of them (by ``Arrival.key``).
 
     Requests that can never fit the KV cache get no entry. Stops once every request has
-    its first token (later decode steps change no phase). Raises ``BudgetError`` past
+    its first token (later decode steps change no phase), or with ``second_token`` its
+    second too (``PredictedPhases.second_token_s``). Raises ``BudgetError`` past
     ``max_steps`` steps."""
     if not arrivals:
         return {}
-    return _Replay(shape, arrivals, max_steps).run()
+    return _Replay(shape, arrivals, max_steps, second_token).run()
