@@ -1,4 +1,15 @@
-"""Decomposition accuracy against the physics simulator's ground truth (issue 6).
+"""Decomposition against the physics simulator's ground truth when told its deployment.
+
+What this proves, and what it does not: the analyzer's load replay and the simulator run
+the same scheduler with the same step physics, and here the analyzer is given the
+simulator's own deployment (as ``loadgen decompose RUN`` reads it from run.json). Agreement
+therefore shows that the decomposition plumbing is right (the time scale, the run's
+recorded deployment, the queue as the remainder, arrivals placed on the server's clock,
+the disaggregated link and decode instance) and that the replay reproduces the engine's
+batching; it cannot catch a wrong physical model. Accuracy against physics the analyzer is
+not told (30% lower efficiencies, an unknown chunk size, recovered by ``calibrate``) is
+``tests/e2e/test_decompose_perturbed.py``; against a real engine, llama.cpp with parallel
+slots, ``tests/realserver/test_llamacpp.py``.
 
 Each case replays a small trace against ``loadgen sim --model llama-3.1-8b --gpu h100``
 (monolith, or disaggregated 1 prefill + 1 decode instance over a 400 Gbit/s link) at a
