@@ -367,7 +367,8 @@ def _request_network(frame: pl.DataFrame, run_level: NetworkEstimate) -> pl.Data
     In order: a probe's value (given for the run); ``server``: the client's server-side
     time minus the server's reported TTFT (null where that is negative: the two clocks
     disagree and the split of that request is unidentified); ``headers``: the response head
-    (else the first byte) read before the first token, ``head - request_written``; the TCP
+    (else the first byte) read before the first token, ``head - request_written``, unless
+    the run's heads track its server-side times (``_heads_on_receipt``); the TCP
     handshake of the request's fresh connection; the run's estimate (``estimate``)."""
     if run_level.source == "probe":
         return frame.with_columns(
@@ -377,8 +378,11 @@ def _request_network(frame: pl.DataFrame, run_level: NetworkEstimate) -> pl.Data
     server = side - pl.col("_s_ttft")
     # A head cannot take longer than the first token: bound by the server-side time.
     head = pl.coalesce(pl.col("_head_ms"), pl.col("_early_byte_ms"))
-    head = pl.min_horizontal(head.clip(lower_bound=0.0), side)
-    rtt = pl.min_horizontal(pl.col("_connect_rtt_ms").clip(lower_bound=0.0), side)
+    head = pl.when(head.is_not_null()).then(pl.min_horizontal(head.clip(lower_bound=0.0), side))
+    if not _heads_on_receipt(frame, head):
+        head = pl.lit(None, dtype=pl.Float64)
+    rtt = pl.col("_connect_rtt_ms")
+    rtt = pl.when(rtt.is_not_null()).then(pl.min_horizontal(rtt.clip(lower_bound=0.0), side))
     has_server = pl.col("_s_ttft").is_not_null()
     return frame.with_columns(
         pl.when(has_server)
@@ -397,6 +401,23 @@ def _request_network(frame: pl.DataFrame, run_level: NetworkEstimate) -> pl.Data
         .fill_null(pl.lit("server"))
         .alias(_NETWORK_SOURCE),
     )
+
+
+HEAD_TRACKS_WORK: Final = 0.5
+"""Heads whose delays correlate with the server-side time at least this much (Pearson)
+were held back by the server's work (llama.cpp writes its head when a slot takes the
+request): they do not measure the network."""
+
+
+def _heads_on_receipt(frame: pl.DataFrame, head: pl.Expr) -> bool:
+    """Whether the run's early response heads measure the network: at least 3 of them,
+    their delays not tracking the server-side time (a server that answers on receipt, as
+    the simulator and vLLM do, shows a delay independent of its queue)."""
+    heads = frame.select(head.alias("_h"), pl.col(SERVER_SIDE_MS)).drop_nulls()
+    if heads.height < 3:
+        return False
+    corr = heads.select(pl.corr("_h", SERVER_SIDE_MS)).item()
+    return not (isinstance(corr, float) and corr >= HEAD_TRACKS_WORK)
 
 
 def _network_source(frame: pl.DataFrame) -> TermSource:
@@ -658,10 +679,8 @@ def request_terms(
         )
         if phases.height:
             prefill_fallback = "schedule"
-            if calibration is not None and calibration.chunk_fitted:
-                chunk = calibration.chunk_tokens
-                size = f"{chunk}-token steps" if chunk else "unchunked prefill"
-                prediction += f" ({size} fitted from the run)"
+            if calibration is not None and calibration.chunk_fitted and calibration.chunk_tokens:
+                prediction += f" ({calibration.chunk_tokens}-token steps fitted from the run)"
     frame = frame.join(phases, on=ROW, how="left")
     if calibration is not None:
         # The calibrated line is what a prompt costs alone on this server; the replay says

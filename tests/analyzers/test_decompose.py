@@ -177,7 +177,7 @@ def test_network_is_each_requests_own(tmp_path: Path, budget: BudgetModel) -> No
     records = []
     for i in range(12):
         r = rec(i, prompt=LENGTHS[i % 4])
-        extra = (i % 4) * MS  # this request's path is slower by 0-3 ms, both ways
+        extra = (i // 4) * MS  # this request's path is slower by 0-2 ms, both ways
         written = r.request_written_ns
         assert written is not None
         assert r.first_token_ns is not None
@@ -193,7 +193,7 @@ def test_network_is_each_requests_own(tmp_path: Path, budget: BudgetModel) -> No
     t = request_terms(run, budget, DecomposeOptions(hide_server_timings=True, load_aware=False))
     f = t.frame.sort(s.DUE_NS)
     assert f.get_column(term_col("network")).to_list() == pytest.approx(
-        [0.5 + (i % 4) for i in range(12)]
+        [0.5 + i // 4 for i in range(12)]
     )
     assert {x.term: x.source for x in t.sources}["network"] == "headers"
     assert t.unidentified == ()
@@ -206,6 +206,25 @@ def test_network_is_each_requests_own(tmp_path: Path, budget: BudgetModel) -> No
         .agg((pl.col("q").max() - pl.col("q").min()).alias("spread"))
     )
     assert spread.get_column("spread").max() < 1e-6  # type: ignore[operator]
+
+
+def test_heads_held_back_by_the_server_are_not_the_network(tmp_path: Path) -> None:
+    # A server that writes its head when it starts the request (llama.cpp: when a slot
+    # takes it): the head's delay is the queue, so it is not read as the network.
+    records = []
+    for i in range(12):
+        r = rec(i, prompt=LENGTHS[i % 4], queue_ms=10.0 * i)
+        written = r.request_written_ns
+        assert written is not None
+        records.append(
+            replace(r, headers_ns=written + int(10.0 * i * MS), first_byte_ns=r.first_token_ns)
+        )
+    run = write_run(tmp_path / "run", records)
+    budget = BudgetModel.from_catalog("llama-3.1-8b", "h200")
+    t = request_terms(run, budget, DecomposeOptions(hide_server_timings=True, load_aware=False))
+    assert {x.term: x.source for x in t.sources}["network"] == "estimate"
+    network = t.frame.get_column(term_col("network"))
+    assert network.max() == network.min()
 
 
 def test_negative_terms_are_unidentified_not_zero(tmp_path: Path) -> None:
