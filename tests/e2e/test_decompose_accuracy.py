@@ -183,8 +183,8 @@ def planned_run(run_dir: Path, server: SimProcess, dest: Path) -> Path:
     """``run_dir`` as a client without jitter would have recorded it, in ``dest``.
 
     Per request, from the simulator's own record: due, sent and written ``ONE_WAY_NS``
-    before the simulator received it, its first byte back a round trip after it was
-    written (headers sent on receipt), its first token ``ONE_WAY_NS`` after the simulator
+    before the simulator received it, its response head and first byte back a round trip
+    after it was written (headers sent on receipt), its first token ``ONE_WAY_NS`` after the simulator
     planned it (``chunk_due_ns``: not when it got round to writing it), its end likewise
     after the last token's plan. Every other column (prompt, cache, truth, outcome) is the
     run's own.
@@ -210,6 +210,7 @@ def planned_run(run_dir: Path, server: SimProcess, dest: Path) -> Path:
         as_sent.alias(s.SENT_NS),
         pl.when(pl.col(s.CONNECTED_NS).is_not_null()).then(as_sent).alias(s.CONNECTED_NS),
         as_sent.alias(s.REQUEST_WRITTEN_NS),
+        pl.Series(first_byte, dtype=pl.Int64).alias(s.HEADERS_NS),
         pl.Series(first_byte, dtype=pl.Int64).alias(s.FIRST_BYTE_NS),
         pl.Series(first, dtype=pl.Int64).alias(s.FIRST_TOKEN_NS),
         pl.Series(end, dtype=pl.Int64).alias(s.END_NS),
