@@ -70,7 +70,7 @@ def make_trace(path: Path) -> Path:
     for i, n in enumerate(lengths):
         arrivals.append(t)
         service = prefill_time_s(truth.model, deploy, n) * SCALE
-        t += service * (4.0 if i < CALM else rng.expovariate(1.0) / 2.5)
+        t += service * (2.0 if i < CALM else rng.expovariate(1.0) / 2.5)
     write_trace(
         pa.table(
             {
