@@ -185,6 +185,7 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
             "fraction_of_peak": cal.fraction_of_peak,
             "chunk_tokens": cal.chunk_tokens,
             "chunk_fitted": cal.chunk_fitted,
+            "decode_efficiency": cal.decode_efficiency,
         },
         "overall": _class_json(d.overall),
         "classes": [_class_json(c) for c in d.classes],

@@ -166,6 +166,9 @@ class CalibrationResult:
     """The step token budget (chunk size) the replay used: the deployment's when it names
     one, else the one fitted from the run (``chunk_fitted``; None: unchunked)."""
     chunk_fitted: bool = False
+    decode_efficiency: float | None = None
+    """The decode efficiency the replay used: fitted to the low-load requests' gap from
+    the first token to the second (one decode step), None when not fitted."""
     tokens_range: tuple[int, int] | None = None
     """The fewest and most uncached tokens among the fitted samples: the quadratic is
     trusted between them only (outside it the replay's roofline at the fitted efficiency)."""
@@ -518,6 +521,55 @@ CHUNK_FIT_GAIN: Final = 0.10
 """A fitted chunk size replaces "unchunked" only if it lowers the replay's error by this."""
 
 
+def _observed_gaps(scanned: pl.LazyFrame, options: DecomposeOptions) -> pl.DataFrame:
+    """Each request's gap from its first token to its second (one token per chunk), ms on
+    the server's clock (``ROW``, ``_g``)."""
+    offsets, tokens = pl.col(s.CHUNK_OFFSETS_US), pl.col(s.CHUNK_TOKENS)
+    single = tokens.list.first().fill_null(1) == 1
+    gap = (offsets.list.get(1, null_on_oob=True) - offsets.list.first()).cast(pl.Float64)
+    return scanned.select(
+        pl.col(ROW),
+        pl.when(single & (offsets.list.len() > 1)).then(gap / 1e3 / options.time_scale).alias("_g"),
+    ).collect()
+
+
+def _fit_decode(
+    scanned: pl.LazyFrame,
+    frame: pl.DataFrame,
+    budget: BudgetModel,
+    deploy: Deployment,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> Deployment:
+    """``deploy`` with the decode efficiency that makes the replay's gap to the second
+    token (one decode step, for a request alone) match the low-load requests' median
+    (capped at 1); unchanged without such gaps or when the replay cannot run."""
+    cutoff = frame.get_column(IN_FLIGHT).quantile(options.low_load_quantile, "lower")
+    low = frame.filter(pl.col(IN_FLIGHT) <= (cutoff if isinstance(cutoff, int | float) else 1))
+    gaps = _observed_gaps(scanned, options).join(low.select(ROW), on=ROW).drop_nulls()
+    if gaps.height == 0:
+        return deploy
+    try:
+        replay = load_aware_phases(
+            scanned,
+            budget,
+            network_ms=network_ms,
+            time_scale=options.time_scale,
+            deployment=deploy,
+            max_steps=options.max_replay_steps,
+            second_token=True,
+        )
+    except BudgetError:
+        return deploy
+    joined = replay.frame.join(gaps, on=ROW).drop_nulls([SECOND_COL, "_g"])
+    predicted = joined.get_column(SECOND_COL).median()
+    observed = joined.get_column("_g").median()
+    if not isinstance(predicted, float) or not isinstance(observed, float) or observed <= 0:
+        return deploy
+    efficiency = min(1.0, deploy.decode_efficiency * predicted / observed)
+    return replace(deploy, decode_efficiency=efficiency) if efficiency > 0 else deploy
+
+
 def _fit_chunk(
     scanned: pl.LazyFrame,
     frame: pl.DataFrame,
@@ -540,14 +592,7 @@ def _fit_chunk(
         pl.col(ROW), (pl.col(SERVER_SIDE_MS) - pl.col(NETWORK_MS).fill_null(network_ms)).alias("_o")
     )
     # The second token a step after the first: that step's length, seen by the client.
-    offsets, tokens = pl.col(s.CHUNK_OFFSETS_US), pl.col(s.CHUNK_TOKENS)
-    single = tokens.list.first().fill_null(1) == 1
-    gap = (offsets.list.get(1, null_on_oob=True) - offsets.list.first()).cast(pl.Float64)
-    gaps = scanned.select(
-        pl.col(ROW),
-        pl.when(single & (offsets.list.len() > 1)).then(gap / 1e3 / options.time_scale).alias("_g"),
-    ).collect()
-    observed = observed.join(gaps, on=ROW, how="left")
+    observed = observed.join(_observed_gaps(scanned, options), on=ROW, how="left")
     best: tuple[float, Deployment] | None = None
     told: float | None = None
     for chunk in CHUNK_CANDIDATES:
@@ -660,6 +705,9 @@ def request_terms(
         if calibration is not None:
             eff = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
             deploy = calibrated(budget.deployment, _as_calibration(calibration, eff))
+            if options.load_aware:
+                deploy = _fit_decode(scanned, frame, budget, deploy, network.value_ms, options)
+                calibration = replace(calibration, decode_efficiency=deploy.decode_efficiency)
             if deploy.chunk_tokens is None and options.load_aware:
                 deploy = _fit_chunk(scanned, frame, budget, deploy, network.value_ms, options)
                 calibration = replace(

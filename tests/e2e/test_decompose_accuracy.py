@@ -184,10 +184,10 @@ def planned_run(run_dir: Path, server: SimProcess, dest: Path) -> Path:
 
     Per request, from the simulator's own record: due, sent and written ``ONE_WAY_NS``
     before the simulator received it, its response head and first byte back a round trip
-    after it was written (headers sent on receipt), its first token ``ONE_WAY_NS`` after the simulator
-    planned it (``chunk_due_ns``: not when it got round to writing it), its end likewise
-    after the last token's plan. Every other column (prompt, cache, truth, outcome) is the
-    run's own.
+    after it was written (headers sent on receipt), its first token ``ONE_WAY_NS`` after
+    the simulator planned it (``chunk_due_ns``: not when it got round to writing it), its
+    end likewise after the last token's plan. Every other column (prompt, cache, truth,
+    outcome) is the run's own.
     """
     info = read_run_info(run_dir)
     assert info is not None
