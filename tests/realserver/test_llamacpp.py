@@ -380,10 +380,10 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
     """llama.cpp with 4 parallel slots under a saturating open-loop burst: with its timings
     hidden, the budget told nothing but the model's shape on a nominal CPU, and the prefill
     line, efficiency and chunk size calibrated from the run, the queue and prefill should
-    be within 15% or 5 ms at p99 of the split its own ``prompt_ms`` gives (issue 20). They
-    are not yet: the test asserts what holds (the burst queued, both splits add up to the
-    same server-side time on the same per-request network) and reports the gap as an
-    xfail with the figures (the replay's batching is vLLM's, not llama.cpp's slots).
+    be within 15% or 5 ms at p99 of the split its own ``prompt_ms`` gives (issue 20). The
+    queue is; the prefill only in some runs. The test asserts what holds (the burst
+    queued, both splits add up to the same server-side time on the same per-request
+    network, the queue within 30%) and reports a 15% miss as an xfail with the figures.
 
     The run: 12 requests 150 ms apart (the low-load sample the calibration fits), then 24
     sent within 50 ms (the slots fill and a queue builds); prompts of 256-1024 tokens, 4
@@ -438,10 +438,14 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
         total = frame.select(pl.sum_horizontal(server) + pl.col("overshoot_ms")).to_series()
         assert (total - frame.get_column("server_side_ms")).abs().max() < 1e-6  # type: ignore[operator]
     assert own.get_column("network_ms").to_list() == inferred.get_column("network_ms").to_list()
+    # The queue dominates the burst's TTFT; a wide bound here catches a decomposition that
+    # books the wait elsewhere (it was 1-6% off in five runs on a busy 2-core machine).
+    got, truth = report["queue"][2]
+    assert abs(got - truth) <= 0.3 * truth, report
     misses = [t for t, v in report.items() if abs(v[2][0] - v[2][1]) > max(0.15 * v[2][1], 5.0)]
     if misses:
-        # Known gap (issue 20): the replay's batching (vLLM's policy: running prefills
-        # first, a shared token budget) stretches a prompt sharing llama.cpp's slots by
-        # 2-3x where its prompt_ms shows 1.5-2x, and one CPU thread shared with other work
-        # makes the calibration's low-load sample noisy.
+        # Known gap (issue 20): the p99 prefill was within 15% in half the runs and 17-25%
+        # off in the others. The replay's batching is vLLM's policy (running prefills
+        # first, one token budget per step), not llama.cpp's slots, and one CPU thread
+        # shared with other work makes the calibration's low-load sample noisy.
         pytest.xfail(f"p99 {', '.join(misses)} off by more than 15% or 5 ms: {report}")
