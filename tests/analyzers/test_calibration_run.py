@@ -75,7 +75,8 @@ def idle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_run(tmp_path_factory.mktemp("calib"), rate=1.0)
 
 
-def simulated_step_s(new_tokens: int, cached_tokens: int = 0) -> float:
+def simulated_step_s(new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+    """The simulator's step: the plain roofline at the efficiencies it was given."""
     cat = catalog.load_catalog(None)
     deploy = Deployment(
         hardware=cat.gpu("h100"),
@@ -83,10 +84,8 @@ def simulated_step_s(new_tokens: int, cached_tokens: int = 0) -> float:
         decode_efficiency=EFF_DECODE,
         step_overhead_s=OVERHEAD_US / 1e6,
     )
-    model = cat.model("llama-3.1-8b")
-    return step_cost(
-        model, deploy, [SequenceWork(new_tokens=new_tokens, cached_tokens=cached_tokens)]
-    ).time_s
+    work = [SequenceWork(new_tokens=new_tokens, cached_tokens=cached_tokens)] * batch
+    return step_cost(cat.model("llama-3.1-8b"), deploy, work).time_s
 
 
 def test_points_of_an_idle_run(idle_run: Path) -> None:
@@ -158,3 +157,32 @@ def test_a_run_without_a_deployment_needs_the_names(idle_run: Path, tmp_path: Pa
     assert "--model, --gpu, --gpus given" in points.summary()
     # Without a chunk size recorded, the 3000-token prompts count as one step each.
     assert points.chunked == 0
+
+
+def test_decode_at_a_constant_batch(tmp_path: Path) -> None:
+    # 4 requests at t=0, then 8 at t=5 s, alike: each group is prefilled in one step and
+    # decodes together from its first token to its last, a known batch throughout.
+    arrivals = [0.0] * 4 + [5.0] * 8
+    trace = tmp_path / "batch.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"b{i}" for i in range(len(arrivals))],
+                "arrival_s": arrivals,
+                "input_tokens": [256] * len(arrivals),
+                "output_tokens": [20] * len(arrivals),
+            }
+        ),
+        trace,
+    )
+    run = tmp_path / "batch"
+    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    points = run_calibration_points(run)
+    assert points.decode == len(arrivals)
+    assert points.not_idle == len(arrivals)  # every prefill shared its step
+    decodes = {o.batch: o for o in points.observations if o.phase == "decode"}
+    assert sorted(decodes) == [4, 8]
+    for batch, obs in decodes.items():
+        assert obs.cached_tokens == 256 + 10
+        expected = simulated_step_s(1, obs.cached_tokens, batch)
+        assert obs.seconds == pytest.approx(expected, rel=0.01), batch
