@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
@@ -186,3 +187,22 @@ def test_decode_at_a_constant_batch(tmp_path: Path) -> None:
         assert obs.cached_tokens == 256 + 10
         expected = simulated_step_s(1, obs.cached_tokens, batch)
         assert obs.seconds == pytest.approx(expected, rel=0.01), batch
+
+
+def test_without_server_timings_the_idle_ttft_times_prefill(idle_run: Path, tmp_path: Path) -> None:
+    # A server that reports no timings: idle requests' TTFT (the offline simulator has no
+    # network) is the prefill step.
+    run = tmp_path / "no-timings"
+    run.mkdir()
+    (run / "run.json").write_bytes((idle_run / "run.json").read_bytes())
+    rows = pl.read_parquet(idle_run / "requests.parquet")
+    nulls = [
+        pl.lit(None, dtype=pl.Float64).alias(c) for c in ("server_prefill_ms", "server_decode_ms")
+    ]
+    rows.with_columns(nulls).write_parquet(run / "requests.parquet")
+    points = run_calibration_points(run)
+    assert points.prefill_server == 0
+    assert points.prefill_ttft == 2 * (len(PROMPTS) - 1)
+    for o in points.observations:
+        expected = simulated_step_s(o.new_tokens, o.cached_tokens)
+        assert o.seconds == pytest.approx(expected, rel=0.01), o
