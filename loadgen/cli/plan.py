@@ -3,7 +3,8 @@
 Thin: parse options, look up the catalog, call ``build_report``/``check_claim``, print.
 User mistakes are ``AnalyzerError``s (the root CLI prints them as one line, exit 2); an
 impossible claim exits 1. Reads a trace through ``traces.io`` (pyarrow) only when
-``--trace`` is given. This module must not import ``loadgen``, httpx or polars.
+``--trace`` is given, and run directories through ``analyzers.calibration_points`` (polars)
+only for ``plan calibrate RUN``. This module must not import ``loadgen`` or httpx.
 """
 
 from __future__ import annotations
@@ -386,6 +387,24 @@ def plan(
     help="Batch sizes dropped entirely (neither fitted nor reported), e.g. 64.",
 )
 @click.option("--summary", is_flag=True, help="Print only the parameters and error summaries.")
+@click.option(
+    "--model",
+    "model_name",
+    default=None,
+    help="A run directory's model (catalog name), over what its run.json records.",
+)
+@click.option(
+    "--gpu",
+    "gpu_name",
+    default=None,
+    help="A run directory's GPU type (catalog name), over what its run.json records.",
+)
+@click.option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    default=None,
+    help="A run directory's GPUs per replica (tensor parallel), over its run.json.",
+)
 @_catalog_opt
 def calibrate_cmd(
     measurements: Path,
@@ -394,19 +413,39 @@ def calibrate_cmd(
     hold_out_batches: str,
     exclude_batches: str,
     summary: bool,
+    model_name: str | None,
+    gpu_name: str | None,
+    gpus: int | None,
     catalog_file: Path | None,
 ) -> None:
     """Fit the step-time profile of each GPU type to MEASUREMENTS and print the residuals.
 
-    MEASUREMENTS is a CSV: the Splitwise perf_model.csv format or model,gpu,tp,tokens,batch,
-    ms[,phase][,engine]. Model and GPU names resolve through the catalog (--catalog adds).
+    MEASUREMENTS is a CSV (the Splitwise perf_model.csv format, or model,gpu,tp,tokens,
+    batch,ms[,phase][,engine]) or a run directory of loadgen's own: its idle requests'
+    prefill (server-reported, else TTFT) and its decode spans at a constant batch become
+    the points, on the model, GPU and tensor parallelism its run.json records (--model,
+    --gpu, --gpus say or override them). Names resolve through the catalog (--catalog adds).
 
     Example: loadgen plan calibrate splitwise_perf_model.csv -o profile.toml
     --hold-out-prompts 256,1024,4096 --hold-out-batches 4,16 --exclude-batches 64
+
+    From a run: loadgen plan calibrate runs/sweep -o profile.toml
     """
     cat = load_catalog(catalog_file)
     excluded = _int_set(exclude_batches, "--exclude-batches")
-    observations = [o for o in load_measurements(measurements) if o.batch not in excluded]
+    if measurements.is_dir():
+        from analyzers.calibration_points import run_calibration_points  # deferred: polars
+
+        points = run_calibration_points(
+            measurements, model=model_name, gpu=gpu_name, tensor_parallel=gpus
+        )
+        click.echo(points.summary())
+        loaded = list(points.observations)
+    else:
+        if model_name or gpu_name or gpus:
+            raise BudgetError("--model/--gpu/--gpus apply to a run directory; a CSV names its own")
+        loaded = load_measurements(measurements)
+    observations = [o for o in loaded if o.batch not in excluded]
     if not observations:
         raise BudgetError(f"{measurements}: no measurements left after --exclude-batches")
     held_out = prompt_split(
