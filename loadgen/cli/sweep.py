@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.options.slo import load_slos, slo_option
+from loadgen.cli.options.url import check_base_url
 from loadgen.run.session import SessionOptions
 from loadgen.run.sweep import LoadStep
 
@@ -41,7 +42,12 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
 
 @click.command()
 @click.argument("trace", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--base-url", required=True, help="OpenAI-compatible endpoint, e.g. http://h:8000/v1")
+@click.option(
+    "--base-url",
+    required=True,
+    callback=check_base_url,
+    help="OpenAI-compatible endpoint, e.g. http://h:8000/v1",
+)
 @click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False), required=True)
 @click.option(
     "--rates", default=None, help="Loads: 0.5x,1x,2x (of the trace's rate) or 2,4,8 req/s."
@@ -129,6 +135,10 @@ def sweep(
         console.print(f"step {index}: {step.label} -> {run_dir}")
 
     result = asyncio.run(run_sweep(options, stop_after=stop, on_step=on_step))
+    from loadgen.cli.results import write_run_results
+
+    for step_dir in sorted(p for p in result.sweep_dir.glob("step-*") if p.is_dir()):
+        write_run_results(step_dir)
     console.print(f"sweep {result.stop_reason}: {len(result.steps)} step(s) in {result.sweep_dir}")
     if result.steps:
         console.print(_knee_line(result.sweep_dir, slo_args), soft_wrap=True)
