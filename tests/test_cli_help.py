@@ -6,27 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import click
 import pytest
 from click.testing import CliRunner
+from clitree import command_paths
 
 from loadgen.cli.root import cli
-
-
-def command_paths() -> list[list[str]]:
-    ctx = click.Context(cli)
-    paths: list[list[str]] = []
-
-    def walk(group: click.Group, prefix: list[str]) -> None:
-        for name in group.list_commands(ctx):
-            command = group.get_command(ctx, name)
-            assert command is not None, name
-            paths.append([*prefix, name])
-            if isinstance(command, click.Group):
-                walk(command, [*prefix, name])
-
-    walk(cli, [])
-    return paths
 
 
 @pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p))

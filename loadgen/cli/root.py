@@ -99,8 +99,9 @@ class _LazyRoot(LazyGroup):
             message = " ".join(exc.format_message().split())
             click.echo(f"error: {message} (see '{where} --help')", err=True)
             ctx.exit(exc.exit_code)
-        except click.ClickException:
-            raise
+        except click.ClickException as exc:
+            click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted before the run started", err=True)
             ctx.exit(130)
