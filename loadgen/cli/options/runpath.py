@@ -26,11 +26,11 @@ class RunPathType(click.ParamType):
         if not path.exists():
             self.fail(f"{value}: no such run directory or file", param, ctx)
         if path.is_file() and path.suffix == ".parquet":
-            import pyarrow.parquet as pq
+            import polars as pl
 
             try:
-                names = pq.read_schema(path).names
-            except (OSError, ValueError):
+                names = list(pl.read_parquet_schema(path))
+            except (OSError, pl.exceptions.PolarsError):
                 return path  # unreadable: the analyzers say so (an invalid run, exit 3)
             if _RUN_COLUMN not in names:
                 self.fail(
