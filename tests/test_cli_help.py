@@ -6,9 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
-from clitree import command_paths
+from clitree import command_at, command_paths
 
 from loadgen.cli.root import cli
 
@@ -35,3 +36,14 @@ def test_root_help_lists_every_command_and_stays_light() -> None:
                  "recover"):  # fmt: skip
         assert f"  {name} " in out.stdout
     assert "HEAVY []" in out.stdout
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p))
+def test_every_option_has_help(path: list[str]) -> None:
+    command = command_at(path)
+    bare = [
+        "/".join(param.opts)
+        for param in command.params
+        if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()
+    ]
+    assert not bare, f"options without help text: {bare}"

@@ -55,7 +55,12 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
     show_default=True,
     help="Tolerated slowdown against --baseline (relative).",
 )
-@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@click.option(
+    "--junit",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also write the verdicts as a JUnit XML file (one test case per SLO).",
+)
 @markdown_option
 @bootstrap_options
 @click.option(

@@ -48,7 +48,13 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
     callback=check_base_url,
     help="OpenAI-compatible endpoint, e.g. http://h:8000/v1",
 )
-@click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False), required=True)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="Sweep directory: sweep.json and one run directory per step (step-0, ...).",
+)
 @click.option(
     "--rates", default=None, help="Loads: 0.5x,1x,2x (of the trace's rate) or 2,4,8 req/s."
 )
@@ -58,13 +64,42 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
 )
 @slo_option(help="SLOs to stop on.")
 @click.option(
-    "--cooldown", "cooldown_s", type=click.FloatRange(min=0), default=5.0, show_default=True
+    "--cooldown",
+    "cooldown_s",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait between steps (the server drains its queue).",
 )
 @click.option("--model", default=None, help="Model name [default: the endpoint's first].")
-@click.option("--max-requests", type=click.IntRange(min=1), default=None)
-@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=None)
-@click.option("--warmup-requests", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--request-timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay at most this many requests of the trace per step.",
+)
+@click.option(
+    "--duration",
+    "duration_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop dispatching after this many seconds per step.",
+)
+@click.option(
+    "--warmup-requests",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Flag the first N requests of each step as warm-up (left out of analyses).",
+)
+@click.option(
+    "--request-timeout",
+    "timeout_s",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Per-request deadline in seconds.",
+)
 @click.option(
     "--server-time-scale",
     type=click.FloatRange(min=0, min_open=True),
@@ -72,7 +107,12 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
     show_default=True,
     help="Record the simulator's --time-scale so analyses use its model clock.",
 )
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
+@click.option(
+    "--api-key-env",
+    default="OPENAI_API_KEY",
+    show_default=True,
+    help="Environment variable holding the API key (sent as a Bearer token).",
+)
 @click.option("--overwrite", is_flag=True, help="Reuse a non-empty sweep directory.")
 def sweep(
     trace: Path,

@@ -313,7 +313,13 @@ _ARRIVAL_OPTIONS: dict[str, tuple[str, ...]] = {
     "--block-size", type=click.IntRange(min=1), default=DEFAULT_BLOCK_SIZE, show_default=True,
     help="Tokens per prefix block id.",
 )  # fmt: skip
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Random seed: the same options and seed give an identical file.",
+)
 @click.option(
     "-o", "--out", "out", type=click.Path(path_type=Path, dir_okay=False), required=True,
     callback=parquet_out, help="Trace file to write (.parquet).",
