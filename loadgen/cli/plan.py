@@ -200,7 +200,7 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     "--slo-ttft-ms",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="TTFT target: the longest prompt within it, and the disaggregation break-even (2 s without it).",
+    help="TTFT target: the longest prompt within it; the disagg break-even (2 s without).",
 )
 @click.option(
     "--slo-tpot-ms",
