@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from loadgen.cli.echo import cli_console
 from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
 from loadgen.run.session import SessionOptions, SessionResult, run_session
@@ -366,7 +367,7 @@ def replay(
         scrape_interval_s=scrape_interval,
         max_event_bytes=max_event_mib * MIB,
     )
-    console = Console(stderr=False)
+    console = cli_console(stderr=False)
     result = run_guarded(opts, progress=not no_progress and console.is_terminal, console=console)
     write_results(result, console)
     print_summary(result, console)

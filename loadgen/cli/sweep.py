@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from loadgen.cli.echo import cli_console
 from loadgen.cli.options.slo import load_slos, slo_option
 from loadgen.cli.options.url import check_base_url
 from loadgen.run.session import SessionOptions
@@ -151,7 +152,7 @@ def sweep(
         steps = parse_concurrency(concurrencies)
     else:
         steps = parse_rates("0.5x,1x,2x,4x,8x,16x,32x,64x")
-    console = Console()
+    console = cli_console()
     stop = _stop_on_breach(slo_args, console) if until_slo_breach else None
     options = SweepOptions(
         session=SessionOptions(

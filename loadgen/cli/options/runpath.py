@@ -14,7 +14,7 @@ _GLOB = "*?["
 _RUN_COLUMN = "due_ns"  # every run's rows have it; no trace has it
 
 
-class RunPathType(click.ParamType):
+class RunPathType(click.ParamType[Path, Any]):
     """A run directory, a run's Parquet file, or a glob of them (passed through)."""
 
     name = "run"
