@@ -85,7 +85,7 @@ def exit_if_interrupted(result: SessionResult) -> None:
         click.get_current_context().exit(130)
 
 
-def write_results(result: SessionResult, console: Console) -> None:
+def write_results(result: SessionResult) -> None:
     """``results.json`` in the run directory (loadgen.cli.results), after the run."""
     from loadgen.cli.results import write_run_results
 
@@ -115,7 +115,11 @@ def print_summary(result: SessionResult, console: Console) -> None:
     for flag in summary.validity.flags:
         if flag.kind not in ("client_bound", "backpressure"):  # the session said these
             console.print(f"[yellow]warning:[/yellow] {flag.reason}")
-    console.print(f"run written to {result.run_dir}")
+    console.print(f"run written to {result.run_dir} (summary for scripts: results.json)")
+    console.print(
+        f"next: loadgen analyze {result.run_dir} (percentiles per class), "
+        f"loadgen report {result.run_dir} (HTML)"
+    )
 
 
 @click.command()
@@ -369,6 +373,6 @@ def replay(
     )
     console = cli_console(stderr=False)
     result = run_guarded(opts, progress=not no_progress and console.is_terminal, console=console)
-    write_results(result, console)
+    write_results(result)
     print_summary(result, console)
     exit_if_interrupted(result)
