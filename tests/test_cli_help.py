@@ -36,6 +36,8 @@ def test_root_help_lists_every_command_and_stays_light() -> None:
                  "recover"):  # fmt: skip
         assert f"  {name} " in out.stdout
     assert "HEAVY []" in out.stdout
+    assert "Examples:" in out.stdout
+    assert "  loadgen replay trace.parquet" in out.stdout
 
 
 @pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p))

@@ -125,6 +125,17 @@ def cli() -> None:
     Replay a Parquet trace open-loop at its own timestamps (or closed-loop at a
     concurrency), record every token's arrival, and explain latency against budgets
     predicted from first principles.
+
+    \b
+    Examples:
+      loadgen demo                        # the whole harness on the built-in simulator
+      loadgen trace synth --requests 200 --rate 5 -o trace.parquet
+      loadgen replay trace.parquet --base-url http://127.0.0.1:8000/v1 -o runs/r1
+      loadgen analyze runs/r1             # runs/r1/results.json has the summary too
+      loadgen gate runs/r1 --slo 'ttft_ms.p99<=500'
+
+    Exit codes: 0 ok, 1 SLO breach, 2 bad input, 3 invalid run, 4 endpoint down,
+    130 interrupted (README's table).
     """
 
 
