@@ -167,9 +167,27 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     default=None,
     help="Trace whose prompt and output lengths set the pool ratio.",
 )
-@click.option("--prompt-tokens", type=click.IntRange(min=1), default=4000, show_default=True)
-@click.option("--cached-tokens", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--output-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option(
+    "--prompt-tokens",
+    type=click.IntRange(min=1),
+    default=4000,
+    show_default=True,
+    help="Prompt length of the planned request (without --trace).",
+)
+@click.option(
+    "--cached-tokens",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Prompt tokens served from the prefix cache (not prefilled).",
+)
+@click.option(
+    "--output-tokens",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Output length of the planned request (without --trace).",
+)
 @click.option(
     "--batch",
     type=click.IntRange(min=0),
@@ -179,9 +197,18 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 @click.option(
     "--chunk-tokens", type=click.IntRange(min=1), default=None, help="Chunked prefill chunk size."
 )
-@click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None)
 @click.option(
-    "--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True
+    "--slo-ttft-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="TTFT target: the longest prompt within it; the disagg break-even (2 s without).",
+)
+@click.option(
+    "--slo-tpot-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=50.0,
+    show_default=True,
+    help="TPOT target of the disaggregation break-even.",
 )
 @click.option(
     "--efficiency-prefill",
@@ -197,7 +224,13 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     show_default=True,
     help="Achieved fraction of HBM bandwidth.",
 )
-@click.option("--step-overhead-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option(
+    "--step-overhead-ms",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Fixed cost of every engine step (scheduling, launch), ms.",
+)
 @click.option(
     "--memory-fraction",
     type=click.FloatRange(0, 1, min_open=True),

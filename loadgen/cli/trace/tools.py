@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from loadgen.cli.options.outfile import parquet_out
 from reports import fmt
 from traces.io import read_metadata, read_trace_table, write_trace
 from traces.stats import ClassStats, TraceStats, trace_stats
@@ -93,7 +94,9 @@ def validate(trace: Path) -> None:
 
 @click.command(name="slice")
 @click.argument("trace", type=_TRACE)
-@click.option("-o", "--out", type=_TRACE, required=True, help="Trace file to write.")
+@click.option(
+    "-o", "--out", type=_TRACE, required=True, callback=parquet_out, help="Trace file to write."
+)
 @click.option("--start", "start_s", type=float, default=None, help="Keep arrivals >= this, s.")
 @click.option("--end", "end_s", type=float, default=None, help="Keep arrivals < this, s.")
 @click.option("--first", type=int, default=None, help="Keep the first N matching requests.")
@@ -123,7 +126,9 @@ def slice_(
 
 @click.command()
 @click.argument("trace", type=_TRACE)
-@click.option("-o", "--out", type=_TRACE, required=True, help="Trace file to write.")
+@click.option(
+    "-o", "--out", type=_TRACE, required=True, callback=parquet_out, help="Trace file to write."
+)
 @click.option(
     "--time-scale",
     type=float,
@@ -141,7 +146,9 @@ def scale(trace: Path, out: Path, time_scale: float | None, rate: float | None) 
 
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=_TRACE)
-@click.option("-o", "--out", type=_TRACE, required=True, help="Trace file to write.")
+@click.option(
+    "-o", "--out", type=_TRACE, required=True, callback=parquet_out, help="Trace file to write."
+)
 @click.option(
     "--share-prefix-blocks",
     is_flag=True,
