@@ -56,6 +56,7 @@ class EngineConfig:
     step_overhead_us: float = 0.0
     memory_fraction: float = 0.9
     kv_capacity_tokens: int | None = None
+    max_model_len: int | None = None  # None: the catalog model's max_context
     tokenizer: Path | None = None
     profile: Path | None = None  # calibration profile TOML (loadgen plan calibrate)
 
@@ -84,6 +85,8 @@ class EngineConfig:
             _check(0 < value <= 1, name, value, "must be in (0, 1]")
         cap = self.kv_capacity_tokens
         _check(cap is None or cap >= 1, "kv_capacity_tokens", cap, "must be >= 1")
+        ctx = self.max_model_len
+        _check(ctx is None or ctx >= 1, "max_model_len", ctx, "must be >= 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,11 +178,13 @@ class SimConfig:
         return round(self.itl_ms * self.tokens_per_chunk * 1e6)
 
 
-def engine_deployment(engine: EngineConfig) -> DeploymentSpec:
+def engine_deployment(engine: EngineConfig, *, max_model_len: int | None = None) -> DeploymentSpec:
     """The engine's whole deployment in the ``deployment.toml`` layout (what the simulator
-    publishes on its model card, so that a run records it)."""
+    publishes on its model card, so that a run records it); ``max_model_len`` is the limit
+    in force when the engine's own is None (the catalog's)."""
     disagg = engine.topology == "disagg"
     return DeploymentSpec(
+        max_model_len=engine.max_model_len or max_model_len,
         engine="sim",
         model=engine.model,
         gpu=engine.gpu,
@@ -240,6 +245,7 @@ def engine_options(spec: DeploymentSpec) -> dict[str, object]:
         "kv_block_size": spec.scheduler.block_size,
         "prefix_cache": spec.scheduler.prefix_caching,
         "kv_capacity_tokens": spec.scheduler.kv_capacity_tokens,
+        "max_model_len": spec.max_model_len,
         "time_scale": spec.time_scale,
         "efficiency_prefill": spec.efficiency.prefill,
         "efficiency_decode": spec.efficiency.decode,

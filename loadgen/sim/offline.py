@@ -37,6 +37,7 @@ from analyzers.budget.engine.timeline import (
 from analyzers.errors import CapacityError
 from loadgen.errors import ConfigError
 from loadgen.sim.config import EngineConfig
+from loadgen.sim.context import context_refusal
 from loadgen.sim.physics import ImageSize, Physics, link_spec, transfer_s
 from loadgen.sim.topology import instance_setup
 from traces import schema as s
@@ -214,6 +215,7 @@ def simulate(
     pending = iter(order)
     due: dict[int, float] = {}
     refused: dict[int, str] = {}
+    too_long_ids: set[int] = set()
 
     def send(at_s: float) -> None:
         """Closed loop: send the next request of the trace at ``at_s`` (refusals return at
@@ -230,6 +232,7 @@ def simulate(
 
     sim = _Cluster(engine, on_finish if load.concurrency is not None else None)
     physics = sim.physics
+    max_model_len = engine.max_model_len or physics.model.max_context
     prompts: dict[int, int] = {}
 
     def admit(req: TraceRequest, at_s: float) -> str | None:
@@ -238,6 +241,12 @@ def simulate(
         images = [ImageSize(width=im.width, height=im.height) for im in req.images or ()]
         prompt = req.input_tokens + sum(physics.image_tokens(im, fallback=0) for im in images)
         prompts[req.index] = prompt
+        too_long = context_refusal(
+            prompt_tokens=prompt, max_tokens=req.output_tokens, max_model_len=max_model_len
+        )
+        if too_long is not None:
+            too_long_ids.add(req.index)
+            return too_long
         spec = SeqSpec(
             seq_id=req.index,
             prompt_tokens=max(1, prompt),
@@ -272,6 +281,7 @@ def simulate(
             tracks.get(req.index),
             refused.get(req.index),
             prompts[req.index],
+            too_long=req.index in too_long_ids,
         )
         for req in order
         if req.index in due
@@ -295,6 +305,8 @@ def _record(
     track: VirtualTrack | None,
     refused: str | None,
     prompt_tokens: int,
+    *,
+    too_long: bool = False,
 ) -> RequestRecord:
     sent = _ns(due_s)
     refusal = RequestRecord(
@@ -316,7 +328,7 @@ def _record(
         request_written_ns=sent,
         headers_ns=sent,
         end_ns=sent,
-        outcome=s.OUTCOME_HTTP_ERROR,
+        outcome=s.OUTCOME_CONTEXT_EXCEEDED if too_long else s.OUTCOME_HTTP_ERROR,
         http_status=400,
         error=f"HTTP 400: {refused or 'the simulated engine could not serve it'}",
     )

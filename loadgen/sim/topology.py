@@ -36,6 +36,7 @@ from analyzers.budget.engine.scheduler import (
 from analyzers.errors import CapacityError
 from loadgen.errors import ConfigError, RequestError
 from loadgen.sim.config import EngineConfig, SimConfig
+from loadgen.sim.context import context_refusal
 from loadgen.sim.deadline import DeadlineTimer, make_deadline_timer
 from loadgen.sim.engine import Emission, EngineLoad, InstanceStats, Phases, Stall
 from loadgen.sim.instance import Instance
@@ -165,6 +166,7 @@ class PhysicsEngine:
         else:
             self.front = self._pool("p", spec.prefill_instances, spec.prefill_gpus, "prefill")
             self.back = self._pool("d", spec.decode_instances, spec.decode_gpus, "decode")
+        self.max_model_len = spec.max_model_len or self.front[0].physics.model.max_context
         self._tickets: dict[int, _Ticket] = {}
         self._ids = itertools.count(1)
         self._link_free: dict[str, int] = {}
@@ -220,6 +222,11 @@ class PhysicsEngine:
         n = len(tokens) + image_tokens
         if n < 1:
             raise RequestError("the prompt is empty", param="prompt")
+        too_long = context_refusal(
+            prompt_tokens=n, max_tokens=request.max_tokens, max_model_len=self.max_model_len
+        )
+        if too_long is not None:
+            raise RequestError(too_long, param="messages" if request.api == "chat" else "prompt")
         # Image tokens have no text to hash: such prompts are not prefix-cached.
         hashes = () if content.images else block_hashes(tokens, self.spec.kv_block_size)
         images = [img for img in content.images if img is not None]
