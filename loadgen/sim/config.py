@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from loadgen.errors import ConfigError
-from traces.deployment import DeploymentSpec, Efficiency, KvLink, Pool, Scheduler
+from traces.deployment import Admission, DeploymentSpec, Efficiency, KvLink, Pool, Scheduler
 
 DEFAULT_PORT = 8000
 DEFAULT_MODEL_NAME = "sim-model"
@@ -57,6 +57,7 @@ class EngineConfig:
     memory_fraction: float = 0.9
     kv_capacity_tokens: int | None = None
     max_model_len: int | None = None  # None: the catalog model's max_context
+    admission_ttft_ms: float | None = None  # admission control's TTFT budget (None: off)
     tokenizer: Path | None = None
     profile: Path | None = None  # calibration profile TOML (loadgen plan calibrate)
 
@@ -87,6 +88,13 @@ class EngineConfig:
         _check(cap is None or cap >= 1, "kv_capacity_tokens", cap, "must be >= 1")
         ctx = self.max_model_len
         _check(ctx is None or ctx >= 1, "max_model_len", ctx, "must be >= 1")
+        budget = self.admission_ttft_ms
+        _check(
+            budget is None or (math.isfinite(budget) and budget > 0),
+            "admission_ttft_ms",
+            budget,
+            "must be a number > 0",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,6 +224,7 @@ def engine_deployment(engine: EngineConfig, *, max_model_len: int | None = None)
         kv_link=KvLink(gbps=engine.link_gbps, latency_us=engine.link_latency_us)
         if disagg
         else KvLink(),
+        admission=Admission(ttft_ms=engine.admission_ttft_ms),
     )
 
 
@@ -246,6 +255,7 @@ def engine_options(spec: DeploymentSpec) -> dict[str, object]:
         "prefix_cache": spec.scheduler.prefix_caching,
         "kv_capacity_tokens": spec.scheduler.kv_capacity_tokens,
         "max_model_len": spec.max_model_len,
+        "admission_ttft_ms": spec.admission.ttft_ms,
         "time_scale": spec.time_scale,
         "efficiency_prefill": spec.efficiency.prefill,
         "efficiency_decode": spec.efficiency.decode,

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from analyzers.budget.engine.admission import AdmissionPolicy, estimate_ttft, refusal
 from analyzers.budget.engine.scheduler import Role, Scheduler, SeqSpec
 from analyzers.budget.engine.timeline import (
     FinishCallback,
@@ -169,6 +170,36 @@ class _Cluster:
         def transfer(prompt_tokens: int) -> float:
             return transfer_s(physics, prompt_tokens, link)
 
+        policy = (
+            None
+            if spec.admission_ttft_ms is None
+            else AdmissionPolicy(ttft_budget_s=spec.admission_ttft_ms / 1e3)
+        )
+
+        def admit(seq: SeqSpec, front: Sequence[VirtualInstance], now_s: float) -> str | None:
+            # As the HTTP simulator's PhysicsEngine.admission_refusal: the estimate on the
+            # front instance where it is shortest.
+            assert policy is not None
+            extra = transfer(seq.prompt_tokens) if self.back else 0.0
+            best = min(
+                (
+                    (
+                        estimate_ttft(
+                            inst.scheduler,
+                            [p for _, p in inst.pending],
+                            seq,
+                            physics.step_s,
+                            # the step in progress ends before this one can join
+                            extra_s=extra + max(0.0, (inst.busy_until or now_s) - now_s),
+                        ),
+                        inst.name,
+                    )
+                    for inst in front
+                ),
+                key=lambda pair: pair[0].ttft_s,
+            )
+            return refusal(policy, best[0], where=best[1])
+
         self.cluster = VirtualCluster(
             self.front,
             self.back,
@@ -176,6 +207,7 @@ class _Cluster:
             transfer_s=transfer if self.back else None,
             record_tokens=True,
             on_finish=on_finish,
+            admit=admit if policy is not None else None,
         )
 
     def _pool(self, prefix: str, count: int, gpus: int, role: Role) -> list[VirtualInstance]:
@@ -273,6 +305,7 @@ def simulate(
             send(0.0)
     sim.cluster.run(max_steps=MAX_STEPS)
     tracks = sim.cluster.tracks
+    rejected = sim.cluster.refused
     records = tuple(
         _record(
             req,
@@ -282,6 +315,7 @@ def simulate(
             refused.get(req.index),
             prompts[req.index],
             too_long=req.index in too_long_ids,
+            rejected=rejected.get(req.index),
         )
         for req in order
         if req.index in due
@@ -307,8 +341,14 @@ def _record(
     prompt_tokens: int,
     *,
     too_long: bool = False,
+    rejected: str | None = None,
 ) -> RequestRecord:
     sent = _ns(due_s)
+    if rejected is not None:  # admission control: 429 on arrival, as the HTTP simulator
+        refused, status, outcome = rejected, 429, s.OUTCOME_REJECTED
+    else:
+        status = 400
+        outcome = s.OUTCOME_CONTEXT_EXCEEDED if too_long else s.OUTCOME_HTTP_ERROR
     refusal = RequestRecord(
         run_id=run_id,
         trace_index=req.index,
@@ -328,9 +368,9 @@ def _record(
         request_written_ns=sent,
         headers_ns=sent,
         end_ns=sent,
-        outcome=s.OUTCOME_CONTEXT_EXCEEDED if too_long else s.OUTCOME_HTTP_ERROR,
-        http_status=400,
-        error=f"HTTP 400: {refused or 'the simulated engine could not serve it'}",
+        outcome=outcome,
+        http_status=status,
+        error=f"HTTP {status}: {refused or 'the simulated engine could not serve it'}",
     )
     if track is None or not track.times or track.first_step is None:
         return refusal

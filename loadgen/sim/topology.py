@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 
+from analyzers.budget.engine.admission import AdmissionPolicy, estimate_ttft, refusal
 from analyzers.budget.engine.scheduler import (
     Role,
     SchedulerLimits,
@@ -167,6 +168,11 @@ class PhysicsEngine:
             self.front = self._pool("p", spec.prefill_instances, spec.prefill_gpus, "prefill")
             self.back = self._pool("d", spec.decode_instances, spec.decode_gpus, "decode")
         self.max_model_len = spec.max_model_len or self.front[0].physics.model.max_context
+        self.admission = (
+            None
+            if spec.admission_ttft_ms is None
+            else AdmissionPolicy(ttft_budget_s=spec.admission_ttft_ms / 1e3)
+        )
         self._tickets: dict[int, _Ticket] = {}
         self._ids = itertools.count(1)
         self._link_free: dict[str, int] = {}
@@ -244,6 +250,32 @@ class PhysicsEngine:
         except CapacityError as exc:
             raise RequestError(str(exc), param="max_tokens") from exc
         return prepared
+
+    def admission_refusal(self, request: SimRequest) -> str | None:
+        """Why admission control refuses ``request`` now (429), or None (admitted, or no
+        policy): the estimate on the front instance where it is shortest."""
+        if self.admission is None:
+            return None
+        seq = self._seq(request, 0)
+        link = 0.0
+        if self.back:
+            link = transfer_s(self.front[0].physics, request.prompt_tokens, self._link)
+        now = time.perf_counter_ns()
+        estimates = [
+            (
+                estimate_ttft(
+                    inst.scheduler,
+                    inst.pending_specs(),
+                    seq,
+                    inst.physics.step_s,
+                    extra_s=link + inst.busy_remaining_s(now),
+                ),
+                inst.name,
+            )
+            for inst in self.front
+        ]
+        best, where = min(estimates, key=lambda pair: pair[0].ttft_s)
+        return refusal(self.admission, best, where=where)
 
     @staticmethod
     def _seq(request: SimRequest, seq_id: int, *, decode: bool = False) -> SeqSpec:

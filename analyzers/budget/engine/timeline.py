@@ -172,6 +172,9 @@ class VirtualTrack:
 
 FinishCallback = Callable[[int, float], None]
 """Told ``(key, t)`` when request ``key`` sampled its last token at ``t`` (closed loops)."""
+AdmitCallback = Callable[[SeqSpec, Sequence["VirtualInstance"], float], str | None]
+"""Asked on each arrival, with the front instances as they are then and the time: why to
+refuse the request (admission control, :mod:`analyzers.budget.engine.admission`), or None."""
 
 
 class VirtualCluster:
@@ -182,7 +185,8 @@ class VirtualCluster:
     ``front``: the mixed (monolith) or prefill instances; ``back``: the decode instances
     (disaggregated; then ``transfer_s(prompt_tokens)`` times one KV transfer on the prefill
     instance's own link, transfers queueing on it). Each pool has its own router turn.
-    ``record_tokens``: keep every sampled token's time, not only the first."""
+    ``record_tokens``: keep every sampled token's time, not only the first. ``admit``:
+    asked on each arrival whether to refuse it (``refused`` keeps the reasons)."""
 
     def __init__(
         self,
@@ -193,6 +197,7 @@ class VirtualCluster:
         transfer_s: Callable[[int], float] | None = None,
         record_tokens: bool = False,
         on_finish: FinishCallback | None = None,
+        admit: AdmitCallback | None = None,
     ) -> None:
         if not front:
             raise BudgetError("a virtual cluster needs at least one instance")
@@ -204,6 +209,9 @@ class VirtualCluster:
         self.transfer_s = transfer_s
         self.record_tokens = record_tokens
         self.on_finish = on_finish
+        self.admit = admit
+        self.refused: dict[int, str] = {}
+        """Requests refused by ``admit`` on arrival, with the reason."""
         self.tracks: dict[int, VirtualTrack] = {}
         self.specs: dict[int, SeqSpec] = {}
         self.events: list[tuple[float, int, int, str]] = []
@@ -237,6 +245,12 @@ class VirtualCluster:
         t, _, key, kind = heapq.heappop(self.events)
         spec = self.specs[key]
         if kind == "arrive":
+            if self.admit is not None:
+                why = self.admit(spec, self.front, t)
+                if why is not None:
+                    self.refused[key] = why
+                    self.waiting_first -= 1
+                    return
             inst = self._choose(self.front, self.front_turn)
             self.tracks[key].front = inst.name
             self.front_of[key] = inst
