@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from analyzers.budget import (
+        admission,
         budgetfile,
         calibrate,
         catalog,
@@ -101,6 +102,7 @@ __all__ = [
     "StepCost",
     "StepProfile",
     "VisionSpec",
+    "admission",
     "budgetfile",
     "build_report",
     "calibrate",

@@ -520,3 +520,12 @@ def check_claim_cmd(
         click.echo(render_claim(verdict, model.name, hardware.name, gpus))
     if not verdict.possible:
         ctx.exit(1)
+
+
+def _register_admission() -> None:
+    from loadgen.cli.plan_admission import admission_cmd
+
+    plan.add_command(admission_cmd)
+
+
+_register_admission()

@@ -159,14 +159,6 @@ class SimApp:
         record = self.log.start(
             request_id, received_ns=received_ns, prompt_tokens=request.prompt_tokens
         )
-        admission = getattr(self.engine, "admission_refusal", None)
-        why = admission(request) if admission is not None else None
-        if isinstance(why, str):
-            record.outcome = "rejected"
-            self.metrics.fault("admission_rejected")
-            headers = [*id_header, (b"retry-after", b"1")]
-            await _error(send, 429, why, "TooManyRequests", headers)
-            return
         plan = self._faults.decide(request_id)
         if plan.kind is FaultKind.RATE_LIMITED:
             record.outcome = "rate_limited"
@@ -203,6 +195,16 @@ class SimApp:
             drop_after=drop_after,
             malformed_at=malformed_at,
         )
+        # Admission control last, right before the engine takes the request: what it lets
+        # in is reserved in its queue until submitted.
+        admission = getattr(self.engine, "admission_refusal", None)
+        why = admission(request) if admission is not None else None
+        if isinstance(why, str):
+            record.outcome = "rejected"
+            self.metrics.fault("admission_rejected")
+            headers = [*id_header, (b"retry-after", b"1")]
+            await _error(send, 429, why, "TooManyRequests", headers)
+            return
         emissions = self.engine.generate(request, received_ns=received_ns, stall=stall)
         write = response.stream(emissions) if request.stream else response.whole(emissions)
         outcome = await _unless_disconnected(receive, write)

@@ -30,7 +30,11 @@ class EngineConfig:
     ``link_gbps`` Gbit/s plus ``link_latency_us``. ``time_scale`` multiplies every model
     duration to get wall time (10 runs the physics at a tenth of real speed); reported
     times are model times. ``kv_capacity_tokens`` overrides the budget model's KV capacity
-    per instance.
+    per instance. ``max_model_len`` is the context limit (prompt plus ``max_tokens``) beyond
+    which a request is refused with vLLM's 400; None takes the catalog's ``max_context``.
+    ``admission_ttft_ms`` turns admission control on: a request whose estimated time to
+    first token plus ``admission_margin_ms`` exceeds it is refused on arrival with 429
+    (:mod:`analyzers.budget.engine.admission`).
     """
 
     model: str
@@ -58,6 +62,7 @@ class EngineConfig:
     kv_capacity_tokens: int | None = None
     max_model_len: int | None = None  # None: the catalog model's max_context
     admission_ttft_ms: float | None = None  # admission control's TTFT budget (None: off)
+    admission_margin_ms: float = 10.0  # the client's TTFT beyond the engine's estimate
     tokenizer: Path | None = None
     profile: Path | None = None  # calibration profile TOML (loadgen plan calibrate)
 
@@ -88,6 +93,8 @@ class EngineConfig:
         _check(cap is None or cap >= 1, "kv_capacity_tokens", cap, "must be >= 1")
         ctx = self.max_model_len
         _check(ctx is None or ctx >= 1, "max_model_len", ctx, "must be >= 1")
+        margin = self.admission_margin_ms
+        _check(math.isfinite(margin) and margin >= 0, "admission_margin_ms", margin, "must be >= 0")
         budget = self.admission_ttft_ms
         _check(
             budget is None or (math.isfinite(budget) and budget > 0),
@@ -224,7 +231,10 @@ def engine_deployment(engine: EngineConfig, *, max_model_len: int | None = None)
         kv_link=KvLink(gbps=engine.link_gbps, latency_us=engine.link_latency_us)
         if disagg
         else KvLink(),
-        admission=Admission(ttft_ms=engine.admission_ttft_ms),
+        admission=Admission(
+            ttft_ms=engine.admission_ttft_ms,
+            margin_ms=engine.admission_margin_ms if engine.admission_ttft_ms else None,
+        ),
     )
 
 
@@ -256,6 +266,7 @@ def engine_options(spec: DeploymentSpec) -> dict[str, object]:
         "kv_capacity_tokens": spec.scheduler.kv_capacity_tokens,
         "max_model_len": spec.max_model_len,
         "admission_ttft_ms": spec.admission.ttft_ms,
+        "admission_margin_ms": spec.admission.margin_ms,
         "time_scale": spec.time_scale,
         "efficiency_prefill": spec.efficiency.prefill,
         "efficiency_decode": spec.efficiency.decode,

@@ -173,7 +173,10 @@ class _Cluster:
         policy = (
             None
             if spec.admission_ttft_ms is None
-            else AdmissionPolicy(ttft_budget_s=spec.admission_ttft_ms / 1e3)
+            else AdmissionPolicy(
+                ttft_budget_s=spec.admission_ttft_ms / 1e3,
+                margin_s=spec.admission_margin_ms / 1e3,
+            )
         )
 
         def admit(seq: SeqSpec, front: Sequence[VirtualInstance], now_s: float) -> str | None:

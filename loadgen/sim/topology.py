@@ -171,9 +171,16 @@ class PhysicsEngine:
         self.admission = (
             None
             if spec.admission_ttft_ms is None
-            else AdmissionPolicy(ttft_budget_s=spec.admission_ttft_ms / 1e3)
+            else AdmissionPolicy(
+                ttft_budget_s=spec.admission_ttft_ms / 1e3,
+                margin_s=spec.admission_margin_ms / 1e3,
+            )
         )
         self._tickets: dict[int, _Ticket] = {}
+        self._reserved: dict[int, SeqSpec] = {}
+        """Requests admission control let in that ``generate`` has not submitted yet (by
+        ``id`` of the request): later estimates count them, so that a burst is not
+        admitted on one stale view of the queue."""
         self._ids = itertools.count(1)
         self._link_free: dict[str, int] = {}
         self._group: asyncio.TaskGroup | None = None
@@ -261,11 +268,12 @@ class PhysicsEngine:
         if self.back:
             link = transfer_s(self.front[0].physics, request.prompt_tokens, self._link)
         now = time.perf_counter_ns()
+        reserved = list(self._reserved.values())
         estimates = [
             (
                 estimate_ttft(
                     inst.scheduler,
-                    inst.pending_specs(),
+                    [*inst.pending_specs(), *reserved],
                     seq,
                     inst.physics.step_s,
                     extra_s=link + inst.busy_remaining_s(now),
@@ -275,7 +283,10 @@ class PhysicsEngine:
             for inst in self.front
         ]
         best, where = min(estimates, key=lambda pair: pair[0].ttft_s)
-        return refusal(self.admission, best, where=where)
+        why = refusal(self.admission, best, where=where)
+        if why is None:
+            self._reserved[id(request)] = seq
+        return why
 
     @staticmethod
     def _seq(request: SimRequest, seq_id: int, *, decode: bool = False) -> SeqSpec:
@@ -352,6 +363,7 @@ class PhysicsEngine:
     async def generate(
         self, request: SimRequest, *, received_ns: int, stall: Stall | None = None
     ) -> AsyncGenerator[Emission, None]:
+        self._reserved.pop(id(request), None)
         seq_id = next(self._ids)
         front = self._front_router.choose(self.front)
         ticket = _Ticket(seq_id, request, received_ns, front)

@@ -13,10 +13,13 @@ at most ``max_num_seqs - 1``)::
     step_s = step_time([chunk new tokens] + D x [1 token over the mean context])
     ttft   = steps x step_s + encoder_s (+ the KV transfer, disaggregated)
 
-FCFS scheduling means requests arriving later never delay this one's prefill; the ``D``
-decoders are counted as if all were decoding for the whole wait, which errs on the side of
-refusing. Pure arithmetic over :class:`~analyzers.budget.engine.scheduler.Scheduler`
-state: must not import ``loadgen``, httpx or polars.
+The request is refused when ``ttft + margin > budget``; the margin (10 ms unless
+configured) stands for what the client's TTFT adds to the engine's: the network and the
+write of the first chunk. FCFS scheduling means requests arriving later never delay this
+one's prefill; the ``D`` decoders are counted as if all were decoding for the whole wait,
+which errs on the side of refusing. Pure arithmetic over the
+:class:`~analyzers.budget.engine.scheduler.Scheduler`'s state: must not import ``loadgen``,
+httpx or polars.
 """
 
 from __future__ import annotations
@@ -35,13 +38,18 @@ ADMISSION_MARKER = "rejected by admission control"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdmissionPolicy:
-    """Refuse a request whose estimated time to first token exceeds ``ttft_budget_s``."""
+    """Refuse a request whose estimated time to first token plus ``margin_s`` (what the
+    client sees beyond the engine: the network, the response write) exceeds
+    ``ttft_budget_s``."""
 
     ttft_budget_s: float
+    margin_s: float = 0.010
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.ttft_budget_s) and self.ttft_budget_s > 0):
             raise BudgetError(f"admission TTFT budget must be > 0 s, got {self.ttft_budget_s}")
+        if not (math.isfinite(self.margin_s) and 0 <= self.margin_s < self.ttft_budget_s):
+            raise BudgetError(f"admission margin must be in [0, budget) s, got {self.margin_s}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,11 +103,12 @@ def estimate_ttft(
 
 def refusal(policy: AdmissionPolicy, estimate: TtftEstimate, *, where: str) -> str | None:
     """The 429 message when ``estimate`` exceeds the budget, else None."""
-    if estimate.ttft_s <= policy.ttft_budget_s:
+    if estimate.ttft_s + policy.margin_s <= policy.ttft_budget_s:
         return None
     return (
         f"request {ADMISSION_MARKER}: estimated time to first token "
-        f"{estimate.ttft_s:.3f} s exceeds the budget of {policy.ttft_budget_s:.3f} s "
+        f"{estimate.ttft_s:.3f} s + margin {policy.margin_s:.3f} s exceeds the budget of "
+        f"{policy.ttft_budget_s:.3f} s "
         f"({estimate.backlog_tokens} prompt tokens queued ahead + {estimate.prompt_tokens} "
         f"of this prompt on {where}, {estimate.chunk_tokens} per {estimate.step_s * 1e3:.1f} "
         f"ms step beside {estimate.decoders} decoding)"
