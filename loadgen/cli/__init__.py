@@ -17,6 +17,7 @@ __all__ = [
     "lazy",
     "options",
     "plan",
+    "plan_admission",
     "progress",
     "recover",
     "replay",

@@ -41,19 +41,17 @@ def is_context_exceeded(status: int | None, message: str) -> bool:
 
 ADMISSION_MARKERS: Final = (
     # llm-loadgen's simulator ("request rejected by admission control: estimated ...").
-    "rejected by admission control",
-    # Hugging Face TGI's queue limit ("Model is overloaded").
-    "model is overloaded",
+    (429, "rejected by admission control"),
+    (503, "rejected by admission control"),
+    # Hugging Face TGI's queue limit (OverloadedError: 429 "Model is overloaded").
+    (429, "model is overloaded"),
 )
-"""Lower-case phrases of the servers' messages refusing a request for load on arrival."""
-
-ADMISSION_STATUSES: Final = (429, 503)
+"""Statuses and lower-case phrases of the servers' refusals of a request, on arrival, for
+load."""
 
 
 def is_admission_rejected(status: int | None, message: str) -> bool:
-    """True when an error response refuses the request on arrival for load (status 429 or
-    503 and one of the known messages): outcome ``rejected``."""
-    if status not in ADMISSION_STATUSES:
-        return False
+    """True when an error response refuses the request on arrival for load (one of the
+    known status and message pairs): outcome ``rejected``."""
     text = message.lower()
-    return any(marker in text for marker in ADMISSION_MARKERS)
+    return any(status == code and marker in text for code, marker in ADMISSION_MARKERS)
