@@ -115,7 +115,7 @@ def admission_cmd(**options: Any) -> None:
     factor = time_factor([r.arrival_s for r in requests], time_scale=None, rate=offered)
     result = simulate(requests, engine, OfflineLoad(time_factor=factor), run_id="admission")
     ok = [r for r in result.records if r.outcome == "ok"]
-    ttfts = sorted(((r.first_token_ns or r.due_ns) - r.sent_ns) / 1e9 for r in ok)
+    ttfts = sorted(((r.first_token_ns or r.due_ns) - (r.sent_ns or r.due_ns)) / 1e9 for r in ok)
     admitted_span = (max((r.end_ns or r.due_ns for r in ok), default=0) - result.start_ns) / 1e9
     physics, _ = instance_setup(engine, engine.gpus)
     runs = AdmissionRuns(
