@@ -207,7 +207,12 @@ class SimApp:
             return
         emissions = self.engine.generate(request, received_ns=received_ns, stall=stall)
         write = response.stream(emissions) if request.stream else response.whole(emissions)
-        outcome = await _unless_disconnected(receive, write)
+        try:
+            outcome = await _unless_disconnected(receive, write)
+        finally:
+            done = getattr(self.engine, "admission_done", None)
+            if done is not None:
+                done(request)
         if outcome is None:
             record.outcome = "client_disconnected"
         elif outcome == "dropped":

@@ -288,6 +288,11 @@ class PhysicsEngine:
             self._reserved[id(request)] = seq
         return why
 
+    def admission_done(self, request: SimRequest) -> None:
+        """Drop ``request``'s reservation if ``generate`` never took it (the client left
+        before its response started)."""
+        self._reserved.pop(id(request), None)
+
     @staticmethod
     def _seq(request: SimRequest, seq_id: int, *, decode: bool = False) -> SeqSpec:
         return SeqSpec(
