@@ -126,6 +126,8 @@ CASES: list[Case] = [
     _c("plan calibrate", "missing", "{D}/nope.csv", "-o", "{D}/p.toml"),
     _c("plan calibrate", "malformed", "{D}/bad.csv", "-o", "{D}/p.toml"),
     _c("plan check-claim", "usage", "--tokens-per-s", "1000"),  # needs --model, --gpu
+    _c("plan admission", "usage", "--model", "llama-3.1-8b", "--prompt-tokens", "2000"),
+    _c("plan admission", "missing", "--deployment", "{D}/nope.toml", "--admission-ttft-ms", "5"),
     _c("demo", "usage", "--no-such-option"),
     _c("demo-compare", "usage", "--no-such-option"),
 ]

@@ -18,6 +18,7 @@ __all__ = [
     "lazy",
     "options",
     "plan",
+    "plan_admission",
     "progress",
     "recover",
     "replay",

@@ -71,11 +71,17 @@ def _profile(cat: Catalog, path: Path | None, gpu_name: str) -> StepProfile | No
     return load_profile_for(path, gpu_name, lambda name: cat.gpu(name).name == want)
 
 
-def _check_context(model: ModelSpec, prompt_tokens: int) -> None:
+def _check_context(cat: Catalog, model: ModelSpec, prompt_tokens: int) -> None:
     if model.max_context is not None and prompt_tokens > model.max_context:
+        longer = sorted(
+            name
+            for name in cat.model_names()
+            if (cat.model(name).max_context or 0) >= prompt_tokens
+        )
+        hint = f" (catalog models with that context: {', '.join(longer)})" if longer else ""
         raise BudgetError(
             f"a prompt of {prompt_tokens} tokens exceeds {model.name}'s context of "
-            f"{model.max_context} tokens"
+            f"{model.max_context} tokens{hint}"
         )
 
 
@@ -354,7 +360,7 @@ def plan(
         raise click.UsageError("plan needs --model and --gpu (or --deployment, or a subcommand)")
     cat = load_catalog(catalog_file)
     model = _model(cat, model_name, dtype, kv_dtype)
-    _check_context(model, prompt_tokens)
+    _check_context(cat, model, prompt_tokens)
     deploy = Deployment(
         hardware=cat.gpu(gpu_name),
         tensor_parallel=gpus,
@@ -592,3 +598,12 @@ def check_claim_cmd(
         click.echo(render_claim(verdict, model.name, hardware.name, gpus))
     if not verdict.possible:
         ctx.exit(1)
+
+
+def _register_admission() -> None:
+    from loadgen.cli.plan_admission import admission_cmd
+
+    plan.add_command(admission_cmd)
+
+
+_register_admission()

@@ -37,8 +37,11 @@ def run_with_display(opts: SessionOptions, *, progress: bool, console: Console) 
     from loadgen.cli.progress import live_progress
 
     async def main() -> SessionResult:
+        def notice(text: str) -> None:
+            console.print(f"[yellow]warning:[/yellow] {text}")
+
         async with live_progress(console, enabled=progress) as feed:
-            return await run_session(opts, on_start=feed.attach)
+            return await run_session(opts, on_start=feed.attach, on_notice=notice)
 
     try:
         import uvloop

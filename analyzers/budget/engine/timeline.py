@@ -178,6 +178,9 @@ class VirtualTrack:
 
 FinishCallback = Callable[[int, float], None]
 """Told ``(key, t)`` when request ``key`` sampled its last token at ``t`` (closed loops)."""
+AdmitCallback = Callable[[SeqSpec, Sequence["VirtualInstance"], float], str | None]
+"""Asked on each arrival, with the front instances as they are then and the time: why to
+refuse the request (admission control, :mod:`analyzers.budget.engine.admission`), or None."""
 
 
 class VirtualCluster:
@@ -188,7 +191,8 @@ class VirtualCluster:
     ``front``: the mixed (monolith) or prefill instances; ``back``: the decode instances
     (disaggregated; then ``transfer_s(prompt_tokens)`` times one KV transfer on the prefill
     instance's own link, transfers queueing on it). Each pool has its own router turn.
-    ``record_tokens``: keep every sampled token's time, not only the first."""
+    ``record_tokens``: keep every sampled token's time, not only the first. ``admit``:
+    asked on each arrival whether to refuse it (``refused`` keeps the reasons)."""
 
     def __init__(
         self,
@@ -200,6 +204,7 @@ class VirtualCluster:
         record_tokens: bool = False,
         on_finish: FinishCallback | None = None,
         second_token: bool = False,
+        admit: AdmitCallback | None = None,
     ) -> None:
         if not front:
             raise BudgetError("a virtual cluster needs at least one instance")
@@ -212,6 +217,9 @@ class VirtualCluster:
         self.record_tokens = record_tokens
         self.on_finish = on_finish
         self.second_token = second_token
+        self.admit = admit
+        self.refused: dict[int, str] = {}
+        """Requests refused by ``admit`` on arrival, with the reason."""
         self.tracks: dict[int, VirtualTrack] = {}
         self.specs: dict[int, SeqSpec] = {}
         self.events: list[tuple[float, int, int, str]] = []
@@ -249,6 +257,14 @@ class VirtualCluster:
         t, _, key, kind = heapq.heappop(self.events)
         spec = self.specs[key]
         if kind == "arrive":
+            if self.admit is not None:
+                why = self.admit(spec, self.front, t)
+                if why is not None:
+                    self.refused[key] = why
+                    self.waiting_first -= 1
+                    if self.second_token and spec.max_tokens > 1:
+                        self.waiting_second -= 1
+                    return
             inst = self._choose(self.front, self.front_turn)
             self.tracks[key].front = inst.name
             self.front_of[key] = inst
