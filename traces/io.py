@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -17,6 +18,16 @@ from traces.errors import RunInfoError, SchemaError, TraceFileError, ValidationE
 from traces.records import RequestRecord, TraceRequest, records_to_batch, trace_requests_from_table
 from traces.runinfo import RunInfo
 from traces.validate import check_columns, validate_trace
+
+
+def file_sha256(path: Path) -> str:
+    """The content hash of a file, read in 1 MiB blocks: the trace's, as a run records it
+    (compare and gate use it to refuse runs of different traces)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def file_metadata(kind: str, provenance: Mapping[str, Any] | None = None) -> dict[bytes, bytes]:

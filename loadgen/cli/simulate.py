@@ -76,11 +76,10 @@ def simulate(trace: Path, out: Path, **options: Any) -> None:
     from loadgen.sim.offline_run import (
         OfflineRun,
         derived_run_id,
-        file_sha256,
         prepare_run_dir,
         write_run,
     )
-    from traces.io import read_metadata, read_trace
+    from traces.io import file_sha256, read_metadata, read_trace
 
     engine = engine_config(pop_engine_options(options, time_scale=False))
     if engine is None:

@@ -16,7 +16,6 @@ written, so that nothing recovers the run under its feet.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -51,7 +50,7 @@ from loadgen.run.sharding import select_shard
 from loadgen.schedule import check_span, time_factor
 from traces import schema as s
 from traces.context import context_overflow_of, deployment_context
-from traces.io import write_run_info
+from traces.io import file_sha256, write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
 from traces.records import TraceRequest
 from traces.runinfo import (
@@ -151,15 +150,6 @@ def _clear_run_dir(run_dir: Path, overwrite: bool) -> None:
                 parts.rmdir()
         for merged in run_dir.glob("shard-*/" + s.REQUESTS_FILE):
             merged.unlink()
-
-
-def _file_sha256(path: Path) -> str:
-    """The trace file's content hash: compare and gate use it to refuse different traces."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 async def run_session(
@@ -276,7 +266,7 @@ async def _replay_into(
         load=RunLoad(mode=mode, time_factor=factor, requests=len(requests), workers=opts.workers),
         trace=TraceRef(
             path=str(opts.trace_path),
-            sha256=_file_sha256(opts.trace_path),
+            sha256=file_sha256(opts.trace_path),
             metadata=_scrubbed_metadata(scrubber, trace_meta),
         ),
         prompts=PromptsInfo(strategy=strategy, calibration=calibration),

@@ -16,7 +16,6 @@ sweep lives in ``analyzers.compare.sweep``; this module imports traces (and load
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from loadgen.errors import ConfigError, RunDirError
 from loadgen.redact import redact_url
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.schedule import mean_rate
-from traces.io import read_trace
+from traces.io import file_sha256, read_trace
 
 SWEEP_JSON: Final = "sweep.json"
 SWEEP_KIND: Final = "llm-loadgen sweep"
@@ -128,15 +127,6 @@ class SweepResult:
     sweep_dir: Path
     steps: tuple[StepOutcome, ...]
     stop_reason: str
-
-
-def file_sha256(path: Path) -> str:
-    """Content hash of a file (the trace's identity in sweep.json)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _mode(steps: Sequence[LoadStep]) -> Mode:

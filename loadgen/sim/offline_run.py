@@ -65,15 +65,6 @@ class OfflineRun:
     overwrite: bool = False
 
 
-def file_sha256(path: Path) -> str:
-    """The content hash of a file (the trace's, as the replay records it)."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def derived_run_id(run: OfflineRun, trace_sha256: str) -> str:
     """``sim-`` and 12 hex digits of the inputs: the trace's content, the engine, the load
     and the request cap (not the paths), so a rerun gets the same id."""
