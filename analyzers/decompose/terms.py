@@ -64,6 +64,7 @@ from analyzers.budget.specs import Deployment
 from analyzers.decompose.load import (
     ROW,
     SECOND_COL,
+    LoadAwareResult,
     empty_phases,
     load_aware_phases,
     predict_phases,
@@ -543,6 +544,30 @@ def _observed_gaps(scanned: pl.LazyFrame, options: DecomposeOptions) -> pl.DataF
     ).collect()
 
 
+def _replay_with_second_token(
+    scanned: pl.LazyFrame,
+    budget: BudgetModel,
+    deploy: Deployment,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> LoadAwareResult | None:
+    """The load-aware replay of the run under ``deploy``, with the gap to the second token;
+    None when the replay cannot run (too long, or a shape it refuses): the fits that ask
+    then keep what they had."""
+    try:
+        return load_aware_phases(
+            scanned,
+            budget,
+            network_ms=network_ms,
+            time_scale=options.time_scale,
+            deployment=deploy,
+            max_steps=options.max_replay_steps,
+            second_token=True,
+        )
+    except BudgetError:
+        return None
+
+
 def _fit_decode(
     scanned: pl.LazyFrame,
     frame: pl.DataFrame,
@@ -559,17 +584,8 @@ def _fit_decode(
     gaps = _observed_gaps(scanned, options).join(low.select(ROW), on=ROW).drop_nulls()
     if gaps.height == 0:
         return deploy
-    try:
-        replay = load_aware_phases(
-            scanned,
-            budget,
-            network_ms=network_ms,
-            time_scale=options.time_scale,
-            deployment=deploy,
-            max_steps=options.max_replay_steps,
-            second_token=True,
-        )
-    except BudgetError:
+    replay = _replay_with_second_token(scanned, budget, deploy, network_ms, options)
+    if replay is None:
         return deploy
     joined = replay.frame.join(gaps, on=ROW).drop_nulls([SECOND_COL, "_g"])
     predicted = joined.get_column(SECOND_COL).median()
@@ -607,17 +623,8 @@ def _fit_chunk(
     told: float | None = None
     for chunk in CHUNK_CANDIDATES:
         candidate = replace(deploy, chunk_tokens=chunk)
-        try:
-            replay = load_aware_phases(
-                scanned,
-                budget,
-                network_ms=network_ms,
-                time_scale=options.time_scale,
-                deployment=candidate,
-                max_steps=options.max_replay_steps,
-                second_token=True,
-            )
-        except BudgetError:
+        replay = _replay_with_second_token(scanned, budget, candidate, network_ms, options)
+        if replay is None:
             continue
         joined = replay.frame.join(observed, on=ROW)
         if joined.height == 0:
