@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.echo import cli_console
+from loadgen.cli.options.loadmode import load_mode_options
 from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
 from loadgen.run.session import SessionOptions, SessionResult, run_session
@@ -143,24 +144,7 @@ def print_summary(result: SessionResult, console: Console) -> None:
     default=None,
     help="Run directory [default: runs/<time>-<trace>].",
 )
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Closed loop: keep this many requests in flight.",
-)
-@click.option(
-    "--time-scale",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Open loop: multiply the trace's timestamps (0.5 = twice as fast).",
-)
-@click.option(
-    "--rate",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Open loop: rescale to this mean rate (req/s), keeping burstiness.",
-)
+@load_mode_options()
 @click.option(
     "--max-rate",
     type=click.FloatRange(min=0, min_open=True),

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from loadgen.cli.options.engine import engine_config, engine_options, pop_engine_options
+from loadgen.cli.options.loadmode import load_mode_options
 from loadgen.errors import ConfigError
 
 
@@ -29,24 +30,7 @@ from loadgen.errors import ConfigError
 @engine_options(
     model_help="Catalog model (e.g. llama-3.1-8b) of the simulated engine.", time_scale=False
 )
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Closed loop: keep this many requests in flight.",
-)
-@click.option(
-    "--time-scale",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Open loop: multiply the trace's timestamps (0.5 = twice as fast).",
-)
-@click.option(
-    "--rate",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Open loop: rescale to this mean rate (req/s), keeping burstiness.",
-)
+@load_mode_options()
 @click.option(
     "--max-requests",
     type=click.IntRange(min=1),

@@ -19,6 +19,7 @@ __all__ = [
     "budget",
     "engine",
     "group",
+    "loadmode",
     "outfile",
     "output",
     "runpath",
