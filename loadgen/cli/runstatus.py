@@ -16,8 +16,12 @@ percentiles look better than they were (the lost requests are the longest in fli
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from traces.runinfo import RunInfo
 
 
 def _run_dir(run: Path) -> Path | None:
@@ -36,9 +40,9 @@ def _run_dir(run: Path) -> Path | None:
     return None
 
 
-def status_problem(run: Path) -> str | None:
-    """Why RUN's ``run.json`` says it is not complete, or None (complete, no ``run.json``,
-    or one that cannot be read: the analysis reports that itself)."""
+def _run_info(run: Path) -> tuple[Path, RunInfo] | None:
+    """RUN's directory and ``run.json``; None for a glob, a run without ``run.json``, or
+    one that cannot be read (the analysis reports that itself)."""
     from traces.errors import TraceError
     from traces.io import read_run_info
 
@@ -49,7 +53,14 @@ def status_problem(run: Path) -> str | None:
         info = read_run_info(directory)
     except TraceError:
         return None
-    return None if info is None else info.status_problem()
+    return None if info is None else (directory, info)
+
+
+def status_problem(run: Path) -> str | None:
+    """Why RUN's ``run.json`` says it is not complete, or None (complete, no ``run.json``,
+    or one that cannot be read: the analysis reports that itself)."""
+    found = _run_info(run)
+    return None if found is None else found[1].status_problem()
 
 
 def recover_if_dead(run: Path) -> str | None:
@@ -58,18 +69,11 @@ def recover_if_dead(run: Path) -> str | None:
     still writes it, a journal that cannot be merged), else None."""
     from loadgen.errors import RecorderError, RunDirError, RunLiveError
     from loadgen.run.recover import recover_run
-    from traces.errors import TraceError
-    from traces.io import read_run_info
 
-    directory = _run_dir(run)
-    if directory is None:
+    found = _run_info(run)
+    if found is None or found[1].status != "running":
         return None
-    try:
-        info = read_run_info(directory)
-    except TraceError:
-        return None
-    if info is None or info.status != "running":
-        return None
+    directory, info = found
     try:
         result = recover_run(directory)
     except RunLiveError as exc:
