@@ -35,10 +35,10 @@ import pyarrow.parquet as pq
 
 from traces import schema as s
 from traces.errors import TraceFileError
-from traces.importers.base import LINE_COLUMN, Importer, ImportOptions
+from traces.importers.base import Importer, ImportOptions
 from traces.importers.errors import ImportOptionError, SourceError
 from traces.importers.parse import iter_jsonl
-from traces.importers.sink import TraceSink
+from traces.importers.sink import TraceSink, message_batch
 
 TEXT_TARGETS: Final = ("prompt", "system", "output", "session_id")
 INT_TARGETS: Final = ("input_tokens", "output_tokens", "turn")
@@ -158,21 +158,7 @@ def read(path: Path, options: ImportOptions, sink: TraceSink) -> None:
 
     def flush() -> None:
         if cols["id"]:
-            sink.add(
-                pa.table(
-                    {
-                        s.REQUEST_ID: pa.array(cols["id"], pa.string()),
-                        s.ARRIVAL_S: pa.array(cols["t"], pa.float64()),
-                        s.INPUT_TOKENS: pa.array(cols["in"], pa.int64()),
-                        s.OUTPUT_TOKENS: pa.array(cols["out"], pa.int64()),
-                        s.MESSAGES: pa.array(cols["msgs"], pa.string()),
-                        s.API: pa.array(cols["api"], pa.string()),
-                        s.SESSION_ID: pa.array(cols["session"], pa.string()),
-                        s.TURN: pa.array(cols["turn"], pa.int32()),
-                        LINE_COLUMN: pa.array(cols["line"], pa.int64()),
-                    }
-                )
-            )
+            sink.add(message_batch(cols, cols["api"]))
         for k in keys:
             cols[k] = []
 

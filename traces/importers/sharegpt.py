@@ -42,13 +42,11 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from traces import schema as s
-from traces.importers.base import LINE_COLUMN, Importer, ImportOptions
+from traces.importers.base import Importer, ImportOptions
 from traces.importers.errors import ImportOptionError, SourceError
 from traces.importers.parse import check_source, iter_json_array, iter_jsonl
-from traces.importers.sink import TraceSink
+from traces.importers.sink import TraceSink, message_batch
 
 ROLES = {
     "human": "user",
@@ -114,21 +112,7 @@ def read(path: Path, options: ImportOptions, sink: TraceSink) -> None:
 
     def flush() -> None:
         if cols.get("id"):
-            sink.add(
-                pa.table(
-                    {
-                        s.REQUEST_ID: pa.array(cols["id"], pa.string()),
-                        s.ARRIVAL_S: pa.array(cols["t"], pa.float64()),
-                        s.INPUT_TOKENS: pa.array(cols["in"], pa.int64()),
-                        s.OUTPUT_TOKENS: pa.array(cols["out"], pa.int64()),
-                        s.MESSAGES: pa.array(cols["msgs"], pa.string()),
-                        s.SESSION_ID: pa.array(cols["session"], pa.string()),
-                        s.TURN: pa.array(cols["turn"], pa.int32()),
-                        s.API: pa.array([s.API_CHAT] * len(cols["id"]), pa.string()),
-                        LINE_COLUMN: pa.array(cols["line"], pa.int64()),
-                    }
-                )
-            )
+            sink.add(message_batch(cols, [s.API_CHAT] * len(cols["id"])))
         cols.update({k: [] for k in keys})
 
     flush()

@@ -68,6 +68,24 @@ def _first_true(mask: pa.Array | pa.ChunkedArray) -> int | None:
     return int(pc.index(filled, True).as_py())
 
 
+def message_batch(cols: Mapping[str, list[Any]], api: list[str]) -> pa.Table:
+    """One batch of message-carrying requests (ShareGPT-like sources) from column lists
+    keyed ``id t in out msgs session turn line``, with ``api`` for each row."""
+    return pa.table(
+        {
+            s.REQUEST_ID: pa.array(cols["id"], pa.string()),
+            s.ARRIVAL_S: pa.array(cols["t"], pa.float64()),
+            s.INPUT_TOKENS: pa.array(cols["in"], pa.int64()),
+            s.OUTPUT_TOKENS: pa.array(cols["out"], pa.int64()),
+            s.MESSAGES: pa.array(cols["msgs"], pa.string()),
+            s.API: pa.array(api, pa.string()),
+            s.SESSION_ID: pa.array(cols["session"], pa.string()),
+            s.TURN: pa.array(cols["turn"], pa.int32()),
+            LINE_COLUMN: pa.array(cols["line"], pa.int64()),
+        }
+    )
+
+
 class TraceSink:
     """Accepts batches of trace rows in source order and writes them as one trace file."""
 
