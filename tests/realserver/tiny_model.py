@@ -34,7 +34,7 @@ import shutil
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,11 +77,7 @@ class ModelSpec:
 
     def key(self) -> str:
         """Cache key: the builder version, the shape, and the corpus (this Python's stdlib)."""
-        text = json.dumps(
-            {"builder": BUILDER_VERSION, "python": sys.version.split()[0], **asdict(self)},
-            sort_keys=True,
-        )
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return spec_key(BUILDER_VERSION, asdict(self))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,20 +277,36 @@ def ensure_model(cache_root: Path, spec: ModelSpec | None = None) -> TinyModel:
         tokenizer_json=final / TOKENIZER_FILE,
         spec=spec,
     )
+    build_once(cache_root, final, lambda staging: build(staging, spec))
+    return model
+
+
+def spec_key(builder_version: str, shape: dict[str, Any]) -> str:
+    """12 hex digits of a builder's version, a model's shape and the tokenizer's corpus
+    (this Python's stdlib): the cache directory's name."""
+    text = json.dumps(
+        {"builder": builder_version, "python": sys.version.split()[0], **shape}, sort_keys=True
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def build_once(cache_root: Path, final: Path, build_into: Callable[[Path], object]) -> None:
+    """Build into ``final`` unless its ``SPEC_FILE`` is there: under ``cache_root/.lock``,
+    into a staging directory renamed into place, so concurrent callers neither race nor
+    see a half-written model. Shared with ``vllm_model.py``."""
     if (final / SPEC_FILE).exists():
-        return model
+        return
     cache_root.mkdir(parents=True, exist_ok=True)
     with open(cache_root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (final / SPEC_FILE).exists():
-            return model
+            return
         staging = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root))
         try:
-            build(staging, spec)
+            build_into(staging)
             os.replace(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return model
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,15 +17,10 @@ and ``tokenizers`` (all pulled in by the ``vllm`` extra); nothing of the project
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import importlib.util
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
@@ -67,11 +62,8 @@ class HFSpec:
 
     def key(self) -> str:
         """Cache key: the builder version, the shape, and the corpus (this Python's stdlib)."""
-        text = json.dumps(
-            {"builder": BUILDER_VERSION, "python": sys.version.split()[0], **asdict(self)},
-            sort_keys=True,
-        )
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        key: str = _gguf_builder().spec_key(BUILDER_VERSION, asdict(self))
+        return key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,19 +179,7 @@ def ensure_model(cache_root: Path, spec: HFSpec | None = None) -> HFModel:
     model = HFModel(
         directory=final, tokenizer_json=final / _gguf_builder().TOKENIZER_FILE, spec=spec
     )
-    if (final / SPEC_FILE).exists():
-        return model
-    cache_root.mkdir(parents=True, exist_ok=True)
-    with open(cache_root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / SPEC_FILE).exists():
-            return model
-        staging = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root))
-        try:
-            build(staging, spec)
-            os.replace(staging, final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    _gguf_builder().build_once(cache_root, final, lambda staging: build(staging, spec))
     return model
 
 
