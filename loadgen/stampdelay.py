@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 from hdrh.histogram import HdrHistogram
 
+from loadgen.live import summarize_us
 from traces.runinfo import LagSummary
 
 __all__ = ["StampDelayProbe"]
@@ -107,16 +108,7 @@ class StampDelayProbe:
 
     def summary(self) -> LagSummary:
         """The delays so far, in ms."""
-        hist = self.delay_us
-        n = hist.get_total_count()
-        if n == 0:
-            return LagSummary(samples=0, p50_ms=0.0, p99_ms=0.0, max_ms=0.0)
-        return LagSummary(
-            samples=n,
-            p50_ms=hist.get_value_at_percentile(50) / 1000,
-            p99_ms=hist.get_value_at_percentile(99) / 1000,
-            max_ms=hist.get_max_value() / 1000,
-        )
+        return summarize_us(self.delay_us)
 
     # -- the sender thread
     def _send(self) -> None:
