@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commands", default=",".join(COMMANDS))
     parser.add_argument("--baseline", type=Path, help="another tree to compare with")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="also write every figure here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep if args.keep is not None else Path(tmp)
@@ -153,6 +154,17 @@ def main(argv: list[str] | None = None) -> int:
                 line += f"  (this/base: wall {ratio_wall:.2f}x, peak {ratio_peak:.2f}x)"
             print(line)
         print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}")
+        if args.json is not None:
+            args.json.write_text(
+                json.dumps(
+                    [
+                        {"command": c, "tree": name, **r}
+                        for (c, name), rows in figures.items()
+                        for r in rows
+                    ],
+                    indent=1,
+                )
+            )
     return 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import statistics
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="500,2000,5000")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the medians here")
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     results: dict[tuple[str, float], list[dict[str, float]]] = {}
@@ -124,14 +126,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{'rate':>6} {'kind':>6} {'CPU/core':>9} {'CPU per 1k req/s':>17} "
         f"{'<=2ms':>7} {'p99 ms':>7}"
     )
+    doc: dict[str, object] = {"load_before": load_before, "rows": []}
     for rate in rates:
         for kind in ("spin", "timer"):
             rows = results[(kind, rate)]
             med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+            doc["rows"].append({"rate": rate, "kind": kind, **med})  # type: ignore[attr-defined]
             print(
                 f"{rate:>6.0f} {kind:>6} {med['cpu']:>9.3f} {med['cpu_per_krps']:>17.3f} "
                 f"{med['on_time']:>7.1%} {med['p99_ms']:>7.3f}"
             )
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=1))
     return 0
 
 
