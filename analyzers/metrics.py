@@ -455,10 +455,10 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     # The two queries that explode every chunk run a slice of requests at a time where the
     # selection allows it (their counts and sums add up over slices exactly).
     bw = options.by_workload
-    counted = summed_in_slices(
+    gaps = summed_in_slices(
         run, options.selection, lambda part: _itl_counts(part, bw), _itl_keys(bw)
     )
-    itl = _itl_frame(counted if counted is not None else _itl_counts(lf, bw), bw)
+    itl = _itl_frame(gaps if gaps is not None else _itl_counts(lf, bw), bw)
     queries.append(itl.select(pl.lit(e.ALL).alias(e.CLASS), *itl_aggs))
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))
