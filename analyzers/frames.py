@@ -163,17 +163,17 @@ SLICE_ROWS: Final = 25_000
 def summed_in_slices(
     run: Path | str,
     selection: RowSelection,
-    query: Callable[[pl.LazyFrame], pl.LazyFrame],
-    keys: Sequence[str],
+    queries: Sequence[tuple[Callable[[pl.LazyFrame], pl.LazyFrame], Sequence[str]]],
     *,
     slice_rows: int = SLICE_ROWS,
-) -> pl.LazyFrame | None:
-    """``query`` (a group-by on ``keys`` whose other columns are sums or counts) over the
-    selected rows of ``run``, computed ``slice_rows`` requests at a time and summed: the
-    same frame as ``query(select_rows(scan_run(run), selection))`` without ever holding
-    more than one slice's chunks. None where that cannot be done slice by slice (a
-    selection that trims or windows by the run's first and last due time), or for fewer
-    rows than one slice (one pass is as cheap): then the caller runs ``query`` whole."""
+) -> list[pl.LazyFrame] | None:
+    """Each ``(query, keys)`` (a group-by on ``keys`` whose other columns are sums or
+    counts) over the selected rows of ``run``, computed ``slice_rows`` requests at a time
+    (all queries of a slice in one pass over it) and summed: the same frames as
+    ``query(select_rows(scan_run(run), selection))`` without ever holding more than one
+    slice's chunks. None where that cannot be done slice by slice (a selection that trims
+    or windows by the run's first and last due time), or for fewer rows than one slice
+    (one pass is as cheap): then the caller runs the queries whole."""
     if (
         selection.trim_start_s > 0
         or selection.trim_end_s > 0
@@ -185,17 +185,21 @@ def summed_in_slices(
     rows = int(scan.select(pl.len()).collect().item())
     if rows <= slice_rows:
         return None
-    parts = [
-        query(select_rows(scan.slice(start, slice_rows), selection)).collect()
-        for start in range(0, rows, slice_rows)
-    ]
-    summed = [c for c in parts[0].columns if c not in keys]
-    return (
-        pl.concat(parts, how="vertical")
-        .lazy()
-        .group_by(list(keys))
-        .agg(pl.col(c).cast(pl.Int64).sum() for c in summed)
-    )
+    parts: list[list[pl.DataFrame]] = [[] for _ in queries]
+    for start in range(0, rows, slice_rows):
+        part = select_rows(scan.slice(start, slice_rows), selection)
+        for i, frame in enumerate(pl.collect_all([query(part) for query, _ in queries])):
+            parts[i].append(frame)
+    out = []
+    for (_, keys), frames in zip(queries, parts, strict=True):
+        summed = [c for c in frames[0].columns if c not in keys]
+        out.append(
+            pl.concat(frames, how="vertical")
+            .lazy()
+            .group_by(list(keys))
+            .agg(pl.col(c).cast(pl.Int64).sum() for c in summed)
+        )
+    return out
 
 
 def _known_chunk_tokens() -> pl.Expr:

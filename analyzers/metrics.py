@@ -455,22 +455,24 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     # The two queries that explode every chunk run a slice of requests at a time where the
     # selection allows it (their counts and sums add up over slices exactly).
     bw = options.by_workload
-    gaps = summed_in_slices(
-        run, options.selection, lambda part: _itl_counts(part, bw), _itl_keys(bw)
+    window_ns = max(1, int(window_s * 1e9))
+    sliced = summed_in_slices(
+        run,
+        options.selection,
+        [
+            (lambda part: _itl_counts(part, bw), _itl_keys(bw)),
+            (lambda part: token_window_query(part, t0, window_ns), ["_w"]),
+        ],
     )
-    itl = _itl_frame(gaps if gaps is not None else _itl_counts(lf, bw), bw)
+    itl = _itl_frame(sliced[0] if sliced is not None else _itl_counts(lf, bw), bw)
     queries.append(itl.select(pl.lit(e.ALL).alias(e.CLASS), *itl_aggs))
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))
         queries.append(itl.group_by(e.CLASS).agg(itl_aggs))
     queries.append(cache_depth_query(lf))
-    window_ns = max(1, int(window_s * 1e9))
     per_window = window_queries(lf, req, t0, window_ns)
-    tokens = summed_in_slices(
-        run, options.selection, lambda part: token_window_query(part, t0, window_ns), ["_w"]
-    )
-    if tokens is not None:
-        per_window[0] = tokens
+    if sliced is not None:
+        per_window[0] = sliced[1]
     queries.extend(per_window)
     frames = pl.collect_all(queries)
     # the cache query sits after the overall (and per-class) aggregates, before the windows

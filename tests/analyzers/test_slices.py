@@ -22,6 +22,7 @@ from analyzers.frames import (
     summed_in_slices,
 )
 from analyzers.metrics import AnalysisOptions, analyze
+from traces.schema import REQUEST_ID
 
 
 def _gap_counts(lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -33,23 +34,37 @@ def _gap_counts(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def _per_request(lf: pl.LazyFrame) -> pl.LazyFrame:
+    return chunk_frame(lf).group_by(REQUEST_ID).agg(pl.len().alias("_n"))
+
+
 def test_slices_sum_to_the_whole(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", n=300, workloads=("a", "b"))
     keys = [GAP_US, TOKENS_IN_CHUNK]
-    sliced = summed_in_slices(run, RowSelection(), _gap_counts, keys, slice_rows=7)
+    sliced = summed_in_slices(
+        run, RowSelection(), [(_gap_counts, keys), (_per_request, [REQUEST_ID])], slice_rows=7
+    )
     assert sliced is not None
-    whole = _gap_counts(select_rows(scan_run(run), RowSelection())).collect()
+    selected = select_rows(scan_run(run), RowSelection())
     assert_frame_equal(
-        sliced.collect().sort(keys),
-        whole.with_columns(pl.col("_count", "_arrivals").cast(pl.Int64)).sort(keys),
+        sliced[0].collect().sort(keys),
+        _gap_counts(selected)
+        .collect()
+        .with_columns(pl.col("_count", "_arrivals").cast(pl.Int64))
+        .sort(keys),
+    )
+    assert_frame_equal(
+        sliced[1].collect().sort(REQUEST_ID),
+        _per_request(selected).collect().with_columns(pl.col("_n").cast(pl.Int64)).sort(REQUEST_ID),
     )
 
 
 def test_a_selection_by_due_time_is_not_sliced(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", n=60)
     trimmed = RowSelection(trim_start_s=1.0)
-    assert summed_in_slices(run, trimmed, _gap_counts, [GAP_US], slice_rows=7) is None
-    assert summed_in_slices(run, RowSelection(), _gap_counts, [GAP_US], slice_rows=60) is None
+    queries = [(_gap_counts, [GAP_US, TOKENS_IN_CHUNK])]
+    assert summed_in_slices(run, trimmed, queries, slice_rows=7) is None
+    assert summed_in_slices(run, RowSelection(), queries, slice_rows=60) is None
 
 
 @pytest.mark.parametrize("by_workload", [True, False])
