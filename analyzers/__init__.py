@@ -7,6 +7,7 @@ Imports ``traces`` and nothing else of ours: never ``loadgen`` (the replay engin
 
 __all__ = [
     "budget",
+    "calibration_points",
     "compare",
     "decompose",
     "errors",

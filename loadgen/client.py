@@ -45,7 +45,7 @@ from loadgen.http.stamping import (
     stamped_body,
 )
 from loadgen.openai.chunks import Usage
-from loadgen.openai.refusals import is_context_exceeded
+from loadgen.openai.refusals import is_admission_rejected, is_context_exceeded
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
@@ -227,11 +227,12 @@ class StreamingClient:
         try:
             header_timings, error = await self._exchange(ready.send, progress, state)
             if error is not None:
-                outcome = (
-                    s.OUTCOME_CONTEXT_EXCEEDED
-                    if is_context_exceeded(progress.status, error)
-                    else s.OUTCOME_HTTP_ERROR
-                )
+                if is_context_exceeded(progress.status, error):
+                    outcome = s.OUTCOME_CONTEXT_EXCEEDED
+                elif is_admission_rejected(progress.status, error):
+                    outcome = s.OUTCOME_REJECTED
+                else:
+                    outcome = s.OUTCOME_HTTP_ERROR
         except TimeoutError:
             outcome, error = s.OUTCOME_TIMEOUT, f"no complete response within {self._timeout_s:g} s"
         except httpx.TimeoutException as exc:

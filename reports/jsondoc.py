@@ -189,6 +189,9 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
         "server_timings_hidden": d.options.hide_server_timings,
         "network": {"value_ms": d.network.value_ms, "source": d.network.source},
         "sources": {x.term: x.source for x in d.sources},
+        "unidentified": [
+            {"term": u.term, "requests": u.requests, "reason": u.reason} for u in d.unidentified
+        ],
         "calibration": None
         if cal is None
         else {
@@ -201,6 +204,9 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
             "achieved_flops_per_s": cal.achieved_flops_per_s,
             "peak_flops_per_s": cal.peak_flops_per_s,
             "fraction_of_peak": cal.fraction_of_peak,
+            "chunk_tokens": cal.chunk_tokens,
+            "chunk_fitted": cal.chunk_fitted,
+            "decode_efficiency": cal.decode_efficiency,
         },
         "overall": _class_json(d.overall),
         "classes": [_class_json(c) for c in d.classes],

@@ -1,6 +1,7 @@
 """The plan as text a person reads: one line per prediction, then its arithmetic chain
-(``loadgen plan``), a claim's verdict (``loadgen plan check-claim``) and a calibration's
-residuals (``loadgen plan calibrate``).
+(``loadgen plan``), a claim's verdict (``loadgen plan check-claim``), a calibration's
+residuals (``loadgen plan calibrate``) and admission control's figures (``loadgen plan
+admission``).
 
 Pure string building from a ``BudgetReport`` or ``ClaimVerdict``; the CLI prints what
 this returns. Values are written in the chains' own engineering notation
@@ -14,6 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from analyzers.budget.admission import AdmissionPlan
 from analyzers.budget.calibrate import ProfileFit, Residual
 from analyzers.budget.claims import ClaimVerdict
 from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
@@ -135,4 +137,15 @@ def render_claim(verdict: ClaimVerdict, model_name: str, gpu_name: str, gpus: in
         *(f"    {c}" for c in verdict.chains),
     ]
     lines.extend(f"  reason: {r}" for r in verdict.reasons)
+    return "\n".join(lines)
+
+
+def render_admission(plan: AdmissionPlan) -> str:
+    """``loadgen plan admission``: each figure, then its arithmetic."""
+    lines = [
+        f"Admission control for {plan.model} ({plan.where}), TTFT budget {fmt_s(plan.budget_s)}:"
+    ]
+    for line in plan.lines:
+        lines.append(f"{line.label + ':':<29} {line.value}")
+        lines.append(f"  {line.chain}")
     return "\n".join(lines)

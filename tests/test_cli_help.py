@@ -9,24 +9,9 @@ import sys
 import click
 import pytest
 from click.testing import CliRunner
+from clitree import command_at, command_paths
 
 from loadgen.cli.root import cli
-
-
-def command_paths() -> list[list[str]]:
-    ctx = click.Context(cli)
-    paths: list[list[str]] = []
-
-    def walk(group: click.Group, prefix: list[str]) -> None:
-        for name in group.list_commands(ctx):
-            command = group.get_command(ctx, name)
-            assert command is not None, name
-            paths.append([*prefix, name])
-            if isinstance(command, click.Group):
-                walk(command, [*prefix, name])
-
-    walk(cli, [])
-    return paths
 
 
 @pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p))
@@ -51,3 +36,16 @@ def test_root_help_lists_every_command_and_stays_light() -> None:
                  "recover"):  # fmt: skip
         assert f"  {name} " in out.stdout
     assert "HEAVY []" in out.stdout
+    assert "Examples:" in out.stdout
+    assert "  loadgen replay trace.parquet" in out.stdout
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=lambda p: " ".join(p))
+def test_every_option_has_help(path: list[str]) -> None:
+    command = command_at(path)
+    bare = [
+        "/".join(param.opts)
+        for param in command.params
+        if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()
+    ]
+    assert not bare, f"options without help text: {bare}"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from traces import (
+        context,
         deployment,
         errors,
         importers,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "context",
     "deployment",
     "errors",
     "importers",

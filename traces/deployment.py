@@ -13,6 +13,8 @@ flags they had remain as overrides. Layout (every key optional; docs/deployment.
     [efficiency]  prefill, decode, step_overhead_us, memory_fraction, profile
     [prefill] / [decode]   instances, gpus          (topology = "disagg" only)
     [kv_link]     gbps, latency_us                   (topology = "disagg" only)
+    [admission]   ttft_ms, margin_ms   (admission control: refuse on arrival what cannot
+                  meet the TTFT budget, estimate + margin)
 
 A key left out is *not said*: ``None`` in the value, and each reader says what it assumed
 in its place. Unknown keys and bad values are one-line ``DeploymentError``s (exit 2) naming
@@ -116,6 +118,8 @@ KEYS: Final[Mapping[str, _Key]] = {
     "decode.gpus": _INT,
     "kv_link.gbps": _POS,
     "kv_link.latency_us": _NONNEG,
+    "admission.ttft_ms": _POS,
+    "admission.margin_ms": _NONNEG,
 }
 """Every key of the layout, dotted, with its type and range."""
 SECTIONS: Final = tuple(sorted({k.split(".")[0] for k in KEYS if "." in k}))
@@ -164,6 +168,17 @@ class KvLink:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """Admission control: a request whose estimated time to first token (its queue and its
+    prompt) plus ``margin_ms`` (the network and response write the client sees besides;
+    10 ms when not said) exceeds ``ttft_ms`` is refused on arrival (the simulator answers
+    429 with why)."""
+
+    ttft_ms: float | None = None
+    margin_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeploymentSpec:
     """One deployment description; ``None`` everywhere it says nothing.
 
@@ -190,6 +205,7 @@ class DeploymentSpec:
     prefill: Pool = Pool()
     decode: Pool = Pool()
     kv_link: KvLink = KvLink()
+    admission: Admission = Admission()
     where: str = ""
 
     @property
@@ -321,6 +337,7 @@ def _build(flat: Mapping[str, Scalar], where: str) -> DeploymentSpec:
         prefill=Pool(**section("prefill")),  # type: ignore[arg-type]
         decode=Pool(**section("decode")),  # type: ignore[arg-type]
         kv_link=KvLink(**section("kv_link")),  # type: ignore[arg-type]
+        admission=Admission(**section("admission")),  # type: ignore[arg-type]
         where=where,
     )
 

@@ -103,6 +103,10 @@ OUTCOME_HTTP_ERROR: Final = "http_error"
 OUTCOME_CONTEXT_EXCEEDED: Final = "context_exceeded"
 """An HTTP error refusing the prompt for its length (vLLM's and OpenAI's 400 "maximum
 context length", llama.cpp's "exceeds the available context size")."""
+OUTCOME_REJECTED: Final = "rejected"
+"""An HTTP 429 or 503 by which the server refused the request on arrival for load
+(admission control: the simulator's "rejected by admission control", TGI's "Model is
+overloaded"): the server's policy, kept apart from other HTTP errors; not goodput."""
 OUTCOME_TIMEOUT: Final = "timeout"
 OUTCOME_CONNECT_ERROR: Final = "connect_error"
 OUTCOME_DISCONNECT: Final = "disconnect"
@@ -112,6 +116,7 @@ OUTCOMES: Final = (
     OUTCOME_OK,
     OUTCOME_HTTP_ERROR,
     OUTCOME_CONTEXT_EXCEEDED,
+    OUTCOME_REJECTED,
     OUTCOME_TIMEOUT,
     OUTCOME_CONNECT_ERROR,
     OUTCOME_DISCONNECT,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from analyzers.budget import (
+        admission,
         budgetfile,
         calibrate,
         catalog,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
         formatting,
         images,
         kv,
+        longctx,
         measurements,
         prefill,
         profile,
@@ -101,6 +103,7 @@ __all__ = [
     "StepCost",
     "StepProfile",
     "VisionSpec",
+    "admission",
     "budgetfile",
     "build_report",
     "calibrate",
@@ -134,6 +137,7 @@ __all__ = [
     "load_catalog",
     "load_measurements",
     "load_profiles",
+    "longctx",
     "max_concurrent_requests",
     "max_prompt_for_ttft",
     "max_utilisation",

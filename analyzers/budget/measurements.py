@@ -11,6 +11,9 @@ GPU type, median over repeats. Formats:
 - Simple: ``model,gpu,tp,tokens,batch,ms`` and optional ``phase`` (``prefill``, the
   default, or ``decode``: ``tokens`` is then the context per sequence) and ``engine``.
 
+A run directory of the tool's own is read by ``analyzers.calibration_points`` (Polars,
+outside this package), which builds the same observations.
+
 Standard library only (``csv``); a malformed file is a ``BudgetError`` naming the line.
 """
 
@@ -83,7 +86,8 @@ def _float(row: Mapping[str, str], key: str, where: str) -> float:
         raise BudgetError(f"{where}: {key} must be a number, got {row.get(key)!r}") from None
 
 
-def _median(observations: Iterable[Observation]) -> list[Observation]:
+def median_observations(observations: Iterable[Observation]) -> list[Observation]:
+    """One observation per ``key``: the median time of its repeats, repeats summed."""
     groups: dict[tuple[str, str, str, str, int, int, int, int], list[Observation]] = {}
     for o in observations:
         groups.setdefault(o.key, []).append(o)
@@ -175,14 +179,14 @@ def measurements_from_csv(text: str, where: str) -> list[Observation]:
         )
     if not observations:
         raise BudgetError(f"{where}: no measurements")
-    return _median(observations)
+    return median_observations(observations)
 
 
 def load_measurements(path: Path) -> list[Observation]:
     """Read ``path`` (a CSV file) into median observations."""
     if path.is_dir():
         raise BudgetError(
-            f"{path}: a run directory is not supported yet; give a Splitwise or simple CSV"
+            f"{path}: a run directory is read by analyzers.calibration_points, not here"
         )
     try:
         text = path.read_text(encoding="utf-8")

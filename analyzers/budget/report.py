@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analyzers.budget import decode, disagg, images, kv, prefill, queueing, weights
+from analyzers.budget import decode, disagg, images, kv, longctx, prefill, queueing, weights
 from analyzers.budget.engine.step import StepCost
 from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec, dtype_bytes
@@ -427,6 +427,11 @@ def build_report(
     """
     lines = _Lines()
     _memory(lines, model, deploy, inputs)
+    if weights.fits(model, deploy):  # the million-token chapter (a KV budget to share)
+        for line in longctx.long_context_lines(
+            model, deploy, inputs.prompt_tokens, inputs.output_tokens, inputs.cached_tokens
+        ):
+            lines.add(*line)
     refusal = _refusal(model, deploy, inputs)
     if refusal:
         return BudgetReport(

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         NetworkEstimate,
         RequestTerms,
         SourceOf,
+        Unidentified,
         request_terms,
     )
 
@@ -56,6 +57,7 @@ __all__ = [
     "SourceOf",
     "TailComposition",
     "TermStat",
+    "Unidentified",
     "decompose",
     "deployment",
     "load",
@@ -88,6 +90,7 @@ _SOURCES: Final[dict[str, tuple[str, ...]]] = {
         "NetworkEstimate",
         "RequestTerms",
         "SourceOf",
+        "Unidentified",
         "request_terms",
     ),
 }

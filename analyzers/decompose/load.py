@@ -32,6 +32,8 @@ ROW: Final = "_row"
 PHASE_COLS: Final = ("_l_queue", "_l_prefill", "_l_transfer", "_l_first", "_l_alone")
 """Predicted queue, prefill, transfer and first token at the run's load, and the prefill the
 same replay gives the request alone, ms (server clock)."""
+SECOND_COL: Final = "_l_second"
+"""Predicted time from the first token to the second, ms (when the replay was asked for it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,9 +87,11 @@ def load_aware_phases(
     time_scale: float,
     deployment: Deployment | None = None,
     max_steps: int = 1_000_000,
+    second_token: bool = False,
 ) -> LoadAwareResult:
     """Predicted phases of every served request of ``lf`` (which carries ``ROW``) under the
-    run's own load; ``deployment`` overrides the budget's (a calibrated one). Raises
+    run's own load; ``deployment`` overrides the budget's (a calibrated one); with
+    ``second_token`` also ``SECOND_COL`` (first to second token, ms; null: none). Raises
     ``BudgetError`` when the replay is too long (``max_steps``) or the shape is invalid."""
     rows = _served(lf)
     if rows.height == 0:
@@ -114,7 +118,7 @@ def load_aware_phases(
         link=budget.link,
         max_num_seqs=budget.max_num_seqs,
     )
-    phases = replay_schedule(arrivals, shape, max_steps=max_steps)
+    phases = replay_schedule(arrivals, shape, max_steps=max_steps, second_token=second_token)
     alone = _alone_prefill_ms(arrivals, shape)
     frame = pl.DataFrame(
         [
@@ -125,11 +129,12 @@ def load_aware_phases(
                 p.transfer_s * 1e3,
                 p.first_token_s * 1e3,
                 alone[(a.prompt_tokens, a.cached_tokens)],
+                None if p.second_token_s is None else p.second_token_s * 1e3,
             )
             for key, p in phases.items()
             for a in (by_key[key],)
         ],
-        schema={ROW: pl.UInt32, **dict.fromkeys(PHASE_COLS, pl.Float64)},
+        schema={ROW: pl.UInt32, **dict.fromkeys((*PHASE_COLS, SECOND_COL), pl.Float64)},
         orient="row",
     )
     topology = (
@@ -138,6 +143,8 @@ def load_aware_phases(
         else f"{shape.replicas} replica(s)"
     )
     chunk = f"{deploy.chunk_tokens}-token steps" if deploy.chunk_tokens else "unchunked prefill"
+    if not second_token:
+        frame = frame.drop(SECOND_COL)
     return LoadAwareResult(
         frame=frame,
         requests=len(arrivals),

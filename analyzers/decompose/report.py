@@ -32,6 +32,7 @@ from analyzers.decompose.terms import (
     NetworkEstimate,
     RequestTerms,
     SourceOf,
+    Unidentified,
     budget_col,
     term_col,
 )
@@ -135,6 +136,8 @@ class Decomposition:
     queue_dominates_at_per_s: float | None
     verdicts: tuple[str, ...]
     validity: RunValidity
+    unidentified: tuple[Unidentified, ...] = ()
+    """Terms the run does not identify for some requests (null there), and why."""
 
 
 def _f(value: Any) -> float | None:
@@ -430,4 +433,5 @@ def build_decomposition(
         queue_dominates_at_per_s=at,
         verdicts=tuple(verdicts),
         validity=validity,
+        unidentified=terms.unidentified,
     )

@@ -19,25 +19,32 @@ batching policy (``analyzers.decompose.load``: a prompt's prefill stretched over
 steps it shares, the KV link's queue, the decode batch's step for the first token); with
 ``load_aware=False`` (or when the replay cannot run) at batch 1 (prefill of ``prompt -
 cached`` tokens, one decode step for the first token or none, the KV transfer over the
-budget's link or none). The network is estimated once for the run, and the queue is the
-remainder, clamped at 0; a negative remainder is kept as ``overshoot_ms`` (<= 0) so the
-parts still add up. The ``budget_*`` columns stay the batch-1 budget, except the queue's,
-which is the replay's predicted queue (null without a replay). The budget model the
-predictions come from is ``analyzers.decompose.model``'s ``BudgetModel``.
+budget's link or none). The network is each request's own (``_request_network``: the
+server's TTFT subtracted, else its response head read before its first token, else its
+fresh connection's handshake, else the run's estimate), and the queue is the remainder,
+clamped at 0; a negative remainder is kept as ``overshoot_ms`` (<= 0) so the parts still
+add up. No term is ever negative: a server-reported term below 0 (or a network the
+server's TTFT makes negative) is null, "unidentified", and ``RequestTerms.unidentified``
+says for how many requests and why. The ``budget_*`` columns stay the batch-1 budget,
+except the queue's, which is the replay's predicted queue (null without a replay). The
+budget model the predictions come from is ``analyzers.decompose.model``'s
+``BudgetModel``. With ``calibrate`` and no chunk size in the deployment, the chunk size
+is fitted from the run too (``_fit_chunk``).
 
 The network is never negative. Where the server's own TTFT exceeds what the client saw
 between writing the request and its first token (``first_token - request_written <
 server_ttft``: the server's clock started before the request was fully written, clock
 skew, or a simulator's time scale not applied), the network cannot be
-identified: it is booked as 0, the request is marked ``NETWORK_UNIDENTIFIED`` and the
-excess goes to ``overshoot_ms`` (<= 0) so the parts still add up.
+identified: its term is null, the request is marked ``NETWORK_UNIDENTIFIED``, the rest
+is split as if it were 0 and the excess goes to ``overshoot_ms`` (<= 0) so the
+identified parts still add up.
 
 Must not import loadgen or httpx.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Literal
 
@@ -53,7 +60,14 @@ from analyzers.budget.calibrate import (
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
-from analyzers.decompose.load import ROW, empty_phases, predict_phases
+from analyzers.budget.specs import Deployment
+from analyzers.decompose.load import (
+    ROW,
+    SECOND_COL,
+    empty_phases,
+    load_aware_phases,
+    predict_phases,
+)
 from analyzers.decompose.model import BudgetModel
 from analyzers.errors import AnalyzerError, BudgetError
 from analyzers.frames import RowSelection, scan_run, select_rows
@@ -75,7 +89,16 @@ UNCACHED: Final = "uncached_prompt_tokens"
 PROMPT: Final = "prompt_tokens_used"
 
 TermSource = Literal[
-    "measured", "server", "budget", "calibrated", "schedule", "remainder", "estimate", "mixed"
+    "measured",
+    "server",
+    "headers",
+    "budget",
+    "calibrated",
+    "schedule",
+    "remainder",
+    "estimate",
+    "mixed",
+    "unidentified",
 ]
 
 
@@ -149,6 +172,16 @@ class CalibrationResult:
     achieved_flops_per_s: float | None
     peak_flops_per_s: float | None
     fraction_of_peak: float | None
+    chunk_tokens: int | None = None
+    """The step token budget (chunk size) the replay used: the deployment's when it names
+    one, else the one fitted from the run (``chunk_fitted``; None: unchunked)."""
+    chunk_fitted: bool = False
+    decode_efficiency: float | None = None
+    """The decode efficiency the replay used: fitted to the low-load requests' gap from
+    the first token to the second (one decode step), None when not fitted."""
+    tokens_range: tuple[int, int] | None = None
+    """The fewest and most uncached tokens among the fitted samples: the quadratic is
+    trusted between them only (outside it the replay's roofline at the fitted efficiency)."""
 
     def prefill_ms(self, n: int) -> float | None:
         """The fitted prefill of ``n`` uncached tokens, ms (None without the quadratic)."""
@@ -166,6 +199,16 @@ class SourceOf:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Unidentified:
+    """A term the run does not identify for ``requests`` of its requests, and why: its
+    column is null there (never 0, never folded into another term)."""
+
+    term: str
+    requests: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestTerms:
     """The per-request decomposition (``frame``: one row per ok request with a first token;
     columns ``CLASS``, ``REQUEST_ID``, ``TOTAL_MS``, ``SERVER_SIDE_MS``, each ``{term}_ms``
@@ -179,6 +222,8 @@ class RequestTerms:
     first_due_ns: int
     prediction: str = ""
     """How the server terms were predicted ("" when the server's timings were used)."""
+    unidentified: tuple[Unidentified, ...] = ()
+    """Terms left null for some requests, with the reason."""
 
 
 _SERVER_COLS: Final = {
@@ -237,6 +282,16 @@ def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
             pl.when(pl.col(s.FIRST_BYTE_NS) < pl.col(s.FIRST_TOKEN_NS))
             .then(e.ms_between(s.FIRST_BYTE_NS, s.REQUEST_WRITTEN_NS) / scale)
             .alias("_early_byte_ms"),
+            # The response head before the first token: the server answered on receipt, so
+            # last byte written -> head read is this request's round trip (and the server's
+            # handling before its head).
+            pl.when(pl.col(s.HEADERS_NS) < pl.col(s.FIRST_TOKEN_NS))
+            .then(e.ms_between(s.HEADERS_NS, s.REQUEST_WRITTEN_NS) / scale)
+            .alias("_head_ms"),
+            # A fresh connection's TCP handshake: one round trip of this request's path.
+            pl.when(pl.col(s.CONNECT_START_NS).is_not_null() & pl.col(s.CONNECTED_NS).is_not_null())
+            .then(e.ms_between(s.CONNECTED_NS, s.CONNECT_START_NS) / scale)
+            .alias("_connect_rtt_ms"),
             *server,
         )
     )
@@ -307,6 +362,117 @@ def _network(frame: pl.DataFrame, options: DecomposeOptions) -> NetworkEstimate:
     return NetworkEstimate(value_ms=0.0, source="residual")
 
 
+NETWORK_MS: Final = "_net"
+"""Each request's own network round trip (null: unidentified), ms, server clock."""
+_NETWORK_SOURCE: Final = "_net_src"
+NEGATIVE_SLACK_MS: Final = 1e-3
+"""A server-reported term this far below 0 is rounding, read as 0; further is unidentified."""
+
+
+def _non_negative(value: pl.Expr) -> pl.Expr:
+    """``value`` where >= 0 (rounding below it read as 0); null where clearly negative."""
+    return pl.when(value >= 0).then(value).when(value > -NEGATIVE_SLACK_MS).then(0.0)
+
+
+def _request_network(frame: pl.DataFrame, run_level: NetworkEstimate) -> pl.DataFrame:
+    """Each request's network round trip (``NETWORK_MS``) and where it came from.
+
+    In order: a probe's value (given for the run); ``server``: the client's server-side
+    time minus the server's reported TTFT (null where that is negative: the two clocks
+    disagree and the split of that request is unidentified); ``headers``: the response head
+    (else the first byte) read before the first token, ``head - request_written``, unless
+    the run's heads track its server-side times (``_heads_on_receipt``); the TCP
+    handshake of the request's fresh connection; the run's estimate (``estimate``)."""
+    if run_level.source == "probe":
+        return frame.with_columns(
+            pl.lit(run_level.value_ms).alias(NETWORK_MS), pl.lit("estimate").alias(_NETWORK_SOURCE)
+        )
+    side = pl.col(SERVER_SIDE_MS)
+    server = side - pl.col("_s_ttft")
+    # A head cannot take longer than the first token: bound by the server-side time.
+    head = pl.coalesce(pl.col("_head_ms"), pl.col("_early_byte_ms"))
+    head = pl.when(head.is_not_null()).then(pl.min_horizontal(head.clip(lower_bound=0.0), side))
+    if not _heads_on_receipt(frame, head):
+        head = pl.lit(None, dtype=pl.Float64)
+    rtt = pl.col("_connect_rtt_ms")
+    rtt = pl.when(rtt.is_not_null()).then(pl.min_horizontal(rtt.clip(lower_bound=0.0), side))
+    has_server = pl.col("_s_ttft").is_not_null()
+    return frame.with_columns(
+        pl.when(has_server)
+        .then(_non_negative(server))
+        .otherwise(pl.coalesce(head, rtt, pl.lit(run_level.value_ms)))
+        .alias(NETWORK_MS),
+        pl.when(has_server)
+        .then(pl.when(_non_negative(server).is_null()).then(pl.lit("unidentified")))
+        .otherwise(
+            pl.when(head.is_not_null())
+            .then(pl.lit("headers"))
+            .when(rtt.is_not_null())
+            .then(pl.lit("measured"))
+            .otherwise(pl.lit("estimate"))
+        )
+        .fill_null(pl.lit("server"))
+        .alias(_NETWORK_SOURCE),
+    )
+
+
+HEAD_TRACKS_WORK: Final = 0.5
+"""Heads whose delays correlate with the server-side time at least this much (Pearson)
+were held back by the server's work (llama.cpp writes its head when a slot takes the
+request): they do not measure the network."""
+
+
+def _heads_on_receipt(frame: pl.DataFrame, head: pl.Expr) -> bool:
+    """Whether the run's early response heads measure the network: at least 3 of them,
+    their delays not tracking the server-side time (a server that answers on receipt, as
+    the simulator and vLLM do, shows a delay independent of its queue)."""
+    heads = frame.select(head.alias("_h"), pl.col(SERVER_SIDE_MS)).drop_nulls()
+    if heads.height < 3:
+        return False
+    corr = heads.select(pl.corr("_h", SERVER_SIDE_MS)).item()
+    return not (isinstance(corr, float) and corr >= HEAD_TRACKS_WORK)
+
+
+def _network_source(frame: pl.DataFrame) -> TermSource:
+    found = set(frame.get_column(_NETWORK_SOURCE).unique().to_list()) - {"unidentified"}
+    if len(found) == 1:
+        only = found.pop()
+        for source in ("server", "headers", "measured", "estimate"):
+            if only == source:
+                return source
+    return "mixed" if found else "unidentified"
+
+
+def _unidentified(frame: pl.DataFrame) -> tuple[Unidentified, ...]:
+    """The terms left null for some requests, with the reason."""
+    out: list[Unidentified] = []
+    negative_network = frame.filter(pl.col(_NETWORK_SOURCE) == "unidentified").height
+    if negative_network:
+        out.append(
+            Unidentified(
+                term="network",
+                requests=negative_network,
+                reason="the server's reported TTFT exceeds the client's server-side time "
+                "(first token - request written): the clocks disagree",
+            )
+        )
+    for term in ("queue", "prefill", "transfer", "first_token"):
+        col = frame.get_column(term_col(term))
+        nulls = col.null_count()
+        if not nulls:
+            continue
+        negative = frame.filter(pl.col(f"_s_{term}") < -NEGATIVE_SLACK_MS).height
+        if negative:
+            reason = f"the server reported a negative {term.replace('_', ' ')}"
+        elif term == "queue":
+            reason = "the queue is the remainder of the server-side time, and the network "
+            reason += "of the same requests is unidentified"
+        else:
+            reason = "no server timing and no prediction for it"
+        out.append(Unidentified(term=term, requests=nulls, reason=reason))
+    return tuple(out)
+
+
 def _calibrate(
     frame: pl.DataFrame, budget: BudgetModel, network_ms: float, options: DecomposeOptions
 ) -> CalibrationResult:
@@ -316,7 +482,7 @@ def _calibrate(
     measured = pl.coalesce(
         pl.col("_s_prefill"),
         pl.col(SERVER_SIDE_MS)
-        - network_ms
+        - pl.col(NETWORK_MS).fill_null(network_ms)
         - pl.col("_s_first_token").fill_null(pl.col("_p_first"))
         - pl.col("_s_transfer").fill_null(pl.col("_p_transfer")),
     )
@@ -351,7 +517,125 @@ def _calibrate(
         achieved_flops_per_s=cal.achieved_flops_per_s,
         peak_flops_per_s=cal.peak_flops_per_s,
         fraction_of_peak=cal.fraction_of_peak,
+        tokens_range=(
+            int(low.get_column(UNCACHED).min()),  # type: ignore[arg-type]
+            int(low.get_column(UNCACHED).max()),  # type: ignore[arg-type]
+        ),
     )
+
+
+CHUNK_CANDIDATES: Final = (None, 256, 512, 1024, 2048, 4096, 8192, 16384)
+"""Step token budgets ``--calibrate`` tries when the deployment names none (None:
+unchunked): vLLM's, SGLang's and llama.cpp's usual values."""
+CHUNK_FIT_GAIN: Final = 0.10
+"""A fitted chunk size replaces "unchunked" only if it lowers the replay's error by this."""
+
+
+def _observed_gaps(scanned: pl.LazyFrame, options: DecomposeOptions) -> pl.DataFrame:
+    """Each request's gap from its first token to its second (one token per chunk), ms on
+    the server's clock (``ROW``, ``_g``)."""
+    offsets, tokens = pl.col(s.CHUNK_OFFSETS_US), pl.col(s.CHUNK_TOKENS)
+    single = tokens.list.first().fill_null(1) == 1
+    gap = (offsets.list.get(1, null_on_oob=True) - offsets.list.first()).cast(pl.Float64)
+    return scanned.select(
+        pl.col(ROW),
+        pl.when(single & (offsets.list.len() > 1)).then(gap / 1e3 / options.time_scale).alias("_g"),
+    ).collect()
+
+
+def _fit_decode(
+    scanned: pl.LazyFrame,
+    frame: pl.DataFrame,
+    budget: BudgetModel,
+    deploy: Deployment,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> Deployment:
+    """``deploy`` with the decode efficiency that makes the replay's gap to the second
+    token (one decode step, for a request alone) match the low-load requests' median
+    (capped at 1); unchanged without such gaps or when the replay cannot run."""
+    cutoff = frame.get_column(IN_FLIGHT).quantile(options.low_load_quantile, "lower")
+    low = frame.filter(pl.col(IN_FLIGHT) <= (cutoff if isinstance(cutoff, int | float) else 1))
+    gaps = _observed_gaps(scanned, options).join(low.select(ROW), on=ROW).drop_nulls()
+    if gaps.height == 0:
+        return deploy
+    try:
+        replay = load_aware_phases(
+            scanned,
+            budget,
+            network_ms=network_ms,
+            time_scale=options.time_scale,
+            deployment=deploy,
+            max_steps=options.max_replay_steps,
+            second_token=True,
+        )
+    except BudgetError:
+        return deploy
+    joined = replay.frame.join(gaps, on=ROW).drop_nulls([SECOND_COL, "_g"])
+    predicted = joined.get_column(SECOND_COL).median()
+    observed = joined.get_column("_g").median()
+    if not isinstance(predicted, float) or not isinstance(observed, float) or observed <= 0:
+        return deploy
+    efficiency = min(1.0, deploy.decode_efficiency * predicted / observed)
+    return replace(deploy, decode_efficiency=efficiency) if efficiency > 0 else deploy
+
+
+def _fit_chunk(
+    scanned: pl.LazyFrame,
+    frame: pl.DataFrame,
+    budget: BudgetModel,
+    deploy: Deployment,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> Deployment:
+    """``deploy`` with the chunk size under which the replay of the whole run best explains
+    each request's measured server-side time (least mean absolute error of the predicted
+    queue + prefill + transfer + first token against ``server side - network``, plus that
+    of the gap to the second token, the length of the step after the first, which the
+    chunk size sets under load).
+
+    A prompt alone costs about the same chunked or not, so the low-load fit cannot see the
+    chunk size; under load it decides who waits and who shares a step, which the run's
+    own queueing shows. Candidates the replay cannot run are skipped; unchunked stays unless
+    a chunk size is clearly (``CHUNK_FIT_GAIN``) better."""
+    observed = frame.select(
+        pl.col(ROW), (pl.col(SERVER_SIDE_MS) - pl.col(NETWORK_MS).fill_null(network_ms)).alias("_o")
+    )
+    # The second token a step after the first: that step's length, seen by the client.
+    observed = observed.join(_observed_gaps(scanned, options), on=ROW, how="left")
+    best: tuple[float, Deployment] | None = None
+    told: float | None = None
+    for chunk in CHUNK_CANDIDATES:
+        candidate = replace(deploy, chunk_tokens=chunk)
+        try:
+            replay = load_aware_phases(
+                scanned,
+                budget,
+                network_ms=network_ms,
+                time_scale=options.time_scale,
+                deployment=candidate,
+                max_steps=options.max_replay_steps,
+                second_token=True,
+            )
+        except BudgetError:
+            continue
+        joined = replay.frame.join(observed, on=ROW)
+        if joined.height == 0:
+            continue
+        predicted = pl.sum_horizontal("_l_queue", "_l_prefill", "_l_transfer", "_l_first")
+        error = joined.select(
+            (predicted - pl.col("_o")).abs().mean()
+            + (pl.col(SECOND_COL) - pl.col("_g")).abs().mean().fill_null(0.0)
+        ).item()
+        if not isinstance(error, float):
+            continue
+        if chunk is None:
+            told = error
+        if best is None or error < best[0]:
+            best = (error, candidate)
+    if best is None or (told is not None and best[0] > (1 - CHUNK_FIT_GAIN) * told):
+        return deploy  # no candidate explains the run clearly better than unchunked
+    return best[1]
 
 
 def _calibrated_prefill(
@@ -412,6 +696,7 @@ def request_terms(
         )
     frame = frame.join(_predictions(keys, budget), on=[UNCACHED, s.CACHED_TOKENS, PROMPT])
     network = _network(frame, options)
+    frame = _request_network(frame, network)
     calibration = None
     budget_prefill = pl.col("_p_prefill")
     prefill_fallback: TermSource = "budget"
@@ -430,6 +715,16 @@ def request_terms(
         if calibration is not None:
             eff = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
             deploy = calibrated(budget.deployment, _as_calibration(calibration, eff))
+            if options.load_aware:
+                deploy = _fit_decode(scanned, frame, budget, deploy, network.value_ms, options)
+                calibration = replace(calibration, decode_efficiency=deploy.decode_efficiency)
+            if deploy.chunk_tokens is None and options.load_aware:
+                deploy = _fit_chunk(scanned, frame, budget, deploy, network.value_ms, options)
+                calibration = replace(
+                    calibration, chunk_tokens=deploy.chunk_tokens, chunk_fitted=True
+                )
+            else:
+                calibration = replace(calibration, chunk_tokens=deploy.chunk_tokens)
         prediction, phases = predict_phases(
             scanned,
             budget,
@@ -442,20 +737,32 @@ def request_terms(
         )
         if phases.height:
             prefill_fallback = "schedule"
+            if calibration is not None and calibration.chunk_fitted and calibration.chunk_tokens:
+                prediction += f" ({calibration.chunk_tokens}-token steps fitted from the run)"
     frame = frame.join(phases, on=ROW, how="left")
     if calibration is not None:
         # The calibrated line is what a prompt costs alone on this server; the replay says
         # how much the load stretches it.
+        # Beyond the fitted lengths the quadratic extrapolates; the replay's own prefill,
+        # at the fitted efficiency, is used there.
+        lo, hi = calibration.tokens_range or (0, 0)
+        in_range = pl.col(UNCACHED).is_between(lo, hi)
         frame = frame.with_columns(
-            (budget_prefill * pl.col("_l_prefill") / pl.col("_l_alone")).alias("_l_prefill")
+            pl.when(in_range)
+            .then(budget_prefill * pl.col("_l_prefill") / pl.col("_l_alone"))
+            .otherwise(pl.col("_l_prefill"))
+            .alias("_l_prefill")
         )
-    terms = _server_split(frame, network.value_ms, budget_prefill, options)
+    split = _server_split(frame, network.value_ms, budget_prefill, options)
+    unidentified = _unidentified(split)
+    network_source = _network_source(split)
+    terms = split.drop([c for c in split.columns if c.startswith("_")])
     counts = {t: frame.get_column(f"_s_{t}").drop_nulls().len() for t in _SERVER_COLS}
     other_fallback: TermSource = "schedule" if prefill_fallback == "schedule" else "budget"
     n = frame.height
     sources = (
         *(SourceOf(term=t, source="measured") for t in CLIENT_TERMS),
-        SourceOf(term="network", source=_source(counts["ttft"], n, "estimate")),
+        SourceOf(term="network", source=network_source),
         SourceOf(term="queue", source=_source(counts["queue"], n, "remainder")),
         SourceOf(term="prefill", source=_source(counts["prefill"], n, prefill_fallback)),
         SourceOf(term="transfer", source=_source(counts["transfer"], n, other_fallback)),
@@ -469,6 +776,7 @@ def request_terms(
         budget=budget,
         first_due_ns=int(first_due or 0),
         prediction=prediction,
+        unidentified=unidentified,
     )
 
 
@@ -477,14 +785,25 @@ def _server_split(
 ) -> pl.DataFrame:
     side = pl.col(SERVER_SIDE_MS)
     # A negative network (the server's TTFT longer than the client's view) is a clock
-    # artefact, not a duration: 0, marked unidentified, the excess kept as overshoot.
+    # artefact, not a duration: the network term is null (unidentified, ``NETWORK_MS``),
+    # the request is marked, and the split of the rest takes it as 0 with the excess kept
+    # as overshoot, so the identified parts still add up.
     raw_network = side - pl.col("_s_ttft")
     skewed = (raw_network < 0).fill_null(False)
-    network = pl.coalesce(raw_network.clip(lower_bound=0.0), pl.lit(network_ms))
-    prefill = pl.coalesce(pl.col("_s_prefill"), pl.col("_l_prefill"), budget_prefill)
-    transfer = pl.coalesce(pl.col("_s_transfer"), pl.col("_l_transfer"), pl.col("_p_transfer"))
-    first = pl.coalesce(pl.col("_s_first_token"), pl.col("_l_first"), pl.col("_p_first"))
-    remainder = side - pl.col(term_col("network")) - pl.col(term_col("prefill"))
+    network = pl.col(NETWORK_MS)
+    network_in_split = pl.when(skewed).then(0.0).otherwise(network)
+
+    def split(term: str, *predictions: pl.Expr) -> pl.Expr:
+        # The server's value where it reported one (null where negative: unidentified),
+        # the prediction only where it reported none.
+        server = pl.col(f"_s_{term}")
+        predicted = pl.coalesce(*predictions).clip(lower_bound=0.0)
+        return pl.when(server.is_null()).then(predicted).otherwise(_non_negative(server))
+
+    prefill = split("prefill", pl.col("_l_prefill"), budget_prefill)
+    transfer = split("transfer", pl.col("_l_transfer"), pl.col("_p_transfer"))
+    first = split("first_token", pl.col("_l_first"), pl.col("_p_first"))
+    remainder = side - network_in_split - pl.col(term_col("prefill"))
     remainder = remainder - pl.col(term_col("transfer")) - pl.col(term_col("first_token"))
     queue_is_remainder = pl.col("_s_queue").is_null()
     tolerance = pl.max_horizontal(
@@ -496,7 +815,10 @@ def _server_split(
         transfer.alias(term_col("transfer")),
         first.alias(term_col("first_token")),
     ).with_columns(
-        pl.coalesce(pl.col("_s_queue"), remainder.clip(lower_bound=0.0)).alias(term_col("queue")),
+        pl.when(queue_is_remainder)
+        .then(remainder.clip(lower_bound=0.0))
+        .otherwise(_non_negative(pl.col("_s_queue")))
+        .alias(term_col("queue")),
         pl.when(queue_is_remainder)
         .then(remainder.clip(upper_bound=0.0))
         .when(skewed)
@@ -512,4 +834,4 @@ def _server_split(
         pl.col("_p_first").alias(budget_col("first_token")),
         pl.col("_l_queue").alias(budget_col("queue")),
     )
-    return out.drop([c for c in out.columns if c.startswith("_")])
+    return out

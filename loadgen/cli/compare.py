@@ -21,11 +21,12 @@ from loadgen.cli.options.output import (
     markdown_option,
     percentiles_option,
 )
+from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.slo import load_slos, slo_option
 
 
 @click.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.argument("runs", nargs=-1, required=True, type=RUN_PATH)
 @one_line_errors
 @click.option(
     "--label",

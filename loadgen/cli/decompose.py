@@ -18,6 +18,7 @@ from loadgen.cli.echo import echo_json, echo_renderables
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.budget import BudgetChoice, budget_options
 from loadgen.cli.options.output import by_option, json_option, percentiles_option
+from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.selection import selection_options
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ DEFAULT_PERCENTILES = "50,90,99,99.9"
 
 
 @click.command()
-@click.argument("run", type=click.Path(path_type=Path))
+@click.argument("run", type=RUN_PATH)
 @one_line_errors
 @budget_options
 @selection_options(window=True)

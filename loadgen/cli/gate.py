@@ -19,6 +19,7 @@ from loadgen.cli.echo import echo_json, echo_renderables, write_text
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.bootstrap import bootstrap_options
 from loadgen.cli.options.output import json_option, markdown_option
+from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.selection import selection_options
 from loadgen.cli.options.slo import load_slos, slo_option
 
@@ -38,7 +39,7 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
 
 
 @click.command()
-@click.argument("run", type=click.Path(path_type=Path))
+@click.argument("run", type=RUN_PATH)
 @one_line_errors
 @slo_option()
 @click.option(
@@ -54,7 +55,12 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
     show_default=True,
     help="Tolerated slowdown against --baseline (relative).",
 )
-@click.option("--junit", type=click.Path(path_type=Path, dir_okay=False), default=None)
+@click.option(
+    "--junit",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also write the verdicts as a JUnit XML file (one test case per SLO).",
+)
 @markdown_option
 @bootstrap_options
 @click.option(

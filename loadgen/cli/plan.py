@@ -3,7 +3,8 @@
 Thin: parse options, look up the catalog, call ``build_report``/``check_claim``, print.
 User mistakes are ``AnalyzerError``s (the root CLI prints them as one line, exit 2); an
 impossible claim exits 1. Reads a trace through ``traces.io`` (pyarrow) only when
-``--trace`` is given. This module must not import ``loadgen``, httpx or polars.
+``--trace`` is given, and run directories through ``analyzers.calibration_points`` (polars)
+only for ``plan calibrate RUN``. This module must not import ``loadgen`` or httpx.
 """
 
 from __future__ import annotations
@@ -70,11 +71,17 @@ def _profile(cat: Catalog, path: Path | None, gpu_name: str) -> StepProfile | No
     return load_profile_for(path, gpu_name, lambda name: cat.gpu(name).name == want)
 
 
-def _check_context(model: ModelSpec, prompt_tokens: int) -> None:
+def _check_context(cat: Catalog, model: ModelSpec, prompt_tokens: int) -> None:
     if model.max_context is not None and prompt_tokens > model.max_context:
+        longer = sorted(
+            name
+            for name in cat.model_names()
+            if (cat.model(name).max_context or 0) >= prompt_tokens
+        )
+        hint = f" (catalog models with that context: {', '.join(longer)})" if longer else ""
         raise BudgetError(
             f"a prompt of {prompt_tokens} tokens exceeds {model.name}'s context of "
-            f"{model.max_context} tokens"
+            f"{model.max_context} tokens{hint}"
         )
 
 
@@ -166,9 +173,27 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     default=None,
     help="Trace whose prompt and output lengths set the pool ratio.",
 )
-@click.option("--prompt-tokens", type=click.IntRange(min=1), default=4000, show_default=True)
-@click.option("--cached-tokens", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--output-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option(
+    "--prompt-tokens",
+    type=click.IntRange(min=1),
+    default=4000,
+    show_default=True,
+    help="Prompt length of the planned request (without --trace).",
+)
+@click.option(
+    "--cached-tokens",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Prompt tokens served from the prefix cache (not prefilled).",
+)
+@click.option(
+    "--output-tokens",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Output length of the planned request (without --trace).",
+)
 @click.option(
     "--batch",
     type=click.IntRange(min=0),
@@ -178,9 +203,18 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 @click.option(
     "--chunk-tokens", type=click.IntRange(min=1), default=None, help="Chunked prefill chunk size."
 )
-@click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None)
 @click.option(
-    "--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True
+    "--slo-ttft-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="TTFT target: the longest prompt within it; the disagg break-even (2 s without).",
+)
+@click.option(
+    "--slo-tpot-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=50.0,
+    show_default=True,
+    help="TPOT target of the disaggregation break-even.",
 )
 @click.option(
     "--efficiency-prefill",
@@ -196,7 +230,13 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     show_default=True,
     help="Achieved fraction of HBM bandwidth.",
 )
-@click.option("--step-overhead-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option(
+    "--step-overhead-ms",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Fixed cost of every engine step (scheduling, launch), ms.",
+)
 @click.option(
     "--memory-fraction",
     type=click.FloatRange(0, 1, min_open=True),
@@ -320,7 +360,7 @@ def plan(
         raise click.UsageError("plan needs --model and --gpu (or --deployment, or a subcommand)")
     cat = load_catalog(catalog_file)
     model = _model(cat, model_name, dtype, kv_dtype)
-    _check_context(model, prompt_tokens)
+    _check_context(cat, model, prompt_tokens)
     deploy = Deployment(
         hardware=cat.gpu(gpu_name),
         tensor_parallel=gpus,
@@ -386,6 +426,24 @@ def plan(
     help="Batch sizes dropped entirely (neither fitted nor reported), e.g. 64.",
 )
 @click.option("--summary", is_flag=True, help="Print only the parameters and error summaries.")
+@click.option(
+    "--model",
+    "model_name",
+    default=None,
+    help="A run directory's model (catalog name), over what its run.json records.",
+)
+@click.option(
+    "--gpu",
+    "gpu_name",
+    default=None,
+    help="A run directory's GPU type (catalog name), over what its run.json records.",
+)
+@click.option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    default=None,
+    help="A run directory's GPUs per replica (tensor parallel), over its run.json.",
+)
 @_catalog_opt
 def calibrate_cmd(
     measurements: Path,
@@ -394,19 +452,39 @@ def calibrate_cmd(
     hold_out_batches: str,
     exclude_batches: str,
     summary: bool,
+    model_name: str | None,
+    gpu_name: str | None,
+    gpus: int | None,
     catalog_file: Path | None,
 ) -> None:
     """Fit the step-time profile of each GPU type to MEASUREMENTS and print the residuals.
 
-    MEASUREMENTS is a CSV: the Splitwise perf_model.csv format or model,gpu,tp,tokens,batch,
-    ms[,phase][,engine]. Model and GPU names resolve through the catalog (--catalog adds).
+    MEASUREMENTS is a CSV (the Splitwise perf_model.csv format, or model,gpu,tp,tokens,
+    batch,ms[,phase][,engine]) or a run directory of loadgen's own: its idle requests'
+    prefill (server-reported, else TTFT) and its decode spans at a constant batch become
+    the points, on the model, GPU and tensor parallelism its run.json records (--model,
+    --gpu, --gpus say or override them). Names resolve through the catalog (--catalog adds).
 
     Example: loadgen plan calibrate splitwise_perf_model.csv -o profile.toml
     --hold-out-prompts 256,1024,4096 --hold-out-batches 4,16 --exclude-batches 64
+
+    From a run: loadgen plan calibrate runs/sweep -o profile.toml
     """
     cat = load_catalog(catalog_file)
     excluded = _int_set(exclude_batches, "--exclude-batches")
-    observations = [o for o in load_measurements(measurements) if o.batch not in excluded]
+    if measurements.is_dir():
+        from analyzers.calibration_points import run_calibration_points  # deferred: polars
+
+        points = run_calibration_points(
+            measurements, model=model_name, gpu=gpu_name, tensor_parallel=gpus
+        )
+        click.echo(points.summary())
+        loaded = list(points.observations)
+    else:
+        if model_name or gpu_name or gpus:
+            raise BudgetError("--model/--gpu/--gpus apply to a run directory; a CSV names its own")
+        loaded = load_measurements(measurements)
+    observations = [o for o in loaded if o.batch not in excluded]
     if not observations:
         raise BudgetError(f"{measurements}: no measurements left after --exclude-batches")
     held_out = prompt_split(
@@ -520,3 +598,12 @@ def check_claim_cmd(
         click.echo(render_claim(verdict, model.name, hardware.name, gpus))
     if not verdict.possible:
         ctx.exit(1)
+
+
+def _register_admission() -> None:
+    from loadgen.cli.plan_admission import admission_cmd
+
+    plan.add_command(admission_cmd)
+
+
+_register_admission()

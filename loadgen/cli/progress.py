@@ -47,7 +47,11 @@ class ProgressFeed:
         if self._stats is not None:
             snap = self._stats.snapshot()
             self._progress.update(
-                self._task_id, total=self._total, completed=snap.done, description=describe(snap)
+                self._task_id,
+                total=self._total,
+                completed=snap.done,
+                description=describe(snap),
+                count=f"{snap.done}/{self._total}",
             )
         self._progress.refresh()
 
@@ -61,13 +65,17 @@ async def live_progress(console: Console, enabled: bool = True) -> AsyncIterator
     progress = Progress(
         TextColumn("[bold]replay"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        # Blank until the session knows its total (the probe and prompts come first): never
+        # "0/None".
+        TextColumn("{task.fields[count]}"),
         TimeElapsedColumn(),
         TextColumn("{task.description}"),
         console=console,
         auto_refresh=False,
     )
-    feed = ProgressFeed(progress, progress.add_task("starting", total=None))
+    feed = ProgressFeed(
+        progress, progress.add_task("probing the endpoint, building prompts", total=None, count="")
+    )
 
     async def refresh_forever() -> None:
         while True:

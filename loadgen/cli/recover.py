@@ -38,9 +38,18 @@ def recover(run: Path, cause: str | None) -> None:
 
     Example: loadgen recover runs/killed
     """
+    from analyzers.errors import InvalidRunError
     from loadgen.run.recover import recover_run
+    from traces.errors import NewerRunInfoError, RunInfoError
 
-    result = recover_run(run, cause=cause)
+    try:
+        result = recover_run(run, cause=cause)
+    except NewerRunInfoError:
+        raise
+    except RunInfoError as exc:
+        # A run directory whose run.json is broken is an invalid run (exit 3), as it is
+        # for analyze, compare and gate; a newer run.json stays bad input (exit 2).
+        raise InvalidRunError(str(exc)) from exc
     if not result.changed:
         click.echo(f"{run}: nothing to recover (status {result.info.status})")
         return

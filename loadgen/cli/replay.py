@@ -10,6 +10,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from loadgen.cli.echo import cli_console
+from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, MIB
@@ -35,14 +37,62 @@ def run_with_display(opts: SessionOptions, *, progress: bool, console: Console) 
     from loadgen.cli.progress import live_progress
 
     async def main() -> SessionResult:
+        def notice(text: str) -> None:
+            console.print(f"[yellow]warning:[/yellow] {text}")
+
         async with live_progress(console, enabled=progress) as feed:
-            return await run_session(opts, on_start=feed.attach)
+            return await run_session(opts, on_start=feed.attach, on_notice=notice)
 
     try:
         import uvloop
     except ImportError:
         return asyncio.run(main())
     return uvloop.run(main())
+
+
+def run_guarded(opts: SessionOptions, *, progress: bool, console: Console) -> SessionResult:
+    """``run_with_display``; a run that fails before writing anything (a failed preflight)
+    leaves no empty run directory behind, and an endpoint failure at a base URL without
+    ``/v1`` says to add it."""
+    from traces.errors import UserError
+
+    existed = opts.run_dir.exists()
+    try:
+        return run_with_display(opts, progress=progress, console=console)
+    except UserError as exc:
+        if not existed:
+            remove_if_empty(opts.run_dir)
+        raise with_v1_hint(exc, opts.base_url) from exc.__cause__
+
+
+def remove_if_empty(run_dir: Path) -> None:
+    """Remove ``run_dir`` when it holds nothing but the run lock (it was made for this run)."""
+    if not run_dir.is_dir():
+        return
+    entries = list(run_dir.iterdir())
+    if all(e.is_file() and e.name == "run.lock" for e in entries):
+        for e in entries:
+            e.unlink(missing_ok=True)
+        run_dir.rmdir()
+
+
+def exit_if_interrupted(result: SessionResult) -> None:
+    """A run stopped by Ctrl-C (or SIGTERM) exits 130 after its summary, with one stderr
+    line: its rows so far are kept, and run.json says ``interrupted``."""
+    if result.replay.stop_reason == "interrupted":
+        click.echo(
+            f"interrupted: {result.rows} rows kept in {result.run_dir} "
+            "(run.json status 'interrupted'; requests cancelled in flight count as errors)",
+            err=True,
+        )
+        click.get_current_context().exit(130)
+
+
+def write_results(result: SessionResult) -> None:
+    """``results.json`` in the run directory (loadgen.cli.results), after the run."""
+    from loadgen.cli.results import write_run_results
+
+    write_run_results(result.run_dir)
 
 
 def print_summary(result: SessionResult, console: Console) -> None:
@@ -68,7 +118,11 @@ def print_summary(result: SessionResult, console: Console) -> None:
     for flag in summary.validity.flags:
         if flag.kind not in ("client_bound", "backpressure"):  # the session said these
             console.print(f"[yellow]warning:[/yellow] {flag.reason}")
-    console.print(f"run written to {result.run_dir}")
+    console.print(f"run written to {result.run_dir} (summary for scripts: results.json)")
+    console.print(
+        f"next: loadgen analyze {result.run_dir} (percentiles per class), "
+        f"loadgen report {result.run_dir} (HTML)"
+    )
 
 
 @click.command()
@@ -77,6 +131,7 @@ def print_summary(result: SessionResult, console: Console) -> None:
     "--base-url",
     default="http://127.0.0.1:8000/v1",
     show_default=True,
+    callback=check_base_url,
     help="OpenAI-compatible base URL (ending in /v1).",
 )
 @click.option("--model", default=None, help="Model name to request [default: the first served].")
@@ -319,8 +374,8 @@ def replay(
         scrape_interval_s=scrape_interval,
         max_event_bytes=max_event_mib * MIB,
     )
-    console = Console(stderr=False)
-    result = run_with_display(
-        opts, progress=not no_progress and console.is_terminal, console=console
-    )
+    console = cli_console(stderr=False)
+    result = run_guarded(opts, progress=not no_progress and console.is_terminal, console=console)
+    write_results(result)
     print_summary(result, console)
+    exit_if_interrupted(result)

@@ -16,6 +16,7 @@ import click
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.budget import BudgetChoice, budget_options
 from loadgen.cli.options.output import markdown_option
+from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.selection import selection_options
 from loadgen.cli.options.slo import load_slos, slo_option
 
@@ -26,7 +27,7 @@ _PATH = click.Path(path_type=Path, exists=True)
 
 
 @click.command()
-@click.argument("run", type=_PATH, required=False)
+@click.argument("run", type=RUN_PATH, required=False)
 @one_line_errors
 @click.option(
     "--compare",

@@ -5,8 +5,10 @@ Subcommands live in their packages' ``cli`` modules and are imported lazily, so 
 ``traces.errors.UserError`` and carry an ``exit_code``; they are printed as one line on
 stderr, never as a traceback. Any other exception is a bug and keeps its traceback.
 
-Exit codes: 0 success; 1 SLO breach; 2 bad input or option; 3 invalid run; 4 endpoint or
-infrastructure failure; 130 interrupted.
+Exit codes (README's table; tests/test_exit_codes.py holds every command to it): 0 success;
+1 SLO breach; 2 bad input or option (a missing path, a malformed file, a trace where a run
+belongs, a bad URL); 3 invalid run (a run directory whose files cannot be analysed); 4
+endpoint or infrastructure failure; 130 interrupted (a replay's rows so far are kept).
 """
 
 from __future__ import annotations
@@ -53,11 +55,15 @@ _COMMANDS: dict[str, tuple[str, str]] = {
         "loadgen.cli.server_metrics:server_metrics",
         "Server-reported queue, batch and KV usage during a run.",
     ),
+    "export": (
+        "loadgen.cli.export:export",
+        "Write a run's per-request rows as CSV or JSON Lines.",
+    ),
     "report": (
         "loadgen.cli.report:report",
         "Write an HTML report and Markdown summary of runs, sweeps.",
     ),
-    "gate": ("loadgen.cli.gate:gate", "Fail CI on an SLO breach or a regression (exit 0/1/3/4)."),
+    "gate": ("loadgen.cli.gate:gate", "Fail CI on an SLO breach or a regression (exit 0/1/2/3/4)."),
     "compare": (
         "loadgen.cli.compare:compare",
         "Compare runs (or sweeps) of one trace on different deployments.",
@@ -87,10 +93,17 @@ class _LazyRoot(LazyGroup):
             return super().invoke(ctx)
         except click.exceptions.Exit:
             raise
-        except click.ClickException:
-            raise
+        except click.UsageError as exc:
+            # One line, as our own errors are: a CI log shows the whole mistake at its end.
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            message = " ".join(exc.format_message().split())
+            click.echo(f"error: {message} (see '{where} --help')", err=True)
+            ctx.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            click.echo("interrupted before the run started", err=True)
             ctx.exit(130)
         except Exception as exc:
             code = _user_error_exit_code(exc)
@@ -112,6 +125,17 @@ def cli() -> None:
     Replay a Parquet trace open-loop at its own timestamps (or closed-loop at a
     concurrency), record every token's arrival, and explain latency against budgets
     predicted from first principles.
+
+    \b
+    Examples:
+      loadgen demo                        # the whole harness on the built-in simulator
+      loadgen trace synth --requests 200 --rate 5 -o trace.parquet
+      loadgen replay trace.parquet --base-url http://127.0.0.1:8000/v1 -o runs/r1
+      loadgen analyze runs/r1             # runs/r1/results.json has the summary too
+      loadgen gate runs/r1 --slo 'ttft_ms.p99<=500'
+
+    Exit codes: 0 ok, 1 SLO breach, 2 bad input, 3 invalid run, 4 endpoint down,
+    130 interrupted (README's table).
     """
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import click
 
+from loadgen.cli.options.runpath import RUN_PATH
 from reports import fmt
 
 
 @click.command(name="server-metrics")
-@click.argument("run", type=click.Path(path_type=Path, exists=True))
+@click.argument("run", type=RUN_PATH)
 @click.option(
     "--bucket",
     type=click.FloatRange(min=0, min_open=True),

@@ -7,6 +7,7 @@ replay client (loadgen.client/replay/transport/recorder).
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 import click
@@ -148,7 +149,18 @@ def sim(**options: Any) -> None:
         raise _OptionError(str(exc)) from exc
     from loadgen.sim.server import serve  # deferred: uvicorn is not needed for --help
 
-    serve(config)
+    try:
+        serve(config)
+    except OSError as exc:
+        if exc.errno not in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise
+        # One line (the default port 8000 is often a local vLLM's): exit 4, infrastructure.
+        click.echo(
+            f"error: cannot listen on {config.host}:{config.port} ({exc.strerror}); "
+            "hint: --port 0 picks a free port and prints it on the READY line",
+            err=True,
+        )
+        click.get_current_context().exit(4)
 
 
 if __name__ == "__main__":

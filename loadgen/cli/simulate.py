@@ -113,6 +113,9 @@ def simulate(trace: Path, out: Path, **options: Any) -> None:
     block = int(read_metadata(trace).get("block_size", 512) or 512)
     result = run_offline(requests, engine, run.load, run_id=run_id, trace_block=block)
     write_run(run, result, run_id=run_id, trace_sha256=sha)
+    from loadgen.cli.results import write_run_results
+
+    write_run_results(out)
     ok = sum(1 for r in result.records if r.outcome == "ok")
     span_s = (result.end_ns - result.start_ns) / 1e9
     click.echo(

@@ -15,7 +15,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from loadgen.cli.echo import cli_console
 from loadgen.cli.options.slo import load_slos, slo_option
+from loadgen.cli.options.url import check_base_url
 from loadgen.run.session import SessionOptions
 from loadgen.run.sweep import LoadStep
 
@@ -41,8 +43,19 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
 
 @click.command()
 @click.argument("trace", type=click.Path(path_type=Path, exists=True, dir_okay=False))
-@click.option("--base-url", required=True, help="OpenAI-compatible endpoint, e.g. http://h:8000/v1")
-@click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False), required=True)
+@click.option(
+    "--base-url",
+    required=True,
+    callback=check_base_url,
+    help="OpenAI-compatible endpoint, e.g. http://h:8000/v1",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="Sweep directory: sweep.json and one run directory per step (step-0, ...).",
+)
 @click.option(
     "--rates", default=None, help="Loads: 0.5x,1x,2x (of the trace's rate) or 2,4,8 req/s."
 )
@@ -52,13 +65,42 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
 )
 @slo_option(help="SLOs to stop on.")
 @click.option(
-    "--cooldown", "cooldown_s", type=click.FloatRange(min=0), default=5.0, show_default=True
+    "--cooldown",
+    "cooldown_s",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait between steps (the server drains its queue).",
 )
 @click.option("--model", default=None, help="Model name [default: the endpoint's first].")
-@click.option("--max-requests", type=click.IntRange(min=1), default=None)
-@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=None)
-@click.option("--warmup-requests", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--request-timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay at most this many requests of the trace per step.",
+)
+@click.option(
+    "--duration",
+    "duration_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop dispatching after this many seconds per step.",
+)
+@click.option(
+    "--warmup-requests",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Flag the first N requests of each step as warm-up (left out of analyses).",
+)
+@click.option(
+    "--request-timeout",
+    "timeout_s",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Per-request deadline in seconds.",
+)
 @click.option(
     "--server-time-scale",
     type=click.FloatRange(min=0, min_open=True),
@@ -66,7 +108,12 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
     show_default=True,
     help="Record the simulator's --time-scale so analyses use its model clock.",
 )
-@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True)
+@click.option(
+    "--api-key-env",
+    default="OPENAI_API_KEY",
+    show_default=True,
+    help="Environment variable holding the API key (sent as a Bearer token).",
+)
 @click.option("--overwrite", is_flag=True, help="Reuse a non-empty sweep directory.")
 def sweep(
     trace: Path,
@@ -105,7 +152,7 @@ def sweep(
         steps = parse_concurrency(concurrencies)
     else:
         steps = parse_rates("0.5x,1x,2x,4x,8x,16x,32x,64x")
-    console = Console()
+    console = cli_console()
     stop = _stop_on_breach(slo_args, console) if until_slo_breach else None
     options = SweepOptions(
         session=SessionOptions(
@@ -129,6 +176,10 @@ def sweep(
         console.print(f"step {index}: {step.label} -> {run_dir}")
 
     result = asyncio.run(run_sweep(options, stop_after=stop, on_step=on_step))
+    from loadgen.cli.results import write_run_results
+
+    for step_dir in sorted(p for p in result.sweep_dir.glob("step-*") if p.is_dir()):
+        write_run_results(step_dir)
     console.print(f"sweep {result.stop_reason}: {len(result.steps)} step(s) in {result.sweep_dir}")
     if result.steps:
         console.print(_knee_line(result.sweep_dir, slo_args), soft_wrap=True)

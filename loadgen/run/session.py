@@ -50,6 +50,7 @@ from loadgen.run.shard import (
 from loadgen.run.sharding import select_shard
 from loadgen.schedule import check_span, time_factor
 from traces import schema as s
+from traces.context import context_overflow_of, deployment_context
 from traces.io import write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
 from traces.records import TraceRequest
@@ -166,8 +167,11 @@ async def run_session(
     *,
     on_start: Callable[[StatsView, int], None] | None = None,
     install_signal_handlers: bool = True,
+    on_notice: Callable[[str], None] | None = None,
 ) -> SessionResult:
-    """Run one replay session. ``on_start(stats, total)`` lets a UI follow progress."""
+    """Run one replay session. ``on_start(stats, total)`` lets a UI follow progress;
+    ``on_notice(text)`` is told, before the first request, what the preflight found that the
+    user should know (requests beyond the endpoint's context)."""
     check_options(opts)
     requests, trace_meta = load_requests(opts)
     block_size = block_size_of(trace_meta, str(opts.trace_path))
@@ -186,6 +190,7 @@ async def run_session(
             block_size=block_size,
             on_start=on_start,
             install_signal_handlers=install_signal_handlers,
+            on_notice=on_notice,
         )
     finally:
         lock.release(unlink=True)
@@ -200,6 +205,7 @@ async def _replay_into(
     block_size: int,
     on_start: Callable[[StatsView, int], None] | None,
     install_signal_handlers: bool,
+    on_notice: Callable[[str], None] | None = None,
 ) -> SessionResult:
     """The session once it holds its run directory (``run.lock``, for the run's lifetime:
     no recovery under its feet)."""
@@ -223,6 +229,12 @@ async def _replay_into(
             raise ConfigError("--model is required with --no-preflight")
         model, caps, served = opts.model, Capabilities(), ()
         deployment = None
+    limit = deployment_context(deployment)
+    if limit is not None and on_notice is not None:
+        overflow = context_overflow_of(requests, limit=limit[0], source=limit[1])
+        warning = overflow.warning(str(opts.trace_path))
+        if warning is not None:
+            on_notice(warning)
     prompt_plan, calibration = PromptPlan(template_tokens=opts.template_tokens), None
     if opts.calibrate_prompts:
         async with http_client(opts, clock, 4) as http:

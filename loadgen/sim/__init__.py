@@ -17,6 +17,7 @@ __all__ = [
     "app",
     "chunks",
     "config",
+    "context",
     "deadline",
     "engine",
     "faults",

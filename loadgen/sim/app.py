@@ -60,7 +60,7 @@ class SimApp:
         self._started_ns = time.perf_counter_ns()
         scale = self.engine.time_scale
         self._scale_header = (b"x-sim-time-scale", f"{scale:g}".encode())
-        self._models_meta = _models_meta(config, scale)
+        self._models_meta = _models_meta(config, scale, getattr(self.engine, "max_model_len", None))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -195,9 +195,24 @@ class SimApp:
             drop_after=drop_after,
             malformed_at=malformed_at,
         )
+        # Admission control last, right before the engine takes the request: what it lets
+        # in is reserved in its queue until submitted.
+        admission = getattr(self.engine, "admission_refusal", None)
+        why = admission(request) if admission is not None else None
+        if isinstance(why, str):
+            record.outcome = "rejected"
+            self.metrics.fault("admission_rejected")
+            headers = [*id_header, (b"retry-after", b"1")]
+            await _error(send, 429, why, "TooManyRequests", headers)
+            return
         emissions = self.engine.generate(request, received_ns=received_ns, stall=stall)
         write = response.stream(emissions) if request.stream else response.whole(emissions)
-        outcome = await _unless_disconnected(receive, write)
+        try:
+            outcome = await _unless_disconnected(receive, write)
+        finally:
+            done = getattr(self.engine, "admission_done", None)
+            if done is not None:
+                done(request)
         if outcome is None:
             record.outcome = "client_disconnected"
         elif outcome == "dropped":
@@ -284,10 +299,14 @@ def _default_engine(config: SimConfig) -> Engine:
     return PhysicsEngine(config)
 
 
-def _models_meta(config: SimConfig, scale: float) -> dict[str, object]:
+def _models_meta(config: SimConfig, scale: float, max_model_len: object) -> dict[str, object]:
     """The simulator's own ``/v1/models`` card fields: engine, time scale, deployment (also
-    as ``sim_deployment_spec``, the ``deployment.toml`` layout: ``traces.deployment``)."""
+    as ``sim_deployment_spec``, the ``deployment.toml`` layout: ``traces.deployment``), and
+    vLLM's ``max_model_len`` where the engine has a context limit."""
     meta: dict[str, object] = {"sim_time_scale": scale}
+    limit = max_model_len if isinstance(max_model_len, int) else None
+    if limit is not None:
+        meta["max_model_len"] = limit
     spec = config.engine
     if spec is None:
         meta["sim_engine"] = "fixed-delay"
@@ -308,5 +327,5 @@ def _models_meta(config: SimConfig, scale: float) -> dict[str, object]:
         "prefix_cache": spec.prefix_cache,
     }
     # The whole deployment in the deployment.toml layout, read by the replay's preflight.
-    meta["sim_deployment_spec"] = engine_deployment(spec).nested()
+    meta["sim_deployment_spec"] = engine_deployment(spec, max_model_len=limit).nested()
     return meta

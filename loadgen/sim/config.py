@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from loadgen.errors import ConfigError
-from traces.deployment import DeploymentSpec, Efficiency, KvLink, Pool, Scheduler
+from traces.deployment import Admission, DeploymentSpec, Efficiency, KvLink, Pool, Scheduler
 
 DEFAULT_PORT = 8000
 DEFAULT_MODEL_NAME = "sim-model"
@@ -30,7 +30,11 @@ class EngineConfig:
     ``link_gbps`` Gbit/s plus ``link_latency_us``. ``time_scale`` multiplies every model
     duration to get wall time (10 runs the physics at a tenth of real speed); reported
     times are model times. ``kv_capacity_tokens`` overrides the budget model's KV capacity
-    per instance.
+    per instance. ``max_model_len`` is the context limit (prompt plus ``max_tokens``) beyond
+    which a request is refused with vLLM's 400; None takes the catalog's ``max_context``.
+    ``admission_ttft_ms`` turns admission control on: a request whose estimated time to
+    first token plus ``admission_margin_ms`` exceeds it is refused on arrival with 429
+    (:mod:`analyzers.budget.engine.admission`).
     """
 
     model: str
@@ -56,6 +60,9 @@ class EngineConfig:
     step_overhead_us: float = 0.0
     memory_fraction: float = 0.9
     kv_capacity_tokens: int | None = None
+    max_model_len: int | None = None  # None: the catalog model's max_context
+    admission_ttft_ms: float | None = None  # admission control's TTFT budget (None: off)
+    admission_margin_ms: float = 10.0  # the client's TTFT beyond the engine's estimate
     tokenizer: Path | None = None
     profile: Path | None = None  # calibration profile TOML (loadgen plan calibrate)
 
@@ -84,6 +91,17 @@ class EngineConfig:
             _check(0 < value <= 1, name, value, "must be in (0, 1]")
         cap = self.kv_capacity_tokens
         _check(cap is None or cap >= 1, "kv_capacity_tokens", cap, "must be >= 1")
+        ctx = self.max_model_len
+        _check(ctx is None or ctx >= 1, "max_model_len", ctx, "must be >= 1")
+        margin = self.admission_margin_ms
+        _check(math.isfinite(margin) and margin >= 0, "admission_margin_ms", margin, "must be >= 0")
+        budget = self.admission_ttft_ms
+        _check(
+            budget is None or (math.isfinite(budget) and budget > 0),
+            "admission_ttft_ms",
+            budget,
+            "must be a number > 0",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,11 +193,13 @@ class SimConfig:
         return round(self.itl_ms * self.tokens_per_chunk * 1e6)
 
 
-def engine_deployment(engine: EngineConfig) -> DeploymentSpec:
+def engine_deployment(engine: EngineConfig, *, max_model_len: int | None = None) -> DeploymentSpec:
     """The engine's whole deployment in the ``deployment.toml`` layout (what the simulator
-    publishes on its model card, so that a run records it)."""
+    publishes on its model card, so that a run records it); ``max_model_len`` is the limit
+    in force when the engine's own is None (the catalog's)."""
     disagg = engine.topology == "disagg"
     return DeploymentSpec(
+        max_model_len=engine.max_model_len or max_model_len,
         engine="sim",
         model=engine.model,
         gpu=engine.gpu,
@@ -211,6 +231,10 @@ def engine_deployment(engine: EngineConfig) -> DeploymentSpec:
         kv_link=KvLink(gbps=engine.link_gbps, latency_us=engine.link_latency_us)
         if disagg
         else KvLink(),
+        admission=Admission(
+            ttft_ms=engine.admission_ttft_ms,
+            margin_ms=engine.admission_margin_ms if engine.admission_ttft_ms else None,
+        ),
     )
 
 
@@ -240,6 +264,9 @@ def engine_options(spec: DeploymentSpec) -> dict[str, object]:
         "kv_block_size": spec.scheduler.block_size,
         "prefix_cache": spec.scheduler.prefix_caching,
         "kv_capacity_tokens": spec.scheduler.kv_capacity_tokens,
+        "max_model_len": spec.max_model_len,
+        "admission_ttft_ms": spec.admission.ttft_ms,
+        "admission_margin_ms": spec.admission.margin_ms,
         "time_scale": spec.time_scale,
         "efficiency_prefill": spec.efficiency.prefill,
         "efficiency_decode": spec.efficiency.decode,

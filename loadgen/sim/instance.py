@@ -51,6 +51,7 @@ class Instance:
         self._wake = asyncio.Event()
         self._kick_ns: int | None = None
         self._steps = 0
+        self._busy_until_ns = 0
 
     def load(self) -> int:
         """Sequences this instance holds or is about to (the least-loaded router's key)."""
@@ -68,6 +69,14 @@ class Instance:
             prefix_hits=sched.prefix_hits,
             preemptions=sched.preemptions,
         )
+
+    def busy_remaining_s(self, now_ns: int) -> float:
+        """Model seconds until the step in progress ends (0 when idle)."""
+        return max(0, self._busy_until_ns - now_ns) / self._scale / 1e9
+
+    def pending_specs(self) -> list[SeqSpec]:
+        """Arrivals not yet handed to the scheduler (they join at the next step)."""
+        return [spec for _, spec in self._pending]
 
     def check(self, spec: SeqSpec) -> None:
         """Raise CapacityError if ``spec`` can never fit here."""
@@ -132,6 +141,7 @@ class Instance:
                     await self._wake.wait()
                 continue
             end = start + round(result.duration_s * self._scale * 1e9)
+            self._busy_until_ns = end
             self._steps += 1
             await self._timer.sleep_until(end)
             self._on_step(self, result, start, end)

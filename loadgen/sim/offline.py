@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from analyzers.budget.engine.admission import AdmissionPolicy, estimate_ttft, refusal
 from analyzers.budget.engine.scheduler import Role, Scheduler, SeqSpec
 from analyzers.budget.engine.timeline import (
     FinishCallback,
@@ -37,6 +38,7 @@ from analyzers.budget.engine.timeline import (
 from analyzers.errors import CapacityError
 from loadgen.errors import ConfigError
 from loadgen.sim.config import EngineConfig
+from loadgen.sim.context import context_refusal
 from loadgen.sim.physics import ImageSize, Physics, link_spec, transfer_s
 from loadgen.sim.topology import instance_setup
 from traces import schema as s
@@ -168,6 +170,39 @@ class _Cluster:
         def transfer(prompt_tokens: int) -> float:
             return transfer_s(physics, prompt_tokens, link)
 
+        policy = (
+            None
+            if spec.admission_ttft_ms is None
+            else AdmissionPolicy(
+                ttft_budget_s=spec.admission_ttft_ms / 1e3,
+                margin_s=spec.admission_margin_ms / 1e3,
+            )
+        )
+
+        def admit(seq: SeqSpec, front: Sequence[VirtualInstance], now_s: float) -> str | None:
+            # As the HTTP simulator's PhysicsEngine.admission_refusal: the estimate on the
+            # front instance where it is shortest.
+            assert policy is not None
+            extra = transfer(seq.prompt_tokens) if self.back else 0.0
+            best = min(
+                (
+                    (
+                        estimate_ttft(
+                            inst.scheduler,
+                            [p for _, p in inst.pending],
+                            seq,
+                            physics.step_s,
+                            # the step in progress ends before this one can join
+                            extra_s=extra + max(0.0, (inst.busy_until or now_s) - now_s),
+                        ),
+                        inst.name,
+                    )
+                    for inst in front
+                ),
+                key=lambda pair: pair[0].ttft_s,
+            )
+            return refusal(policy, best[0], where=best[1])
+
         self.cluster = VirtualCluster(
             self.front,
             self.back,
@@ -175,6 +210,7 @@ class _Cluster:
             transfer_s=transfer if self.back else None,
             record_tokens=True,
             on_finish=on_finish,
+            admit=admit if policy is not None else None,
         )
 
     def _pool(self, prefix: str, count: int, gpus: int, role: Role) -> list[VirtualInstance]:
@@ -214,6 +250,7 @@ def simulate(
     pending = iter(order)
     due: dict[int, float] = {}
     refused: dict[int, str] = {}
+    too_long_ids: set[int] = set()
 
     def send(at_s: float) -> None:
         """Closed loop: send the next request of the trace at ``at_s`` (refusals return at
@@ -230,6 +267,7 @@ def simulate(
 
     sim = _Cluster(engine, on_finish if load.concurrency is not None else None)
     physics = sim.physics
+    max_model_len = engine.max_model_len or physics.model.max_context
     prompts: dict[int, int] = {}
 
     def admit(req: TraceRequest, at_s: float) -> str | None:
@@ -238,6 +276,12 @@ def simulate(
         images = [ImageSize(width=im.width, height=im.height) for im in req.images or ()]
         prompt = req.input_tokens + sum(physics.image_tokens(im, fallback=0) for im in images)
         prompts[req.index] = prompt
+        too_long = context_refusal(
+            prompt_tokens=prompt, max_tokens=req.output_tokens, max_model_len=max_model_len
+        )
+        if too_long is not None:
+            too_long_ids.add(req.index)
+            return too_long
         spec = SeqSpec(
             seq_id=req.index,
             prompt_tokens=max(1, prompt),
@@ -264,6 +308,7 @@ def simulate(
             send(0.0)
     sim.cluster.run(max_steps=MAX_STEPS)
     tracks = sim.cluster.tracks
+    rejected = sim.cluster.refused
     records = tuple(
         _record(
             req,
@@ -272,6 +317,8 @@ def simulate(
             tracks.get(req.index),
             refused.get(req.index),
             prompts[req.index],
+            too_long=req.index in too_long_ids,
+            rejected=rejected.get(req.index),
         )
         for req in order
         if req.index in due
@@ -295,8 +342,16 @@ def _record(
     track: VirtualTrack | None,
     refused: str | None,
     prompt_tokens: int,
+    *,
+    too_long: bool = False,
+    rejected: str | None = None,
 ) -> RequestRecord:
     sent = _ns(due_s)
+    if rejected is not None:  # admission control: 429 on arrival, as the HTTP simulator
+        refused, status, outcome = rejected, 429, s.OUTCOME_REJECTED
+    else:
+        status = 400
+        outcome = s.OUTCOME_CONTEXT_EXCEEDED if too_long else s.OUTCOME_HTTP_ERROR
     refusal = RequestRecord(
         run_id=run_id,
         trace_index=req.index,
@@ -316,9 +371,9 @@ def _record(
         request_written_ns=sent,
         headers_ns=sent,
         end_ns=sent,
-        outcome=s.OUTCOME_HTTP_ERROR,
-        http_status=400,
-        error=f"HTTP 400: {refused or 'the simulated engine could not serve it'}",
+        outcome=outcome,
+        http_status=status,
+        error=f"HTTP {status}: {refused or 'the simulated engine could not serve it'}",
     )
     if track is None or not track.times or track.first_step is None:
         return refusal

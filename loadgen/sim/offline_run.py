@@ -17,6 +17,7 @@ import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from analyzers.budget import catalog
 from loadgen import __version__
 from loadgen.errors import RunDirError
 from loadgen.sim.config import DEFAULT_MODEL_NAME, EngineConfig, engine_deployment
@@ -177,7 +178,12 @@ def run_info(run: OfflineRun, result: OfflineResult, *, run_id: str, trace_sha25
             warnings=(),
             workers=(),
         ),
-        deployment=DeploymentInfo.of(engine_deployment(run.engine), source=OFFLINE_SOURCE),
+        deployment=DeploymentInfo.of(
+            engine_deployment(
+                run.engine, max_model_len=catalog.model(run.engine.model).max_context
+            ),
+            source=OFFLINE_SOURCE,
+        ),
     )
 
 

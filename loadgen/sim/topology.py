@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 
+from analyzers.budget.engine.admission import AdmissionPolicy, estimate_ttft, refusal
 from analyzers.budget.engine.scheduler import (
     Role,
     SchedulerLimits,
@@ -36,6 +37,7 @@ from analyzers.budget.engine.scheduler import (
 from analyzers.errors import CapacityError
 from loadgen.errors import ConfigError, RequestError
 from loadgen.sim.config import EngineConfig, SimConfig
+from loadgen.sim.context import context_refusal
 from loadgen.sim.deadline import DeadlineTimer, make_deadline_timer
 from loadgen.sim.engine import Emission, EngineLoad, InstanceStats, Phases, Stall
 from loadgen.sim.instance import Instance
@@ -165,7 +167,20 @@ class PhysicsEngine:
         else:
             self.front = self._pool("p", spec.prefill_instances, spec.prefill_gpus, "prefill")
             self.back = self._pool("d", spec.decode_instances, spec.decode_gpus, "decode")
+        self.max_model_len = spec.max_model_len or self.front[0].physics.model.max_context
+        self.admission = (
+            None
+            if spec.admission_ttft_ms is None
+            else AdmissionPolicy(
+                ttft_budget_s=spec.admission_ttft_ms / 1e3,
+                margin_s=spec.admission_margin_ms / 1e3,
+            )
+        )
         self._tickets: dict[int, _Ticket] = {}
+        self._reserved: dict[int, SeqSpec] = {}
+        """Requests admission control let in that ``generate`` has not submitted yet (by
+        ``id`` of the request): later estimates count them, so that a burst is not
+        admitted on one stale view of the queue."""
         self._ids = itertools.count(1)
         self._link_free: dict[str, int] = {}
         self._group: asyncio.TaskGroup | None = None
@@ -220,6 +235,11 @@ class PhysicsEngine:
         n = len(tokens) + image_tokens
         if n < 1:
             raise RequestError("the prompt is empty", param="prompt")
+        too_long = context_refusal(
+            prompt_tokens=n, max_tokens=request.max_tokens, max_model_len=self.max_model_len
+        )
+        if too_long is not None:
+            raise RequestError(too_long, param="messages" if request.api == "chat" else "prompt")
         # Image tokens have no text to hash: such prompts are not prefix-cached.
         hashes = () if content.images else block_hashes(tokens, self.spec.kv_block_size)
         images = [img for img in content.images if img is not None]
@@ -237,6 +257,41 @@ class PhysicsEngine:
         except CapacityError as exc:
             raise RequestError(str(exc), param="max_tokens") from exc
         return prepared
+
+    def admission_refusal(self, request: SimRequest) -> str | None:
+        """Why admission control refuses ``request`` now (429), or None (admitted, or no
+        policy): the estimate on the front instance where it is shortest."""
+        if self.admission is None:
+            return None
+        seq = self._seq(request, 0)
+        link = 0.0
+        if self.back:
+            link = transfer_s(self.front[0].physics, request.prompt_tokens, self._link)
+        now = time.perf_counter_ns()
+        reserved = list(self._reserved.values())
+        estimates = [
+            (
+                estimate_ttft(
+                    inst.scheduler,
+                    [*inst.pending_specs(), *reserved],
+                    seq,
+                    inst.physics.step_s,
+                    extra_s=link + inst.busy_remaining_s(now),
+                ),
+                inst.name,
+            )
+            for inst in self.front
+        ]
+        best, where = min(estimates, key=lambda pair: pair[0].ttft_s)
+        why = refusal(self.admission, best, where=where)
+        if why is None:
+            self._reserved[id(request)] = seq
+        return why
+
+    def admission_done(self, request: SimRequest) -> None:
+        """Drop ``request``'s reservation if ``generate`` never took it (the client left
+        before its response started)."""
+        self._reserved.pop(id(request), None)
 
     @staticmethod
     def _seq(request: SimRequest, seq_id: int, *, decode: bool = False) -> SeqSpec:
@@ -313,6 +368,7 @@ class PhysicsEngine:
     async def generate(
         self, request: SimRequest, *, received_ns: int, stall: Stall | None = None
     ) -> AsyncGenerator[Emission, None]:
+        self._reserved.pop(id(request), None)
         seq_id = next(self._ids)
         front = self._front_router.choose(self.front)
         ticket = _Ticket(seq_id, request, received_ns, front)

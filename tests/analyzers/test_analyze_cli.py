@@ -122,8 +122,17 @@ def test_bad_percentiles_exit_2(run: Path, bad: str) -> None:
     assert "percentile" in err.lower() or "numbers" in err
 
 
-def test_not_a_run_exits_3(tmp_path: Path) -> None:
-    code, out, err = invoke(analyze, [tmp_path / "missing"])
+def test_a_missing_run_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["analyze", str(tmp_path / "missing")])
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith("error: ")
+    assert result.stderr.count("\n") == 1
+    assert result.stdout == ""
+
+
+def test_a_directory_without_rows_exits_3(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    code, out, err = invoke(analyze, [tmp_path / "empty"])
     assert code == 3
     assert err.startswith("error: ")
     assert err.count("\n") == 1

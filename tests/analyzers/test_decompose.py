@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,7 @@ def test_hidden_timings_use_budget_and_remainder(
         "client_delay": "measured",
         "connect": "measured",
         "write": "measured",
-        "network": "estimate",
+        "network": "headers",
         "queue": "remainder",
         "prefill": predicted,
         "transfer": predicted,
@@ -169,6 +170,89 @@ def test_hidden_timings_use_budget_and_remainder(
     assert (queue_budget.null_count() == 0) if load_aware else (queue_budget.null_count() == 40)
 
 
+def test_network_is_each_requests_own(tmp_path: Path, budget: BudgetModel) -> None:
+    # Hidden timings: each request's round trip is its response head's, not one constant;
+    # its tail does not land in the queue. A request without an early head or a fresh
+    # connection gets the run's estimate, and says so.
+    records = []
+    for i in range(12):
+        r = rec(i, prompt=LENGTHS[i % 4])
+        extra = (i // 4) * MS  # this request's path is slower by 0-2 ms, both ways
+        written = r.request_written_ns
+        assert written is not None
+        assert r.first_token_ns is not None
+        records.append(
+            replace(
+                r,
+                headers_ns=written + MS // 2 + extra,
+                first_byte_ns=written + MS // 2 + extra,
+                first_token_ns=r.first_token_ns + extra,
+            )
+        )
+    run = write_run(tmp_path / "run", records)
+    t = request_terms(run, budget, DecomposeOptions(hide_server_timings=True, load_aware=False))
+    f = t.frame.sort(s.DUE_NS)
+    assert f.get_column(term_col("network")).to_list() == pytest.approx(
+        [0.5 + i // 4 for i in range(12)]
+    )
+    assert {x.term: x.source for x in t.sources}["network"] == "headers"
+    assert t.unidentified == ()
+    # The server-side time left after network and predictions is the same for all: the
+    # slower paths did not grow the queue.
+    queue = f.get_column(term_col("queue")) + f.get_column(OVERSHOOT_MS)
+    spread = (
+        f.with_columns(queue.alias("q"))
+        .group_by("prompt_tokens_used")
+        .agg((pl.col("q").max() - pl.col("q").min()).alias("spread"))
+    )
+    assert spread.get_column("spread").max() < 1e-6  # type: ignore[operator]
+
+
+def test_heads_held_back_by_the_server_are_not_the_network(tmp_path: Path) -> None:
+    # A server that writes its head when it starts the request (llama.cpp: when a slot
+    # takes it): the head's delay is the queue, so it is not read as the network.
+    records = []
+    for i in range(12):
+        r = rec(i, prompt=LENGTHS[i % 4], queue_ms=10.0 * i)
+        written = r.request_written_ns
+        assert written is not None
+        records.append(
+            replace(r, headers_ns=written + int(10.0 * i * MS), first_byte_ns=r.first_token_ns)
+        )
+    run = write_run(tmp_path / "run", records)
+    budget = BudgetModel.from_catalog("llama-3.1-8b", "h200")
+    t = request_terms(run, budget, DecomposeOptions(hide_server_timings=True, load_aware=False))
+    assert {x.term: x.source for x in t.sources}["network"] == "estimate"
+    network = t.frame.get_column(term_col("network"))
+    assert network.max() == network.min()
+
+
+def test_negative_terms_are_unidentified_not_zero(tmp_path: Path) -> None:
+    # Request 0: the server claims a TTFT longer than the client's server-side time (its
+    # clock disagrees); request 1: it reports a negative prefill. Neither is booked as 0
+    # or folded into another term.
+    records = [rec(i) for i in range(4)]
+    records[0] = replace(records[0], server_ttft_ms=1e3)
+    records[1] = replace(records[1], server_prefill_ms=-3.0)
+    run = write_run(tmp_path / "run", records)
+    t = request_terms(run, None, DecomposeOptions())
+    f = t.frame.sort(s.DUE_NS)
+    network = f.get_column(term_col("network")).to_list()
+    prefill = f.get_column(term_col("prefill")).to_list()
+    assert network[0] is None
+    assert network[1:] == pytest.approx([NET_MS] * 3, abs=1e-3)
+    assert prefill[1] is None
+    assert None not in prefill[2:]
+    for term in TERMS:
+        values = f.get_column(term_col(term)).drop_nulls()
+        assert (values >= 0).all(), term
+    gaps = {u.term: (u.requests, u.reason) for u in t.unidentified}
+    assert gaps["network"][0] == 1
+    assert "clocks disagree" in gaps["network"][1]
+    assert gaps["prefill"] == (1, "the server reported a negative prefill")
+    assert {x.term: x.source for x in t.sources}["network"] == "server"
+
+
 def test_a_replay_too_long_falls_back_to_batch_1(run: Path, budget: BudgetModel) -> None:
     options = DecomposeOptions(hide_server_timings=True, max_replay_steps=3)
     t = request_terms(run, budget, options)
@@ -182,7 +266,6 @@ def test_load_aware_prefill_of_prompts_sharing_steps(tmp_path: Path) -> None:
     # and third are prefilled in chunks alongside the others, so their prefill lasts
     # several steps of a full batch, far beyond the batch-1 budget (what a batch-1
     # prediction would book as queue).
-    from dataclasses import replace
 
     budget = BudgetModel.from_catalog("llama-3.1-8b", "h100")
     budget = replace(budget, deployment=replace(budget.deployment, chunk_tokens=2048))

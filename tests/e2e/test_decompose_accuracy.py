@@ -1,4 +1,15 @@
-"""Decomposition accuracy against the physics simulator's ground truth (issue 6).
+"""Decomposition against the physics simulator's ground truth when told its deployment.
+
+What this proves, and what it does not: the analyzer's load replay and the simulator run
+the same scheduler with the same step physics, and here the analyzer is given the
+simulator's own deployment (as ``loadgen decompose RUN`` reads it from run.json). Agreement
+therefore shows that the decomposition plumbing is right (the time scale, the run's
+recorded deployment, the queue as the remainder, arrivals placed on the server's clock,
+the disaggregated link and decode instance) and that the replay reproduces the engine's
+batching; it cannot catch a wrong physical model. Accuracy against physics the analyzer is
+not told (30% lower efficiencies, an unknown chunk size, recovered by ``calibrate``) is
+``tests/e2e/test_decompose_perturbed.py``; against a real engine, llama.cpp with parallel
+slots, ``tests/realserver/test_llamacpp.py``.
 
 Each case replays a small trace against ``loadgen sim --model llama-3.1-8b --gpu h100``
 (monolith, or disaggregated 1 prefill + 1 decode instance over a 400 Gbit/s link) at a
@@ -172,11 +183,11 @@ def planned_run(run_dir: Path, server: SimProcess, dest: Path) -> Path:
     """``run_dir`` as a client without jitter would have recorded it, in ``dest``.
 
     Per request, from the simulator's own record: due, sent and written ``ONE_WAY_NS``
-    before the simulator received it, its first byte back a round trip after it was
-    written (headers sent on receipt), its first token ``ONE_WAY_NS`` after the simulator
-    planned it (``chunk_due_ns``: not when it got round to writing it), its end likewise
-    after the last token's plan. Every other column (prompt, cache, truth, outcome) is the
-    run's own.
+    before the simulator received it, its response head and first byte back a round trip
+    after it was written (headers sent on receipt), its first token ``ONE_WAY_NS`` after
+    the simulator planned it (``chunk_due_ns``: not when it got round to writing it), its
+    end likewise after the last token's plan. Every other column (prompt, cache, truth,
+    outcome) is the run's own.
     """
     info = read_run_info(run_dir)
     assert info is not None
@@ -199,6 +210,7 @@ def planned_run(run_dir: Path, server: SimProcess, dest: Path) -> Path:
         as_sent.alias(s.SENT_NS),
         pl.when(pl.col(s.CONNECTED_NS).is_not_null()).then(as_sent).alias(s.CONNECTED_NS),
         as_sent.alias(s.REQUEST_WRITTEN_NS),
+        pl.Series(first_byte, dtype=pl.Int64).alias(s.HEADERS_NS),
         pl.Series(first_byte, dtype=pl.Int64).alias(s.FIRST_BYTE_NS),
         pl.Series(first, dtype=pl.Int64).alias(s.FIRST_TOKEN_NS),
         pl.Series(end, dtype=pl.Int64).alias(s.END_NS),

@@ -105,20 +105,30 @@ def test_decomposition_matches_the_simulator(tmp_path: Path, sim: SimFactory) ->
     assert cal.measured == "derived"
     assert cal.samples == 24
     assert hidden.network.source == "first_byte"
-    # What the client measured beyond the simulator's TTFT (20 ms + 100 us/token): the
-    # server's late wake-ups, loopback and the client's stamping, from tens of microseconds
-    # to tens of milliseconds on a busy machine. The calibration fits the simulator's line
-    # plus this jitter, less the network estimate and the budget's first-token step (an
-    # H200's decode step, 5.6 ms + 0.05 us/token, where the simulator takes 5 ms), so each
-    # coefficient is the simulator's plus that of the jitter's own fit, and nothing else.
-    # The tolerances are rounding, and the first-token step's slope for b.
+    # What the client measured beyond the simulator's TTFT (20 ms + 100 us/token) and each
+    # request's own network (its response head's delay): the server's late wake-ups and
+    # the client's stamping, from tens of microseconds to tens of milliseconds on a busy
+    # machine. The calibration fits the simulator's line plus this jitter, less the
+    # budget's first-token step (an H200's decode step, 5.6 ms + 0.05 us/token, where the
+    # simulator takes 5 ms), so each coefficient is the simulator's plus that of the
+    # jitter's own fit, and nothing else. The tolerances are rounding, and the first-token
+    # step's slope for b.
+    per_request = request_terms(
+        run.run_dir,
+        budget,
+        DecomposeOptions(hide_server_timings=True, load_aware=False, low_load_quantile=1.0),
+    ).frame.sort(s.REQUEST_ID)
+    assert (
+        per_request.get_column(s.REQUEST_ID).to_list() == truth.get_column(s.REQUEST_ID).to_list()
+    )
+    network = per_request.get_column(term_col("network")).to_list()
     prompts = truth.get_column(s.PROMPT_TOKENS).to_list()
     side_ms = (truth.get_column(s.FIRST_TOKEN_NS) - truth.get_column(s.REQUEST_WRITTEN_NS)) / 1e6
-    jitter = [t - (20.0 + 0.1 * n) for t, n in zip(side_ms, prompts, strict=True)]
+    jitter = [t - w - (20.0 + 0.1 * n) for t, w, n in zip(side_ms, network, prompts, strict=True)]
     jitter_a, jitter_b, jitter_c = quadratic_fit(prompts, jitter)
     print(f"jitter ms: {min(jitter):.2f} to {max(jitter):.2f}; its fit's slope {jitter_b:.2f} us")
     first_step_ms = decode_step_time_s(budget.model, budget.deployment, [0]) * 1e3
-    constants = hidden.network.value_ms + first_step_ms
+    constants = first_step_ms
     assert cal.a_ms == pytest.approx(20.0 + jitter_a - constants, abs=0.01)
     assert cal.b_us_per_token == pytest.approx(100.0 + jitter_b, abs=0.1)
     assert cal.c_ns_per_token2 == pytest.approx(jitter_c, abs=1e-5)

@@ -169,7 +169,7 @@ def _run_case(case: _Case, tmp_path: Path, sim: SimFactory, *, via: str = "recov
         info = read_run_info(run_dir)
         assert info is not None
         if info.status == "interrupted":
-            assert proc.returncode == 0, err
+            assert proc.returncode == 130, err  # README: an interrupted run exits 130
         else:  # a loaded machine: the replay ended first and the signal met the summary
             assert info.status == "completed", err
             assert proc.returncode in (0, -case.sig, 130), err
@@ -295,7 +295,7 @@ def test_a_live_run_is_neither_recovered_nor_replayed_into(tmp_path: Path, sim: 
     assert "is still running (pid" in analyzed.stderr
     assert again.code == 2, again.stderr
     assert "still writing this run" in again.stderr
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err  # README: an interrupted run exits 130
     info = read_run_info(run_dir)
     assert info is not None
     assert info.status == "interrupted"

@@ -87,6 +87,18 @@ def client() -> Iterator[httpx.Client]:
         yield c
 
 
+def _settled_record(client: httpx.Client, server: SimProcess, rid: str) -> dict[str, Any]:
+    """The simulator's record of ``rid`` once its outcome is set: the simulator records it
+    after its last write returns, which may be a moment after the client read that write
+    (waits at most 2 s, then returns what it has)."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        record: dict[str, Any] = client.get(f"{server.root_url}/debug/requests/{rid}").json()
+        if record.get("outcome") != "running" or time.monotonic() > deadline:
+            return record
+        time.sleep(0.01)
+
+
 def test_chat_stream_with_usage(server: SimProcess, client: httpx.Client) -> None:
     body = _chat(5, stream_options={"include_usage": True})
     result = _stream(client, f"{server.base_url}/chat/completions", body, "chat-usage-1")
@@ -116,7 +128,7 @@ def test_chat_stream_with_usage(server: SimProcess, client: httpx.Client) -> Non
     assert metrics["decode_ms"] == pytest.approx(8.0, abs=5.0)
     assert len({event["id"] for event in result.events}) == 1
 
-    record = client.get(f"{server.root_url}/debug/requests/chat-usage-1").json()
+    record = _settled_record(client, server, "chat-usage-1")
     assert record["prompt_tokens"] == 4
     assert record["chunk_tokens"] == [2, 2, 1]
     assert len(record["chunk_write_ns"]) == len(contents)
@@ -257,7 +269,7 @@ def test_drop_gives_an_incomplete_body_error(sim: SimFactory) -> None:
             response.close()
         # Role chunk plus half of max_tokens, and never the finish or [DONE].
         assert len(events) == 1 + 5
-        record = client.get(f"{server.root_url}/debug/requests/d1").json()
+        record = _settled_record(client, server, "d1")
         assert record["outcome"] == "dropped"
         assert sum(record["chunk_tokens"]) == 5
         with pytest.raises(httpx.RemoteProtocolError):

@@ -4,6 +4,7 @@ its latencies are those of the HTTP simulator replayed by ``loadgen replay``."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,6 +51,8 @@ def test_simulated_runs_read_like_replays(tmp_path: Path) -> None:
     invoke("simulate", str(trace), *ENGINE, "-o", mono)
     invoke("simulate", str(trace), *ENGINE, "--topology", "disagg", "-o", disagg)
     assert "requests 100 (ok 100" in invoke("analyze", mono)
+    results = json.loads((Path(mono) / "results.json").read_text())
+    assert results["completed"] == 100
     assert "prefill" in invoke("decompose", disagg, "--model", "llama-3.1-8b", "--gpu", "h100")
     invoke("gate", mono, "--slo", "ttft_ms.p99<=60000", "--baseline", mono)
     assert "lowers" in invoke("compare", mono, disagg) or "raises" in invoke(

@@ -34,6 +34,18 @@ def _trace(path: Path) -> Path:
     return path
 
 
+def test_sweep_cli_writes_results_per_step(tmp_path: Path, sim: SimFactory) -> None:
+    server = sim("--ttft-ms", "20", "--itl-ms", "2")
+    trace = _trace(tmp_path / "trace.parquet")
+    out = tmp_path / "sweep"
+    args = ["sweep", str(trace), "--base-url", server.base_url, "-o", str(out)]
+    result = CliRunner().invoke(cli, [*args, "--rates", "1x,2x", "--cooldown", "0"])
+    assert result.exit_code == 0, result.output
+    for step in ("step-0", "step-1"):
+        results = json.loads((out / step / "results.json").read_text())
+        assert results["completed"] + results["failed"] == 30
+
+
 def test_sweep_against_simulator(tmp_path: Path, sim: SimFactory) -> None:
     server = sim("--ttft-ms", "20", "--itl-ms", "2")
     trace = _trace(tmp_path / "trace.parquet")

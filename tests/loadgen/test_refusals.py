@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.openai.refusals import is_context_exceeded
+from loadgen.openai.refusals import is_admission_rejected, is_context_exceeded
 
 VLLM_400 = (
     "HTTP 400: This model's maximum context length is 2048 tokens. However, your prompt "
@@ -34,3 +34,18 @@ def test_the_servers_length_refusals(message: str) -> None:
 )
 def test_other_errors_are_not(status: int | None, message: str) -> None:
     assert not is_context_exceeded(status, message)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "rejected"),
+    [
+        (429, "HTTP 429: request rejected by admission control: estimated ...", True),
+        (429, "HTTP 429: Model is overloaded", True),  # TGI's queue limit
+        (503, "HTTP 503: model is overloaded", False),  # not TGI's status: a plain error
+        (429, "HTTP 429: rate limited (simulated)", False),  # a plain rate limit
+        (400, "HTTP 400: request rejected by admission control", False),
+        (None, "rejected by admission control", False),
+    ],
+)
+def test_admission_rejections(status: int | None, message: str, rejected: bool) -> None:
+    assert is_admission_rejected(status, message) is rejected

@@ -91,6 +91,22 @@ def test_the_simulator_publishes_what_it_runs_and_reads_it_back() -> None:
     assert EngineConfig(**engine_options(spec)) == engine  # type: ignore[arg-type]
 
 
+def test_admission_and_the_context_limit_travel_with_the_deployment() -> None:
+    engine = EngineConfig(
+        model="llama-3.1-8b", max_model_len=4096, admission_ttft_ms=800.0,
+        admission_margin_ms=5.0,
+    )  # fmt: skip
+    spec = parse_deployment(engine_deployment(engine).nested(), where="card")
+    assert (spec.max_model_len, spec.admission.ttft_ms, spec.admission.margin_ms) == (
+        4096, 800.0, 5.0,
+    )  # fmt: skip
+    assert EngineConfig(**engine_options(spec)) == engine  # type: ignore[arg-type]
+    doc = {"admission": {"ttft_ms": 300, "margin_ms": 0}}
+    assert parse_deployment(doc, where="f").admission.ttft_ms == 300.0
+    with pytest.raises(DeploymentError, match=r"admission\.ttft_ms"):
+        parse_deployment({"admission": {"ttft_ms": 0}}, where="f")
+
+
 def test_run_json_keeps_the_facts_and_their_sources() -> None:
     info = DeploymentInfo(
         facts=(

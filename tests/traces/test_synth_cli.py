@@ -302,7 +302,7 @@ def test_bad_input_exits_2(tmp_path: Path, args: list[str]) -> None:
     result = CliRunner().invoke(cli, ["trace", "synth", *args, "-o", str(tmp_path / "x.parquet")])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+    errors = [line for line in result.output.splitlines() if line.lower().startswith("error")]
     assert len(errors) == 1
     assert not (tmp_path / "x.parquet").exists()
 

@@ -7,6 +7,7 @@ nothing third-party: no pyarrow, no Polars, nothing of ``traces`` or the plannin
 """
 
 __all__ = [
+    "admission",
     "kvblocks",
     "scheduler",
     "step",

@@ -148,6 +148,20 @@ class Scheduler:
         """Whether any sequence waits or runs."""
         return bool(self._waiting or self._running)
 
+    def prefill_backlog(self) -> int:
+        """Prompt tokens still to compute, of every waiting and running sequence (the
+        prefix cache not counted: an upper bound)."""
+        total = 0
+        for seq in self._waiting:
+            total += max(0, seq.spec.prompt_tokens - seq.computed)
+        for seq in self._running:
+            total += max(0, seq.spec.prompt_tokens - seq.computed)
+        return total
+
+    def contexts(self) -> list[int]:
+        """Known tokens of every running and waiting sequence (what each will decode over)."""
+        return [seq.known for seq in self._running] + [seq.known for seq in self._waiting]
+
     def _lifetime_tokens(self, spec: SeqSpec) -> int:
         if self.role == "prefill":
             return spec.prompt_tokens

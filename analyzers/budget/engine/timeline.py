@@ -98,6 +98,9 @@ class PredictedPhases:
     transfer_s: float
     first_token_s: float
     instance: str
+    second_token_s: float | None = None
+    """From the first token to the second (the next step's length), when asked for and the
+    request has one."""
 
 
 class VirtualInstance:
@@ -140,6 +143,7 @@ class VirtualTrack:
         "front",
         "prefill_end",
         "sample",
+        "second",
         "times",
         "transfer_end",
     )
@@ -153,6 +157,7 @@ class VirtualTrack:
         self.prefill_end: float | None = None
         self.transfer_end: float | None = None
         self.sample: float | None = None
+        self.second: float | None = None
         self.times: list[float] = []
         """Every sampled token's time (only when the cluster records tokens)."""
 
@@ -167,11 +172,15 @@ class VirtualTrack:
             transfer_s=ready - self.prefill_end,
             first_token_s=self.sample - ready,
             instance=self.front,
+            second_token_s=None if self.second is None else self.second - self.sample,
         )
 
 
 FinishCallback = Callable[[int, float], None]
 """Told ``(key, t)`` when request ``key`` sampled its last token at ``t`` (closed loops)."""
+AdmitCallback = Callable[[SeqSpec, Sequence["VirtualInstance"], float], str | None]
+"""Asked on each arrival, with the front instances as they are then and the time: why to
+refuse the request (admission control, :mod:`analyzers.budget.engine.admission`), or None."""
 
 
 class VirtualCluster:
@@ -182,7 +191,8 @@ class VirtualCluster:
     ``front``: the mixed (monolith) or prefill instances; ``back``: the decode instances
     (disaggregated; then ``transfer_s(prompt_tokens)`` times one KV transfer on the prefill
     instance's own link, transfers queueing on it). Each pool has its own router turn.
-    ``record_tokens``: keep every sampled token's time, not only the first."""
+    ``record_tokens``: keep every sampled token's time, not only the first. ``admit``:
+    asked on each arrival whether to refuse it (``refused`` keeps the reasons)."""
 
     def __init__(
         self,
@@ -193,6 +203,8 @@ class VirtualCluster:
         transfer_s: Callable[[int], float] | None = None,
         record_tokens: bool = False,
         on_finish: FinishCallback | None = None,
+        second_token: bool = False,
+        admit: AdmitCallback | None = None,
     ) -> None:
         if not front:
             raise BudgetError("a virtual cluster needs at least one instance")
@@ -204,6 +216,10 @@ class VirtualCluster:
         self.transfer_s = transfer_s
         self.record_tokens = record_tokens
         self.on_finish = on_finish
+        self.second_token = second_token
+        self.admit = admit
+        self.refused: dict[int, str] = {}
+        """Requests refused by ``admit`` on arrival, with the reason."""
         self.tracks: dict[int, VirtualTrack] = {}
         self.specs: dict[int, SeqSpec] = {}
         self.events: list[tuple[float, int, int, str]] = []
@@ -213,6 +229,8 @@ class VirtualCluster:
         self.link_free: dict[str, float] = {}
         self.front_of: dict[int, VirtualInstance] = {}
         self.waiting_first = 0
+        self.waiting_second = 0
+        """Requests still without their second token (counted with ``second_token`` only)."""
         self.rejected: set[int] = set()
         self.steps = 0
 
@@ -224,6 +242,8 @@ class VirtualCluster:
         self.specs[key] = spec
         self.tracks[key] = VirtualTrack(at_s)
         self.waiting_first += 1
+        if self.second_token and spec.max_tokens > 1:
+            self.waiting_second += 1
         heapq.heappush(self.events, (at_s, next(self.order), key, "arrive"))
 
     def _choose(self, pool: list[VirtualInstance], turn: Iterator[int]) -> VirtualInstance:
@@ -237,6 +257,14 @@ class VirtualCluster:
         t, _, key, kind = heapq.heappop(self.events)
         spec = self.specs[key]
         if kind == "arrive":
+            if self.admit is not None:
+                why = self.admit(spec, self.front, t)
+                if why is not None:
+                    self.refused[key] = why
+                    self.waiting_first -= 1
+                    if self.second_token and spec.max_tokens > 1:
+                        self.waiting_second -= 1
+                    return
             inst = self._choose(self.front, self.front_turn)
             self.tracks[key].front = inst.name
             self.front_of[key] = inst
@@ -263,6 +291,8 @@ class VirtualCluster:
                 inst.scheduler.add(spec)
             except CapacityError:
                 self.waiting_first -= 1  # never fits: no phases
+                if self.second_token and spec.max_tokens > 1:
+                    self.waiting_second -= 1
                 self.rejected.add(spec.seq_id)
         inst.pending = keep
         result = inst.scheduler.step()
@@ -290,6 +320,9 @@ class VirtualCluster:
             if track.sample is None:
                 track.sample = end
                 self.waiting_first -= 1
+            elif track.second is None and self.second_token:
+                track.second = end
+                self.waiting_second -= 1
             if record:
                 track.times.append(end)
         if self.on_finish is not None:
@@ -306,10 +339,11 @@ class VirtualCluster:
 
     def run(self, *, max_steps: int, first_tokens_only: bool = False) -> None:
         """Step until nothing is left to do (or, with ``first_tokens_only``, until every
-        request has its first token). Raises ``BudgetError`` past ``max_steps`` steps."""
+        request has its first token, and its second with ``second_token``). Raises
+        ``BudgetError`` past ``max_steps`` steps."""
         instances = [*self.front, *self.back]
         events = self.events
-        while not first_tokens_only or self.waiting_first > 0:
+        while not first_tokens_only or self.waiting_first > 0 or self.waiting_second > 0:
             best: VirtualInstance | None = None
             best_start = 0.0
             for inst in instances:
@@ -351,12 +385,17 @@ def _replay_instance(shape: EngineShape, name: str, role: Role, longest: int) ->
 
 
 def replay_schedule(
-    arrivals: Sequence[Arrival], shape: EngineShape, *, max_steps: int = 1_000_000
+    arrivals: Sequence[Arrival],
+    shape: EngineShape,
+    *,
+    max_steps: int = 1_000_000,
+    second_token: bool = False,
 ) -> dict[int, PredictedPhases]:
     """Each request's predicted phases under the load of all of them (by ``Arrival.key``).
 
     Requests that can never fit the KV cache get no entry. Stops once every request has
-    its first token (later decode steps change no phase). Raises ``BudgetError`` past
+    its first token (later decode steps change no phase), or with ``second_token`` its
+    second too (``PredictedPhases.second_token_s``). Raises ``BudgetError`` past
     ``max_steps`` steps."""
     if not arrivals:
         return {}
@@ -375,7 +414,11 @@ def replay_schedule(
         return kv_transfer_time_s(model, prompt_tokens, link)
 
     cluster = VirtualCluster(
-        front, back, router=shape.router, transfer_s=transfer if shape.disaggregated else None
+        front,
+        back,
+        router=shape.router,
+        transfer_s=transfer if shape.disaggregated else None,
+        second_token=second_token,
     )
     for a in arrivals:
         spec = SeqSpec(

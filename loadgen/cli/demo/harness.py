@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from loadgen.cli.echo import cli_console
 from loadgen.cli.replay import print_summary, run_with_display
 from loadgen.run.session import SessionOptions
 
@@ -69,7 +69,7 @@ def demo(out: Path | None, requests: int, rate: float, seed: int, no_progress: b
     """
     from loadgen.sim.launch import start_sim
 
-    console = Console()
+    console = cli_console()
     base = out or Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     base.mkdir(parents=True, exist_ok=True)
     trace_path = base / "trace.parquet"

@@ -14,4 +14,15 @@ are built inside the helpers, when a command runs, so ``--help`` stays fast.
 
 from __future__ import annotations
 
-__all__ = ["bootstrap", "budget", "engine", "group", "output", "selection", "slo"]
+__all__ = [
+    "bootstrap",
+    "budget",
+    "engine",
+    "group",
+    "outfile",
+    "output",
+    "runpath",
+    "selection",
+    "slo",
+    "url",
+]

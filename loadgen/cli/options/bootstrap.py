@@ -13,7 +13,11 @@ def bootstrap_options(func: Command) -> Command:
     return apply(
         (
             click.option(
-                "--resamples", type=click.IntRange(min=10), default=1000, show_default=True
+                "--resamples",
+                type=click.IntRange(min=10),
+                default=1000,
+                show_default=True,
+                help="Bootstrap resamples of each confidence interval.",
             ),
             click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed."),
         ),

@@ -93,6 +93,27 @@ def _options(*, model_help: str, time_scale: bool) -> list[Decorator]:
             None,
             "override the budget model's KV capacity per instance.",
         ),
+        _engine(
+            "--max-model-len",
+            _POS,
+            None,
+            "context limit, prompt plus max_tokens; longer requests get vLLM's 400 "
+            "(default: the catalog model's max_context).",
+        ),
+        _engine(
+            "--admission-ttft-ms",
+            click.FloatRange(0.0, min_open=True),
+            None,
+            "admission control: refuse on arrival (429, with why) a request whose estimated "
+            "time to first token exceeds this budget (default: off).",
+        ),
+        _engine(
+            "--admission-margin-ms",
+            _MS,
+            10.0,
+            "admission control: allowance for the network and the response write, added "
+            "to the estimate.",
+        ),
         _engine("--memory-fraction", _FRACTION, 0.9, "share of HBM for weights plus KV cache."),
         _engine_flag("--no-prefix-cache", "disable the prefix cache."),
         _engine_flag(
@@ -145,8 +166,10 @@ ENGINE_OPTIONS = (
     "model", "gpu", "gpus", "topology", "replicas", "router", "prefill_instances",
     "prefill_gpus", "decode_instances", "decode_gpus", "link_gbps", "link_latency_us",
     "max_num_seqs", "max_batched_tokens", "kv_block_size", "kv_capacity_tokens",
-    "memory_fraction", "no_prefix_cache", "preempt", "time_scale", "efficiency_prefill",
-    "efficiency_decode", "step_overhead_us", "tokenizer", "profile", "deployment_file",
+    "max_model_len", "admission_ttft_ms", "admission_margin_ms",
+    "memory_fraction", "no_prefix_cache", "preempt",
+    "time_scale", "efficiency_prefill", "efficiency_decode", "step_overhead_us", "tokenizer",
+    "profile", "deployment_file",
 )  # fmt: skip
 """The keyword arguments :func:`engine_options` adds (``time_scale`` where it is given)."""
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from loadgen.cli.options.outfile import parquet_out
 from traces.importers.base import ImportOptions
 from traces.importers.dataset import parse_mapping
 from traces.importers.errors import ImportOptionError
@@ -41,6 +42,7 @@ def _formats_help() -> str:
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     required=True,
+    callback=parquet_out,
     help="Trace file to write (.parquet).",
 )
 @click.option("--limit", type=int, default=None, help="Keep at most N requests.")

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from loadgen.cli.options.outfile import parquet_out
 from traces.errors import TraceError
 from traces.synth.agents import AgentSpec
 from traces.synth.arrivals import ARRIVAL_KINDS, ArrivalSpec, RateStep
@@ -312,10 +313,16 @@ _ARRIVAL_OPTIONS: dict[str, tuple[str, ...]] = {
     "--block-size", type=click.IntRange(min=1), default=DEFAULT_BLOCK_SIZE, show_default=True,
     help="Tokens per prefix block id.",
 )  # fmt: skip
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Random seed: the same options and seed give an identical file.",
+)
 @click.option(
     "-o", "--out", "out", type=click.Path(path_type=Path, dir_okay=False), required=True,
-    help="Trace file to write (.parquet).",
+    callback=parquet_out, help="Trace file to write (.parquet).",
 )  # fmt: skip
 @click.pass_context
 def synth(ctx: click.Context, /, **opts: Any) -> None:

@@ -13,7 +13,9 @@ from typing import Any
 
 import click
 
+from loadgen.cli.options.outfile import parquet_out
 from reports import fmt
+from traces.context import ContextOverflow, clip_inputs, context_overflow
 from traces.io import read_metadata, read_trace_table, write_trace
 from traces.stats import ClassStats, TraceStats, trace_stats
 from traces.transform import (
@@ -68,19 +70,64 @@ def render_stats(path: Path, st: TraceStats, meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _context_limit(max_context: int | None, model: str | None) -> tuple[int, str] | None:
+    """The context limit to check against and where it comes from (None: not asked)."""
+    if max_context is not None:
+        return max_context, "--max-context"
+    if model is None:
+        return None
+    from analyzers.budget.catalog import load_catalog  # deferred: only with --model
+
+    spec = load_catalog().model(model)
+    if spec.max_context is None:
+        raise click.UsageError(f"the catalog gives no max_context for {spec.name}")
+    return spec.max_context, f"{spec.name}'s max_context in the catalog"
+
+
 @click.command()
 @click.argument("trace", type=_TRACE)
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
-def info(trace: Path, as_json: bool) -> None:
-    """Summarize TRACE: rate, burstiness, lengths by workload class, prefix reuse, images."""
+@click.option(
+    "--max-context",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Count requests whose prompt + output exceed this context (tokens).",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="Catalog model whose max_context to check against (e.g. llama-3.1-8b).",
+)
+def info(trace: Path, as_json: bool, max_context: int | None, model: str | None) -> None:
+    """Summarize TRACE: rate, burstiness, lengths by workload class, prefix reuse, images.
+
+    With --max-context N (or --model NAME, the catalog's context) it also counts the
+    requests a server of that context would refuse, and says how to clip them.
+
+    Example: loadgen trace info trace.parquet --model llama-3.1-8b
+    """
     table = read_trace_table(trace)
     stats = trace_stats(table)
     meta = read_metadata(trace)
+    limit = _context_limit(max_context, model)
+    overflow: ContextOverflow | None = None
+    if limit is not None:
+        overflow = context_overflow(table, limit=limit[0], source=limit[1])
     if as_json:
         payload = {"trace": str(trace), "provenance": meta, **dataclasses.asdict(stats)}
+        if overflow is not None:
+            payload["context"] = dataclasses.asdict(overflow)
         click.echo(json.dumps(payload, indent=2, sort_keys=True))
     else:
         click.echo(render_stats(trace, stats, meta))
+        if overflow is not None:
+            click.echo(
+                f"context          {overflow.over} of {overflow.requests} requests exceed "
+                f"{overflow.limit:,} tokens ({overflow.source})"
+            )
+    warning = None if overflow is None else overflow.warning(str(trace))
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @click.command()
@@ -93,7 +140,9 @@ def validate(trace: Path) -> None:
 
 @click.command(name="slice")
 @click.argument("trace", type=_TRACE)
-@click.option("-o", "--out", type=_TRACE, required=True, help="Trace file to write.")
+@click.option(
+    "-o", "--out", type=_TRACE, required=True, callback=parquet_out, help="Trace file to write."
+)
 @click.option("--start", "start_s", type=float, default=None, help="Keep arrivals >= this, s.")
 @click.option("--end", "end_s", type=float, default=None, help="Keep arrivals < this, s.")
 @click.option("--first", type=int, default=None, help="Keep the first N matching requests.")
@@ -104,6 +153,12 @@ def validate(trace: Path) -> None:
     show_default=True,
     help="Shift arrivals so the first kept request is at 0 s.",
 )
+@click.option(
+    "--max-input-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Clip longer text prompts (and their prefix blocks) to N tokens.",
+)
 def slice_(
     trace: Path,
     out: Path,
@@ -112,18 +167,33 @@ def slice_(
     first: int | None,
     workload: str | None,
     rezero: bool,
+    max_input_tokens: int | None,
 ) -> None:
-    """Cut TRACE by time window, count or workload class."""
+    """Cut TRACE by time window, count or workload class; clip long prompts.
+
+    Example: loadgen trace slice trace.parquet -o clipped.parquet --max-input-tokens 126000
+    """
     spec = Slice(start_s=start_s, end_s=end_s, first=first, workload=workload, rezero=rezero)
+    meta = read_metadata(trace)
     table = slice_trace(read_trace_table(trace), spec)
-    op = {"op": "slice", "input": trace.name, **dataclasses.asdict(spec)}
-    write_trace(table, out, extend_provenance(read_metadata(trace), op))
-    click.echo(f"wrote {table.num_rows} requests -> {out}")
+    op: dict[str, object] = {"op": "slice", "input": trace.name, **dataclasses.asdict(spec)}
+    clipped = 0
+    if max_input_tokens is not None:
+        block = meta.get("block_size")
+        table, clipped = clip_inputs(
+            table, max_input_tokens, block_size=block if isinstance(block, int) else None
+        )
+        op["max_input_tokens"] = max_input_tokens
+    write_trace(table, out, extend_provenance(meta, op))
+    note = f" ({clipped} clipped to {max_input_tokens} input tokens)" if clipped else ""
+    click.echo(f"wrote {table.num_rows} requests{note} -> {out}")
 
 
 @click.command()
 @click.argument("trace", type=_TRACE)
-@click.option("-o", "--out", type=_TRACE, required=True, help="Trace file to write.")
+@click.option(
+    "-o", "--out", type=_TRACE, required=True, callback=parquet_out, help="Trace file to write."
+)
 @click.option(
     "--time-scale",
     type=float,
@@ -141,7 +211,9 @@ def scale(trace: Path, out: Path, time_scale: float | None, rate: float | None) 
 
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=_TRACE)
-@click.option("-o", "--out", type=_TRACE, required=True, help="Trace file to write.")
+@click.option(
+    "-o", "--out", type=_TRACE, required=True, callback=parquet_out, help="Trace file to write."
+)
 @click.option(
     "--share-prefix-blocks",
     is_flag=True,

@@ -1,0 +1,295 @@
+"""Calibration points of a run directory: measured prefill and decode steps of its requests.
+
+``loadgen plan calibrate RUN`` fits a step-time profile to a run of the tool's own (a
+calibration sweep against a real endpoint, a simulated run, any run). This module turns
+the run's rows into the budget package's ``Observation``s, which ``fit_profiles`` takes as
+it takes a CSV's:
+
+- **Prefill** (batch 1): requests that found the server idle, no other request in flight
+  between their send and their first token. The time is the server-reported prefill
+  (``server_prefill_ms``: vLLM's per-request metrics, llama.cpp's ``prompt_ms``, the
+  simulator's own) where the row has it, else the TTFT measured by the client (which adds
+  the network's round trip: use a loopback or nearby client). New tokens are the prompt
+  less its cached prefix. A prompt longer than the engine's chunk
+  (``scheduler.max_batched_tokens`` of the recorded deployment) took several steps, so it
+  is left out.
+- **Decode** (per output token): requests whose decode span (first token to last) no other
+  request entered or left: every other request in flight over it was already decoding
+  before and still decoding after, so the batch is known (1 + those) and constant. The
+  time per token is ``server_decode_ms`` (else the client's first-to-last span) over
+  ``completion_tokens - 1``; the context per sequence is its prompt plus half its output
+  (as the Splitwise table's), averaged over the batch.
+
+Times are in the model's seconds: client-measured spans are divided by the recorded
+``time_scale`` (a simulator's wall seconds per model second); server timings are already
+in the server's own time. Points with the same key are merged by their median.
+
+The model, GPU and tensor parallelism come from ``run.json``'s recorded deployment
+(``RunInfo.deployment``: a simulated run records all of them; a replay what its preflight
+learnt), or from the caller (``--model/--gpu/--gpus``), which override it.
+Imports polars, ``traces`` and the budget package (never ``loadgen``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from analyzers.budget.measurements import Observation, median_observations
+from analyzers.errors import BudgetError
+from analyzers.frames import run_info, scan_run
+from traces import schema as s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunDeployment:
+    """What the points are measured on: catalog names, tensor parallelism of the prefill
+    and decode instances, the engine, the chunk size and the time scale, and where each
+    came from (``said``: one line)."""
+
+    model: str
+    gpu: str
+    engine: str = ""
+    prefill_tp: int = 1
+    decode_tp: int = 1
+    chunk_tokens: int | None = None
+    time_scale: float = 1.0
+    said: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunPoints:
+    """The observations of a run and how many requests gave (or could not give) each."""
+
+    deployment: RunDeployment
+    observations: tuple[Observation, ...]
+    requests: int
+    prefill_server: int
+    prefill_ttft: int
+    decode: int
+    not_idle: int
+    chunked: int
+    decode_unknown_batch: int
+
+    def summary(self) -> str:
+        """One paragraph: what was taken from the run and what was left out, and why."""
+        d = self.deployment
+        return (
+            f"{d.said}\n"
+            f"{self.requests} ok requests: {self.prefill_server} prefills timed by the server, "
+            f"{self.prefill_ttft} by TTFT (idle server), {self.decode} decode spans at a known "
+            f"batch; left out {self.not_idle} prefills that shared the server, "
+            f"{self.chunked} longer than a chunk ({d.chunk_tokens or 'no limit'} tokens), "
+            f"{self.decode_unknown_batch} decode spans whose batch changed"
+        )
+
+
+def run_deployment(
+    run: Path,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    tensor_parallel: int | None = None,
+) -> RunDeployment:
+    """The run's recorded deployment with the caller's names over it; ``BudgetError`` when
+    neither names the model or the GPU."""
+    info = run_info(run)
+    spec = info.deployment.spec() if info is not None and info.deployment is not None else None
+    found = "run.json deployment" if spec is not None else "no deployment in run.json"
+    model_name = model or (spec.model if spec else None)
+    gpu_name = gpu or (spec.gpu if spec else None)
+    missing = [
+        flag for flag, value in (("--model", model_name), ("--gpu", gpu_name)) if value is None
+    ]
+    if missing:
+        raise BudgetError(
+            f"{run}: {found} names no {' and no '.join(m[2:] for m in missing)}; "
+            f"give {' and '.join(missing)}"
+        )
+    assert model_name is not None
+    assert gpu_name is not None
+    tp = (spec.tensor_parallel or spec.gpus) if spec else None
+    prefill_tp = decode_tp = tensor_parallel or tp or 1
+    if spec is not None and spec.disaggregated and tensor_parallel is None:
+        prefill_tp = spec.prefill.gpus or prefill_tp
+        decode_tp = spec.decode.gpus or decode_tp
+    time_scale = (spec.time_scale if spec else None) or 1.0
+    chunk = spec.scheduler.max_batched_tokens if spec else None
+    tp_said = f"tp {prefill_tp}" if prefill_tp == decode_tp else f"tp {prefill_tp}/{decode_tp}"
+    given = ", ".join(
+        flag
+        for flag, value in (("--model", model), ("--gpu", gpu), ("--gpus", tensor_parallel))
+        if value is not None
+    )
+    return RunDeployment(
+        model=model_name,
+        gpu=gpu_name,
+        engine=(spec.engine or "") if spec else "",
+        prefill_tp=prefill_tp,
+        decode_tp=decode_tp,
+        chunk_tokens=chunk,
+        time_scale=time_scale,
+        said=f"{model_name} on {gpu_name}, {tp_said}, time scale {time_scale:g} (from {found}"
+        + (f"; {given} given" if given else "")
+        + ")",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Row:
+    sent: int
+    first: int
+    end: int
+    prompt: int
+    cached: int
+    completion: int
+    prefill_ms: float | None
+    decode_ms: float | None
+
+
+def _rows(run: Path) -> list[_Row]:
+    prompt = pl.coalesce(pl.col(s.PROMPT_TOKENS), pl.col(s.INPUT_TOKENS))
+    frame = (
+        scan_run(run)
+        .filter(
+            (pl.col(s.OUTCOME) == s.OUTCOME_OK)
+            & pl.col(s.WARMUP).fill_null(False).not_()
+            & pl.col(s.FIRST_TOKEN_NS).is_not_null()
+            & pl.col(s.END_NS).is_not_null()
+        )
+        .select(
+            pl.col(s.SENT_NS).alias("sent"),
+            pl.col(s.FIRST_TOKEN_NS).alias("first"),
+            pl.col(s.END_NS).alias("end"),
+            prompt.fill_null(0).alias("prompt"),
+            pl.col(s.CACHED_TOKENS).fill_null(0).alias("cached"),
+            pl.col(s.COMPLETION_TOKENS).fill_null(0).alias("completion"),
+            pl.col(s.SERVER_PREFILL_MS).alias("prefill_ms"),
+            pl.col(s.SERVER_DECODE_MS).alias("decode_ms"),
+        )
+        .sort("sent")
+        .collect()
+    )
+    return [_Row(**row) for row in frame.iter_rows(named=True)]
+
+
+def _idle(rows: Sequence[_Row], sents: Sequence[int], i: int, reach: Sequence[int]) -> bool:
+    """No other request in flight between row ``i``'s send and its first token: none sent
+    before it still running after its send, none sent before its first token."""
+    row = rows[i]
+    if i > 0 and reach[i - 1] > row.sent:
+        return False
+    return bisect.bisect_left(sents, row.first) == i + 1
+
+
+def _decode_batch(
+    rows: Sequence[_Row], sents: Sequence[int], reach: Sequence[int], i: int
+) -> list[_Row] | None:
+    """The rows decoding with row ``i`` over its whole decode span (itself first), or None
+    when another request entered or left the batch during it. Rows sent before the first
+    whose running latest end passes row ``i``'s first token had all ended before it."""
+    row = rows[i]
+    batch = [row]
+    start = bisect.bisect_right(reach, row.first)
+    for j in range(start, bisect.bisect_left(sents, row.end)):
+        if j == i:
+            continue
+        other = rows[j]
+        if other.end <= row.first:
+            continue
+        if other.first <= row.first and other.end >= row.end:
+            batch.append(other)
+        else:
+            return None
+    return batch
+
+
+def run_calibration_points(
+    run: Path,
+    *,
+    model: str | None = None,
+    gpu: str | None = None,
+    tensor_parallel: int | None = None,
+) -> RunPoints:
+    """The prefill and decode observations of ``run`` (see the module's rules)."""
+    deploy = run_deployment(run, model=model, gpu=gpu, tensor_parallel=tensor_parallel)
+    rows = _rows(run)
+    sents = [r.sent for r in rows]
+    reach: list[int] = []
+    for r in rows:
+        reach.append(max(r.end, reach[-1]) if reach else r.end)
+    scale = deploy.time_scale
+    common = {"model": deploy.model, "gpu": deploy.gpu, "engine": deploy.engine}
+    observations: list[Observation] = []
+    by_server = by_ttft = decoded = not_idle = chunked = unknown_batch = 0
+    for i, row in enumerate(rows):
+        new = row.prompt - row.cached
+        if new >= 1:
+            if deploy.chunk_tokens is not None and new > deploy.chunk_tokens:
+                chunked += 1
+            elif not _idle(rows, sents, i, reach):
+                not_idle += 1
+            else:
+                if row.prefill_ms is not None and row.prefill_ms > 0:
+                    seconds = row.prefill_ms / 1e3
+                    by_server += 1
+                else:
+                    seconds = (row.first - row.sent) / 1e9 / scale
+                    by_ttft += 1
+                if seconds > 0:
+                    observations.append(
+                        Observation(
+                            phase="prefill",
+                            tensor_parallel=deploy.prefill_tp,
+                            new_tokens=new,
+                            cached_tokens=row.cached,
+                            prompt_tokens=row.prompt,
+                            seconds=seconds,
+                            **common,  # type: ignore[arg-type]
+                        )
+                    )
+        if row.completion < 2 or row.end <= row.first:
+            continue
+        batch = _decode_batch(rows, sents, reach, i)
+        if batch is None:
+            unknown_batch += 1
+            continue
+        span_s = (
+            row.decode_ms / 1e3
+            if row.decode_ms is not None and row.decode_ms > 0
+            else (row.end - row.first) / 1e9 / scale
+        )
+        context = sum(r.prompt + r.completion // 2 for r in batch) // len(batch)
+        observations.append(
+            Observation(
+                phase="decode",
+                tensor_parallel=deploy.decode_tp,
+                new_tokens=1,
+                cached_tokens=max(1, context),
+                batch=len(batch),
+                prompt_tokens=row.prompt,
+                seconds=span_s / (row.completion - 1),
+                **common,  # type: ignore[arg-type]
+            )
+        )
+        decoded += 1
+    if not observations:
+        raise BudgetError(
+            f"{run}: no request gives a calibration point (none found the server idle or "
+            "decoded at a constant batch); run a calibration sweep at low load"
+        )
+    return RunPoints(
+        deployment=deploy,
+        observations=tuple(median_observations(observations)),
+        requests=len(rows),
+        prefill_server=by_server,
+        prefill_ttft=by_ttft,
+        decode=decoded,
+        not_idle=not_idle,
+        chunked=chunked,
+        decode_unknown_batch=unknown_batch,
+    )

@@ -1,0 +1,208 @@
+"""``loadgen plan calibrate RUN``: a run directory's idle prefills and constant-batch decode
+spans become calibration points; a simulated run with known efficiencies, not the defaults,
+is recovered.
+
+The offline simulator (``loadgen simulate``) steps the budget model's plain roofline with
+the efficiencies it is given and records its deployment in run.json, so the fitted profile
+must predict the simulator's own step times: within 2% at the prompt sizes held out of the
+fit, and at sizes the run never sent (the step time of the simulator's deployment).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from analyzers.budget import catalog
+from analyzers.budget.engine.step import SequenceWork, step_cost
+from analyzers.budget.profile import load_profiles
+from analyzers.budget.specs import Deployment
+from analyzers.calibration_points import run_calibration_points
+from analyzers.errors import BudgetError
+from loadgen.cli.root import cli
+from traces.io import write_trace
+
+PROMPTS = (96, 160, 256, 384, 512, 768, 1024, 1536, 2048, 3000)
+HELD_OUT = (384, 1536)
+EFF_PREFILL, EFF_DECODE, OVERHEAD_US = 0.42, 0.5, 300.0
+ENGINE = (
+    "--model",
+    "llama-3.1-8b",
+    "--gpu",
+    "h100",
+    "--efficiency-prefill",
+    str(EFF_PREFILL),
+    "--efficiency-decode",
+    str(EFF_DECODE),
+    "--step-overhead-us",
+    str(OVERHEAD_US),
+)
+TOLERANCE = 0.02
+
+
+def invoke(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == code, (args, result.output)
+    return result.output
+
+
+def make_run(tmp: Path, *, rate: float) -> Path:
+    """Two requests per prompt size, ``rate`` a second, outputs of 12-15 tokens."""
+    n = 2 * len(PROMPTS)
+    trace = tmp / f"t{rate:g}.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"q{i}" for i in range(n)],
+                "arrival_s": [i / rate for i in range(n)],
+                "input_tokens": [PROMPTS[i % len(PROMPTS)] for i in range(n)],
+                "output_tokens": [12 + i % 4 for i in range(n)],
+            }
+        ),
+        trace,
+    )
+    run = tmp / f"run{rate:g}"
+    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    return run
+
+
+@pytest.fixture(scope="module")
+def idle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("calib"), rate=1.0)
+
+
+def simulated_step_s(new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+    """The simulator's step: the plain roofline at the efficiencies it was given."""
+    cat = catalog.load_catalog(None)
+    deploy = Deployment(
+        hardware=cat.gpu("h100"),
+        prefill_efficiency=EFF_PREFILL,
+        decode_efficiency=EFF_DECODE,
+        step_overhead_s=OVERHEAD_US / 1e6,
+    )
+    work = [SequenceWork(new_tokens=new_tokens, cached_tokens=cached_tokens)] * batch
+    return step_cost(cat.model("llama-3.1-8b"), deploy, work).time_s
+
+
+def test_points_of_an_idle_run(idle_run: Path) -> None:
+    points = run_calibration_points(idle_run)
+    d = points.deployment
+    assert (d.model, d.gpu, d.engine, d.prefill_tp, d.chunk_tokens) == (
+        "llama-3.1-8b", "h100", "sim", 1, 2048,
+    )  # fmt: skip
+    # Every request found the server idle; the 3000-token prompts took two chunks.
+    assert points.prefill_server == 2 * (len(PROMPTS) - 1)
+    assert points.prefill_ttft == 0
+    assert points.chunked == 2
+    assert points.not_idle == 0
+    assert points.decode == 2 * len(PROMPTS)
+    assert points.decode_unknown_batch == 0
+    prefills = {o.new_tokens: o.seconds for o in points.observations if o.phase == "prefill"}
+    assert sorted(prefills) == sorted(PROMPTS[:-1])
+    for tokens, seconds in prefills.items():  # the simulator's server timing is its step
+        assert seconds == pytest.approx(simulated_step_s(tokens), rel=1e-6)
+
+
+def test_calibrate_run_recovers_the_simulated_deployment(idle_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "profile.toml"
+    held = ",".join(map(str, HELD_OUT))
+    text = invoke("plan", "calibrate", str(idle_run), "-o", str(out), "--hold-out-prompts", held)
+    assert "from run.json deployment" in text
+    assert "held out" in text
+    (profile,) = load_profiles(out).values()
+    assert profile.gpu == "h100"
+    assert profile.engine == "sim"
+    assert profile.prefill.compute_efficiency == pytest.approx(EFF_PREFILL, rel=TOLERANCE)
+    assert profile.prefill.step_overhead_s == pytest.approx(OVERHEAD_US / 1e6, rel=0.1)
+    assert profile.decode.memory_efficiency == pytest.approx(EFF_DECODE, rel=TOLERANCE)
+    # The profile on the catalog's deployment predicts the simulator's step at sizes held
+    # out of the fit and at sizes the run never sent.
+    cat = catalog.load_catalog(None)
+    model = cat.model("llama-3.1-8b")
+    calibrated = Deployment(hardware=cat.gpu("h100"), profile=profile)
+    for tokens in (*HELD_OUT, 128, 640, 1800):
+        predicted = step_cost(model, calibrated, [SequenceWork(new_tokens=tokens)]).time_s
+        assert predicted == pytest.approx(simulated_step_s(tokens), rel=TOLERANCE), tokens
+    for context in (200, 1000, 2000):
+        work = [SequenceWork(new_tokens=1, cached_tokens=context)]
+        predicted = step_cost(model, calibrated, work).time_s
+        assert predicted == pytest.approx(simulated_step_s(1, context), rel=TOLERANCE), context
+
+
+def test_a_busy_run_keeps_only_what_it_can_time(tmp_path: Path) -> None:
+    # 40 requests a second: prefills overlap other requests, decode batches change.
+    points = run_calibration_points(make_run(tmp_path, rate=40.0))
+    assert points.not_idle > 0
+    assert points.decode_unknown_batch > 0
+    assert points.prefill_server + points.not_idle + points.chunked == points.requests
+
+
+def test_a_run_without_a_deployment_needs_the_names(idle_run: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "requests.parquet").write_bytes((idle_run / "requests.parquet").read_bytes())
+    info = json.loads((idle_run / "run.json").read_text())
+    info.pop("deployment")
+    (bare / "run.json").write_text(json.dumps(info))
+    with pytest.raises(BudgetError, match="give --model and --gpu"):
+        run_calibration_points(bare)
+    out = invoke("plan", "calibrate", str(bare), "-o", str(tmp_path / "p.toml"), code=2)
+    assert "give --model and --gpu" in out
+    points = run_calibration_points(bare, model="llama-3.1-8b", gpu="h100", tensor_parallel=1)
+    assert points.deployment.engine == ""
+    assert "--model, --gpu, --gpus given" in points.summary()
+    # Without a chunk size recorded, the 3000-token prompts count as one step each.
+    assert points.chunked == 0
+
+
+def test_decode_at_a_constant_batch(tmp_path: Path) -> None:
+    # 4 requests at t=0, then 8 at t=5 s, alike: each group is prefilled in one step and
+    # decodes together from its first token to its last, a known batch throughout.
+    arrivals = [0.0] * 4 + [5.0] * 8
+    trace = tmp_path / "batch.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"b{i}" for i in range(len(arrivals))],
+                "arrival_s": arrivals,
+                "input_tokens": [256] * len(arrivals),
+                "output_tokens": [20] * len(arrivals),
+            }
+        ),
+        trace,
+    )
+    run = tmp_path / "batch"
+    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    points = run_calibration_points(run)
+    assert points.decode == len(arrivals)
+    assert points.not_idle == len(arrivals)  # every prefill shared its step
+    decodes = {o.batch: o for o in points.observations if o.phase == "decode"}
+    assert sorted(decodes) == [4, 8]
+    for batch, obs in decodes.items():
+        assert obs.cached_tokens == 256 + 10
+        expected = simulated_step_s(1, obs.cached_tokens, batch)
+        assert obs.seconds == pytest.approx(expected, rel=0.01), batch
+
+
+def test_without_server_timings_the_idle_ttft_times_prefill(idle_run: Path, tmp_path: Path) -> None:
+    # A server that reports no timings: idle requests' TTFT (the offline simulator has no
+    # network) is the prefill step.
+    run = tmp_path / "no-timings"
+    run.mkdir()
+    (run / "run.json").write_bytes((idle_run / "run.json").read_bytes())
+    rows = pl.read_parquet(idle_run / "requests.parquet")
+    nulls = [
+        pl.lit(None, dtype=pl.Float64).alias(c) for c in ("server_prefill_ms", "server_decode_ms")
+    ]
+    rows.with_columns(nulls).write_parquet(run / "requests.parquet")
+    points = run_calibration_points(run)
+    assert points.prefill_server == 0
+    assert points.prefill_ttft == 2 * (len(PROMPTS) - 1)
+    for o in points.observations:
+        expected = simulated_step_s(o.new_tokens, o.cached_tokens)
+        assert o.seconds == pytest.approx(expected, rel=0.01), o
