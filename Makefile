@@ -57,6 +57,8 @@ bench: $(STAMP)
 	$(PY) bench/simulate.py
 	$(PY) bench/prompts.py
 	$(PY) bench/analyze.py --requests 200000
+	$(PY) bench/analysis_scale.py
+	$(PY) bench/wakeup.py
 	$(PY) bench/hostile.py
 	$(PY) bench/calibrate.py
 

@@ -13,7 +13,7 @@ Must not import loadgen or httpx.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -154,6 +154,52 @@ def select_rows(lf: pl.LazyFrame, selection: RowSelection) -> pl.LazyFrame:
     if selection.exclude_warmup:
         lf = lf.filter(~pl.col(s.WARMUP).fill_null(False))
     return lf
+
+
+SLICE_ROWS: Final = 25_000
+"""Requests per slice of ``summed_in_slices``: their chunks exploded stay a few hundred MiB."""
+
+
+def summed_in_slices(
+    run: Path | str,
+    selection: RowSelection,
+    queries: Sequence[tuple[Callable[[pl.LazyFrame], pl.LazyFrame], Sequence[str]]],
+    *,
+    slice_rows: int = SLICE_ROWS,
+) -> list[pl.LazyFrame] | None:
+    """Each ``(query, keys)`` (a group-by on ``keys`` whose other columns are sums or
+    counts) over the selected rows of ``run``, computed ``slice_rows`` requests at a time
+    (all queries of a slice in one pass over it) and summed: the same frames as
+    ``query(select_rows(scan_run(run), selection))`` without ever holding more than one
+    slice's chunks. None where that cannot be done slice by slice (a selection that trims
+    or windows by the run's first and last due time), or for fewer rows than one slice
+    (one pass is as cheap): then the caller runs the queries whole."""
+    if (
+        selection.trim_start_s > 0
+        or selection.trim_end_s > 0
+        or selection.start_s is not None
+        or selection.end_s is not None
+    ):
+        return None
+    scan = scan_run(run)
+    rows = int(scan.select(pl.len()).collect().item())
+    if rows <= slice_rows:
+        return None
+    parts: list[list[pl.DataFrame]] = [[] for _ in queries]
+    for start in range(0, rows, slice_rows):
+        part = select_rows(scan.slice(start, slice_rows), selection)
+        for i, frame in enumerate(pl.collect_all([query(part) for query, _ in queries])):
+            parts[i].append(frame)
+    out = []
+    for (_, keys), frames in zip(queries, parts, strict=True):
+        summed = [c for c in frames[0].columns if c not in keys]
+        out.append(
+            pl.concat(frames, how="vertical")
+            .lazy()
+            .group_by(list(keys))
+            .agg(pl.col(c).cast(pl.Int64).sum() for c in summed)
+        )
+    return out
 
 
 def _known_chunk_tokens() -> pl.Expr:

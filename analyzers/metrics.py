@@ -30,8 +30,15 @@ from analyzers.frames import (
     run_health,
     scan_run,
     select_rows,
+    summed_in_slices,
 )
-from analyzers.throughput import ThroughputWindow, auto_window_s, window_queries, windows
+from analyzers.throughput import (
+    ThroughputWindow,
+    auto_window_s,
+    token_window_query,
+    window_queries,
+    windows,
+)
 from analyzers.validity import ClassCount, RunValidity, ValidityThresholds, assess_validity
 from traces import schema as s
 
@@ -268,17 +275,24 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
     return aggs
 
 
-def _itl_frame(lf: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
-    """Distinct (``CLASS``, gap, tokens) of ok requests' chunks after the first, with
-    ``ITL_MS`` = gap / tokens and ``_w`` the tokens they stand for (count x tokens)."""
+def _itl_keys(by_workload: bool) -> list[str]:
+    return [e.CLASS, GAP_US, TOKENS_IN_CHUNK] if by_workload else [GAP_US, TOKENS_IN_CHUNK]
+
+
+def _itl_counts(lf: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
+    """How many ok requests' chunks after the first have each (``CLASS``,) gap and tokens."""
     rows = lf.filter(e.is_ok())
-    keys = [GAP_US, TOKENS_IN_CHUNK]
+    keys = _itl_keys(by_workload)
     if by_workload:
         rows = rows.with_columns(pl.col(s.WORKLOAD).cast(pl.String).alias(e.CLASS))
-        keys = [e.CLASS, *keys]
     chunks = chunk_frame(rows, keep=keys[:-2]).filter(pl.col(GAP_US).is_not_null())
     # Counting equal (gap, tokens) pairs keeps the percentiles exact at a fraction of the rows.
-    counted = chunks.group_by(keys).agg(pl.len().alias("_count"))
+    return chunks.group_by(keys).agg(pl.len().alias("_count"))
+
+
+def _itl_frame(counted: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
+    """Distinct (``CLASS``, gap, tokens) from ``_itl_counts``, with ``ITL_MS`` = gap / tokens
+    and ``_w`` the tokens they stand for (count x tokens)."""
     return counted.select(
         pl.col(e.CLASS) if by_workload else pl.lit(e.ALL).alias(e.CLASS),
         e.itl_ms(),
@@ -438,13 +452,28 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     aggs = _request_aggs(pcts)
     itl_aggs = _itl_aggs(pcts)
     queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
-    itl = _itl_frame(lf, options.by_workload)
+    # The two queries that explode every chunk run a slice of requests at a time where the
+    # selection allows it (their counts and sums add up over slices exactly).
+    bw = options.by_workload
+    window_ns = max(1, int(window_s * 1e9))
+    sliced = summed_in_slices(
+        run,
+        options.selection,
+        [
+            (lambda part: _itl_counts(part, bw), _itl_keys(bw)),
+            (lambda part: token_window_query(part, t0, window_ns), ["_w"]),
+        ],
+    )
+    itl = _itl_frame(sliced[0] if sliced is not None else _itl_counts(lf, bw), bw)
     queries.append(itl.select(pl.lit(e.ALL).alias(e.CLASS), *itl_aggs))
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))
         queries.append(itl.group_by(e.CLASS).agg(itl_aggs))
     queries.append(cache_depth_query(lf))
-    queries.extend(window_queries(lf, req, t0, max(1, int(window_s * 1e9))))
+    per_window = window_queries(lf, req, t0, window_ns)
+    if sliced is not None:
+        per_window[0] = sliced[1]
+    queries.extend(per_window)
     frames = pl.collect_all(queries)
     # the cache query sits after the overall (and per-class) aggregates, before the windows
     cache_by_turn = _cache_depths(frames.pop(4 if options.by_workload else 2))

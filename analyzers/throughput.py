@@ -47,6 +47,15 @@ class ThroughputWindow:
     requests_per_s: float
 
 
+def token_window_query(lf: pl.LazyFrame, t0: int, window_ns: int) -> pl.LazyFrame:
+    """Content tokens arriving per window (``_w``, ``_tokens``), from ``lf``'s chunks."""
+    return (
+        chunk_frame(lf)
+        .group_by(((pl.col(ARRIVAL_NS) - t0) // window_ns).alias("_w"))
+        .agg(pl.col(TOKENS_IN_CHUNK).sum().cast(pl.Int64).alias("_tokens"))
+    )
+
+
 def window_queries(
     lf: pl.LazyFrame, req: pl.LazyFrame, t0: int, window_ns: int
 ) -> list[pl.LazyFrame]:
@@ -59,11 +68,7 @@ def window_queries(
     def idx(col: str) -> pl.Expr:
         return ((pl.col(col) - t0) // window_ns).alias("_w")
 
-    tokens = (
-        chunk_frame(lf)
-        .group_by(idx(ARRIVAL_NS))
-        .agg(pl.col(TOKENS_IN_CHUNK).sum().cast(pl.Int64).alias("_tokens"))
-    )
+    tokens = token_window_query(lf, t0, window_ns)
     arrivals = req.group_by(idx(s.DUE_NS)).agg(pl.len().cast(pl.Int64).alias("_arrivals"))
     completed = (
         req.filter(pl.col("_ok"))

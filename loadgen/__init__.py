@@ -29,4 +29,5 @@ __all__ = [
     "sim",
     "stampdelay",
     "stream",
+    "wakeup",
 ]

@@ -196,13 +196,26 @@ class StreamingClient:
             return ReadyRequest(job=job, send=out, progress=progress)
         return ReadyRequest(job=job, send=self._build(job, progress), progress=progress)
 
+    async def warm(self, count: int) -> list[int]:
+        """Open ``count`` connections to the server before the run starts (the fast
+        transport's warm pool; nothing with another transport). Returns each connect's
+        time (ns)."""
+        if self._fast is None or count <= 0:
+            return []
+        return await self._fast.warm(httpx.URL(self._base_url), count, self._fast_timeouts)
+
     async def execute(
         self,
         job: PreparedRequest | ReadyRequest,
         due_ns: int,
         sink: Callable[[RequestRecord], None],
     ) -> None:
-        """Send ``job`` now, stream the response, and give its record to ``sink``."""
+        """Send ``job`` now, stream the response, and give its record to ``sink``.
+
+        The record's ``sent_ns`` (the TTFT origin, and what the chunk offsets count from)
+        is the request's first action on the wire: its first byte written, or the start of
+        the connect it had to make first. A wait for a connection slot, or for the loop,
+        before it is the client's delay (``sent - due``), not the server's time."""
         ready = job if isinstance(job, ReadyRequest) else self.ready(job)
         job, progress = ready.job, ready.progress
         now_ns = self._now_ns
@@ -285,6 +298,8 @@ class StreamingClient:
             exchange = await fast.open(
                 send, progress, self._fast_timeouts, state.sent_ns + self._timeout_ns
             )
+            if progress.sent_ns is not None:
+                state.sent_ns = progress.sent_ns  # before any read is counted from it
             try:
                 header_timings = timings_from_headers(exchange.headers)
                 if exchange.status >= 300:  # redirects too: not followed
@@ -307,6 +322,8 @@ class StreamingClient:
                 response.request = send
             else:
                 response = await self._http.send(send, stream=True)
+            if progress.sent_ns is not None:
+                state.sent_ns = progress.sent_ns  # before any read is counted from it
             try:
                 progress.status = status = response.status_code
                 if progress.headers_ns is None:
@@ -388,7 +405,7 @@ class StreamingClient:
             slo_tpot_ms=req.slo_tpot_ms,
             warmup=job.warmup,
             due_ns=due_ns,
-            sent_ns=sent_ns,
+            sent_ns=progress.sent_ns if progress.sent_ns is not None else sent_ns,
             connect_start_ns=progress.connect_start_ns,
             connected_ns=progress.connected_ns,
             request_written_ns=progress.written_ns,

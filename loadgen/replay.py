@@ -24,15 +24,16 @@ from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
 from loadgen.schedule import due_offsets_ns
 from loadgen.stampdelay import StampDelayProbe
+from loadgen.wakeup import DeadlineTimer, make_deadline_timer
 from traces.records import RequestRecord, TraceRequest
 from traces.runinfo import LagSummary
 
 _POLL_S = 0.05
 """Longest single sleep while waiting for a due time, so a stop is noticed quickly."""
-_SPIN_NS = 1_200_000
-"""Final stretch before a due time spent yielding rather than sleeping (see _sleep_until)."""
-_TIMER_GRAIN_S = 0.001
-"""The event loop's timer resolution: uvloop rounds a delay to whole ms (see _sleep_for_slot)."""
+_POLL_NS = 50_000_000
+"""Within this of a due time, the wait is one sleep on the wake-up timer (see _sleep_until)."""
+_COARSE_MARGIN_NS = 5_000_000
+"""A coarse sleep on the loop's timer ends this far before the due time at least."""
 _AHEAD = 16
 """Open loop: requests prepared before their due time, at most."""
 _PREP_GUARD_NS = 300_000
@@ -88,6 +89,10 @@ class ReplayResult:
     dispatch_lag: LagSummary | None = None
     """With ``max_inflight``: the schedule lag net of the cap's hold (the client's own
     lateness); None without a cap (then it is ``schedule_lag``)."""
+    warm_connect: LagSummary | None = None
+    """Closed loop: the connects of the warm pool opened before the start (one per
+    worker; samples: the connections opened), which the first wave's rows then do not
+    carry; None for an open loop."""
 
 
 class Replayer:
@@ -105,10 +110,14 @@ class Replayer:
         clock: Clock,
         ordinals: Sequence[int] | None = None,
         origin_s: float | None = None,
+        timer: DeadlineTimer | None = None,
     ) -> None:
         """``ordinals`` are the requests' places in the whole trace (warm-up counts from
         them; default: their order here); ``origin_s`` is the arrival time that maps to the
-        start (default: the first request's), so shards share one time axis."""
+        start (default: the first request's), so shards share one time axis. ``timer``:
+        what wakes the dispatcher at due times (default: ``loadgen.wakeup``'s most precise;
+        the bench injects others to compare)."""
+        self._timer = timer if timer is not None else make_deadline_timer()
         self._requests = requests
         self._ordinals = list(ordinals) if ordinals is not None else list(range(len(requests)))
         self._origin_s = origin_s
@@ -141,7 +150,23 @@ class Replayer:
         self._stats.on_record(record)
 
     async def run(self, start_ns: int | None = None) -> ReplayResult:
-        """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for."""
+        """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for.
+
+        A closed loop first opens one connection per worker (the warm pool), so that its
+        first wave writes at the start instead of connecting all at once."""
+        self._timer.open()
+        try:
+            return await self._run(start_ns)
+        finally:
+            self._timer.close()
+
+    async def _run(self, start_ns: int | None) -> ReplayResult:
+        warm: LagSummary | None = None
+        if self._shape.concurrency is not None:
+            hist = lag_histogram()
+            for ns in await self._client.warm(min(self._shape.concurrency, len(self._requests))):
+                hist.record_value(max(1, ns // 1000))
+            warm = summarize_us(hist)
         if start_ns is not None:
             await self._sleep_until(start_ns)
         monitor = LoopLagMonitor()
@@ -179,6 +204,7 @@ class Replayer:
             stamp_delay=probe.summary() if probe is not None else None,
             held=summarize_us(self._held_us) if capped else None,
             dispatch_lag=summarize_us(self._dispatch_lag_us) if capped else None,
+            warm_connect=warm,
         )
 
     async def _drain(self) -> None:
@@ -197,9 +223,11 @@ class Replayer:
     async def _sleep_until(self, due_ns: int) -> bool:
         """Sleep until the absolute ``due_ns``; False if a stop came first.
 
-        The event loop's timers wake up to a millisecond late (epoll's timeout is in whole
-        ms), so the last ``_SPIN_NS`` are spent yielding to the loop instead of sleeping:
-        other tasks keep running, and the request leaves within microseconds of its time.
+        Far from it, the loop's own timer in steps of at most ``_POLL_S`` (a stop is
+        noticed within one); the last stretch on the wake-up timer (``loadgen.wakeup``: a
+        timerfd at the absolute time, registered with the loop), which wakes the loop within
+        tens of microseconds of it without spinning. Open-loop due times and ``max_rate``
+        slots alike: at thousands of wake-ups a second, one timerfd serves every waiter.
         """
         now_ns = self._clock.now_ns
         while True:
@@ -208,29 +236,11 @@ class Replayer:
             remaining = due_ns - now_ns()
             if remaining <= 0:
                 return True
-            if remaining > _SPIN_NS:
-                await asyncio.sleep(min((remaining - _SPIN_NS) / 1e9, _POLL_S))
+            if remaining > _POLL_NS:
+                # The loop's timers may wake a millisecond late: stop short of the due time.
+                await asyncio.sleep(min((remaining - _COARSE_MARGIN_NS) / 1e9, _POLL_S))
             else:
-                await asyncio.sleep(0)
-
-    async def _sleep_for_slot(self, due_ns: int) -> bool:
-        """Sleep until the absolute ``due_ns`` of a ``max_rate`` slot; False if a stop came
-        first.
-
-        Unlike ``_sleep_until`` there is no final spin: many workers wait for their slots at
-        once, and at thousands of slots a second one of them is always within a spin of its
-        time, which would keep a core busy. Every sleep is at least the timer's grain (a
-        shorter delay is rounded to zero by uvloop: a spin again), so a slot goes up to
-        about a millisecond late (recorded as schedule lag) and never early; the rate is
-        unaffected, since slots are absolute.
-        """
-        now_ns = self._clock.now_ns
-        while not self._stopping:
-            remaining = due_ns - now_ns()
-            if remaining <= 0:
-                return True
-            await asyncio.sleep(min(max(remaining / 1e9, _TIMER_GRAIN_S), _POLL_S))
-        return False
+                await self._timer.sleep_until(self._clock.to_mono_ns(due_ns))
 
     async def _one(
         self, job: ReadyRequest, due_ns: int, slot: asyncio.Semaphore | None, held_ns: int
@@ -348,7 +358,7 @@ class Replayer:
                     if deadline is not None and due >= deadline:
                         self._stop_reason = "duration"
                         return
-                    if not await self._sleep_for_slot(due):
+                    if not await self._sleep_until(due):
                         return
                 self._dispatched += 1
                 self._stats.on_dispatch()
@@ -358,3 +368,7 @@ class Replayer:
             task = tg.create_task(worker())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            # One worker per pass of the loop: it prepares and writes its request, then the
+            # loop reads what has arrived (the earlier workers' first tokens) before the
+            # next one starts, so no first-wave stamp waits for the whole wave's dispatch.
+            await asyncio.sleep(0)

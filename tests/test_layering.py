@@ -82,6 +82,7 @@ LAYERS: Final[dict[str, Layer]] = {
         may_import=(
             "loadgen",
             "loadgen.errors",
+            "loadgen.wakeup",  # the one wake-up timer, shared with the replay
             "analyzers.errors",
             "analyzers.budget.*",
             "analyzers.budget.engine.*",

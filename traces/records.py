@@ -102,7 +102,8 @@ class RequestRecord:
 
     Every ``*_ns`` is epoch nanoseconds from the run's single monotonic clock; ``None``
     means the event did not happen (e.g. no new connection, no first token).
-    ``chunk_offsets_us`` holds each content chunk's arrival relative to ``sent_ns``.
+    ``chunk_offsets_us`` holds each content chunk's arrival relative to ``sent_ns``, the
+    request's first action on the wire (its first byte written, or the connect it made).
     """
 
     run_id: str

@@ -198,6 +198,8 @@ class FastTransport(httpx.AsyncBaseTransport):
         scheme, host, port = origin
         loop = asyncio.get_running_loop()
         progress.connect_start_ns = self._now_ns()
+        if progress.sent_ns is None:
+            progress.sent_ns = progress.connect_start_ns
         if trace is not None:
             await trace("connection.connect_tcp.started", {"host": host, "port": port})
         try:
@@ -218,6 +220,36 @@ class FastTransport(httpx.AsyncBaseTransport):
             await trace("connection.connect_tcp.complete", {"host": host, "port": port})
         self._open.add(conn)
         return conn
+
+    async def warm(self, url: httpx.URL, count: int, timeouts: Timeouts) -> list[int]:
+        """Open connections to ``url``'s origin until ``count`` are idle there (never
+        beyond ``max_connections``), all at once, before a run's start: its first requests
+        then write at once instead of connecting (a connect started by a whole wave at once
+        completes only after the wave is dispatched). Returns each new connection's connect
+        time (ns). A connect that fails is let go: the request that needs it connects
+        itself and records what happens."""
+        origin = origin_of(url)
+        idle = self._idle.setdefault(origin, deque())
+        wanted = count - sum(1 for conn in idle if not conn.closed)
+        if self._max is not None:
+            wanted = min(wanted, self._max - self._busy - len(idle))
+        if wanted <= 0:
+            return []
+        progresses = [Progress(self._now_ns) for _ in range(wanted)]
+        opened = await asyncio.gather(
+            *(self._connect(origin, timeouts, None, p, None) for p in progresses),
+            return_exceptions=True,
+        )
+        times: list[int] = []
+        for conn, progress in zip(opened, progresses, strict=True):
+            if isinstance(conn, Connection):
+                conn.reused = True  # idle like a kept-alive one: retried once if closed
+                idle.append(conn)
+                if progress.connected_ns is not None and progress.connect_start_ns is not None:
+                    times.append(progress.connected_ns - progress.connect_start_ns)
+            elif not isinstance(conn, httpx.HTTPError):
+                raise conn
+        return times
 
     # -- connection slots: at most ``max_connections`` in use, handed on first come first
     # served. (asyncio.Semaphore does the same at three times the cost per request.)
@@ -333,6 +365,8 @@ class FastTransport(httpx.AsyncBaseTransport):
             raise httpx.RemoteProtocolError("connection closed before the request was sent")
         if progress.on_send is not None:
             progress.on_send()  # the dispatch record: nothing may await between it and the write
+        if progress.sent_ns is None:
+            progress.sent_ns = self._now_ns()
         transport.write(out.data)
         progress.written_ns = self._now_ns()
         if trace is not None:

@@ -66,12 +66,16 @@ class Progress:
         "headers_ns",
         "now_ns",
         "on_send",
+        "sent_ns",
         "status",
         "written_ns",
     )
 
     def __init__(self, now_ns: Callable[[], int]) -> None:
         self.now_ns = now_ns
+        self.sent_ns: int | None = None
+        """The request's first action on the wire: its first byte written, or the start of
+        the connect it had to make first (its TTFT origin; ``loadgen.client``)."""
         self.connect_start_ns: int | None = None
         self.connected_ns: int | None = None
         self.written_ns: int | None = None
@@ -91,9 +95,13 @@ class Progress:
         """httpx's ``trace`` extension; only these events matter for the TTFT chain."""
         if event == "connection.connect_tcp.started":
             self.connect_start_ns = self.now_ns()
+            if self.sent_ns is None:
+                self.sent_ns = self.connect_start_ns
         elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
             self.connected_ns = self.now_ns()
         elif event == "http11.send_request_headers.started":
+            if self.sent_ns is None:
+                self.sent_ns = self.now_ns()
             if self.on_send is not None:
                 self.on_send()
         elif event == "http11.send_request_body.complete":

@@ -440,3 +440,108 @@ def test_the_body_before_a_malformed_chunk_in_the_same_read_is_delivered() -> No
 async def fetch_drained_into(client: httpx.AsyncClient, url: str, pieces: list[bytes]) -> None:
     async with client.stream("POST", url + "/v1/x", content=b"{}") as resp:
         await resp.extensions[STAMPED].drain(lambda ts, data: pieces.append(data))
+
+
+@pytest.mark.parametrize("kind", ["fast", "httpx"])
+def test_the_request_clock_starts_on_the_wire(kind: str) -> None:
+    """A row's ``sent_ns`` (the TTFT origin) is the request's first action on the wire:
+    the connect it had to make, or its write; time waiting before it (here a connection
+    slot held by another request) is the client's delay, ``sent - due``."""
+
+    async def main() -> list[RequestRecord]:
+        clock = Clock()
+        transport = make_transport(kind, clock.now_ns, max_connections=1)
+        records: list[RequestRecord] = []
+        async with (
+            scripted_server([response(CHAT)] * 2, splits=(5,)) as (url, log),
+            httpx.AsyncClient(transport=transport) as http,
+        ):
+            client = StreamingClient(
+                http, base_url=url + "/v1", now_ns=clock.now_ns, run_id="t", transport=transport
+            )
+            jobs = [
+                client.ready(
+                    PreparedRequest(
+                        trace=TraceRequest(
+                            index=i,
+                            request_id=f"r{i}",
+                            arrival_s=0.0,
+                            input_tokens=1,
+                            output_tokens=1,
+                        ),
+                        x_request_id=f"r{i}",
+                        path="/chat/completions",
+                        body=b"{}",
+                    )
+                )
+                for i in range(2)
+            ]
+            due = clock.now_ns()
+            await asyncio.gather(*(client.execute(job, due, records.append) for job in jobs))
+            await log.idle.wait()
+        return records
+
+    records = sorted(run(main()), key=lambda r: r.trace_index)
+    first, second = records
+    assert (first.outcome, second.outcome) == (s.OUTCOME_OK, s.OUTCOME_OK)
+    assert first.connect_start_ns is not None
+    assert first.connected_ns is not None
+    assert first.sent_ns == first.connect_start_ns  # it connected: its clock starts there
+    # The second waited for the one connection: that wait is before its clock starts.
+    assert second.connected_ns is None
+    assert second.sent_ns is not None
+    assert first.end_ns is not None
+    assert second.sent_ns >= first.end_ns - 1_000_000  # released as the first one ended
+    assert second.request_written_ns is not None
+    assert second.sent_ns <= second.request_written_ns
+    # Offsets count from the same origin: the first token's stamp is the first offset's.
+    assert second.first_token_ns is not None
+    assert second.chunk_offsets_us
+    assert 0 <= second.first_token_ns - second.sent_ns - second.chunk_offsets_us[0] * 1000 < 1000
+
+
+def test_warm_pool_opens_connections_that_the_first_requests_reuse() -> None:
+    async def main() -> tuple[list[int], list[RequestRecord], int]:
+        clock = Clock()
+        transport = FastTransport(clock.now_ns, max_connections=3)
+        records: list[RequestRecord] = []
+        async with (
+            scripted_server([response(CHAT)] * 3) as (url, _),
+            httpx.AsyncClient(transport=transport) as http,
+        ):
+            client = StreamingClient(
+                http, base_url=url + "/v1", now_ns=clock.now_ns, run_id="t", transport=transport
+            )
+            times = await client.warm(5)  # capped at max_connections
+            again = await client.warm(3)  # already idle: nothing more to open
+            jobs = [
+                client.ready(
+                    PreparedRequest(
+                        trace=TraceRequest(
+                            index=i,
+                            request_id=f"w{i}",
+                            arrival_s=0.0,
+                            input_tokens=1,
+                            output_tokens=1,
+                        ),
+                        x_request_id=f"w{i}",
+                        path="/chat/completions",
+                        body=b"{}",
+                    )
+                )
+                for i in range(3)
+            ]
+            due = clock.now_ns()
+            await asyncio.gather(*(client.execute(job, due, records.append) for job in jobs))
+        # (The kept-alive connections stay open until the client closes them.)
+        return times, records, len(again)
+
+    times, records, again = run(main())
+    assert len(times) == 3
+    assert all(t > 0 for t in times)
+    assert again == 0
+    assert len(records) == 3
+    for record in records:
+        assert record.outcome == s.OUTCOME_OK
+        assert record.connect_start_ns is None
+        assert record.connected_ns is None

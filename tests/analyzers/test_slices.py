@@ -1,0 +1,82 @@
+"""Chunk queries summed slice by slice (``analyzers.frames.summed_in_slices``) equal the
+same query over the whole run, and ``analyze`` gives the same figures either way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+from runbuilders import make_run
+
+from analyzers import frames
+from analyzers.frames import (
+    ARRIVAL_NS,
+    GAP_US,
+    TOKENS_IN_CHUNK,
+    RowSelection,
+    chunk_frame,
+    scan_run,
+    select_rows,
+    summed_in_slices,
+)
+from analyzers.metrics import AnalysisOptions, analyze
+from traces.schema import REQUEST_ID
+
+
+def _gap_counts(lf: pl.LazyFrame) -> pl.LazyFrame:
+    return (
+        chunk_frame(lf)
+        .filter(pl.col(GAP_US).is_not_null())
+        .group_by([GAP_US, TOKENS_IN_CHUNK])
+        .agg(pl.len().alias("_count"), pl.col(ARRIVAL_NS).sum().alias("_arrivals"))
+    )
+
+
+def _per_request(lf: pl.LazyFrame) -> pl.LazyFrame:
+    return chunk_frame(lf).group_by(REQUEST_ID).agg(pl.len().alias("_n"))
+
+
+def test_slices_sum_to_the_whole(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", n=300, workloads=("a", "b"))
+    keys = [GAP_US, TOKENS_IN_CHUNK]
+    sliced = summed_in_slices(
+        run, RowSelection(), [(_gap_counts, keys), (_per_request, [REQUEST_ID])], slice_rows=7
+    )
+    assert sliced is not None
+    selected = select_rows(scan_run(run), RowSelection())
+    assert_frame_equal(
+        sliced[0].collect().sort(keys),
+        _gap_counts(selected)
+        .collect()
+        .with_columns(pl.col("_count", "_arrivals").cast(pl.Int64))
+        .sort(keys),
+    )
+    assert_frame_equal(
+        sliced[1].collect().sort(REQUEST_ID),
+        _per_request(selected).collect().with_columns(pl.col("_n").cast(pl.Int64)).sort(REQUEST_ID),
+    )
+
+
+def test_a_selection_by_due_time_is_not_sliced(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "run", n=60)
+    trimmed = RowSelection(trim_start_s=1.0)
+    queries = [(_gap_counts, [GAP_US, TOKENS_IN_CHUNK])]
+    assert summed_in_slices(run, trimmed, queries, slice_rows=7) is None
+    assert summed_in_slices(run, RowSelection(), queries, slice_rows=60) is None
+
+
+@pytest.mark.parametrize("by_workload", [True, False])
+def test_analyze_is_the_same_sliced_or_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_workload: bool
+) -> None:
+    run = make_run(tmp_path / "run", n=240, workloads=("a", "b", "c"), fail_first=5)
+    options = AnalysisOptions(by_workload=by_workload)
+    whole = analyze(run, options)
+    monkeypatch.setattr(frames, "SLICE_ROWS", 11)
+    monkeypatch.setattr(frames.summed_in_slices, "__kwdefaults__", {"slice_rows": 11})
+    sliced = analyze(run, options)
+    assert sliced.overall == whole.overall
+    assert sliced.classes == whole.classes
+    assert sliced.windows == whole.windows
