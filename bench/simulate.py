@@ -10,7 +10,7 @@ Builds a Mooncake-format JSONL (``timestamp`` ms, ``input_length``, ``output_len
 system prompt): by default the first 2,000 rows of Mooncake's conversation trace if
 ``../shared/traces-samples`` has them, else a seeded synthetic stand-in with its shape
 (prompts lognormal around 8k tokens, outputs around 350, about 3 req/s). Imports it with
-the Mooncake importer, then times the offline engine (``loadgen.sim.offline.simulate``,
+the Mooncake importer, then times the offline engine (``loadgen.sim.offline.engine.simulate``,
 llama-3.1-8b on H100s) in this process, on one core. Prints the wall time, the engine
 steps and requests per second of wall time; the target is 10 s or less.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.sim.config import EngineConfig
-from loadgen.sim.offline import OfflineLoad, simulate
+from loadgen.sim.offline.engine import OfflineLoad, simulate
 from traces.importers.base import ImportOptions
 from traces.importers.registry import import_trace
 from traces.io import read_trace

@@ -18,7 +18,6 @@ __all__ = [
     "lazy",
     "options",
     "plan",
-    "plan_admission",
     "progress",
     "recover",
     "replay",

@@ -40,7 +40,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "demo": ("loadgen.cli.demo.harness:demo", "Run the whole harness end to end on the simulator."),
     "plan": (
-        "loadgen.cli.plan:plan",
+        "loadgen.cli.plan.group:plan",
         "Predict prefill, decode, KV and disaggregation budgets.",
     ),
     "analyze": (

@@ -1,8 +1,8 @@
 """``loadgen simulate``: a trace through the simulator's engine in virtual time, offline.
 
 Parses the engine options (shared with ``loadgen sim``: ``loadgen.cli.options.engine``)
-and the load options (as ``replay`` names them), runs :func:`loadgen.sim.offline.simulate`
-and writes the run directory (:mod:`loadgen.sim.offline_run`).
+and the load options (as ``replay`` names them), runs :func:`loadgen.sim.offline.engine.simulate`
+and writes the run directory (:mod:`loadgen.sim.offline.rundir`).
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def simulate(trace: Path, out: Path, **options: Any) -> None:
       loadgen simulate trace.parquet --model llama-3.1-8b --concurrency 32 -o runs/c32
     """
     from loadgen.schedule import time_factor
-    from loadgen.sim.offline import OfflineLoad
-    from loadgen.sim.offline import simulate as run_offline
-    from loadgen.sim.offline_run import (
+    from loadgen.sim.offline.engine import OfflineLoad
+    from loadgen.sim.offline.engine import simulate as run_offline
+    from loadgen.sim.offline.rundir import (
         OfflineRun,
         derived_run_id,
         prepare_run_dir,

@@ -25,7 +25,6 @@ __all__ = [
     "launch",
     "metrics",
     "offline",
-    "offline_run",
     "physics",
     "prefix",
     "prompt",

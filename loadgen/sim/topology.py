@@ -51,7 +51,7 @@ from loadgen.sim.tokenizer import make_tokenizer
 
 def instance_setup(spec: EngineConfig, gpus: int) -> tuple[Physics, SchedulerLimits]:
     """The physics and batch limits of one instance of ``gpus`` GPUs under ``spec``: shared
-    by the real-time engine and the offline one (:mod:`loadgen.sim.offline`)."""
+    by the real-time engine and the offline one (:mod:`loadgen.sim.offline.engine`)."""
     physics = Physics(
         HardwareChoice(
             model=spec.model,

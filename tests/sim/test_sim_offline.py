@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from analyzers.budget.engine.timeline import Arrival, EngineShape, replay_schedule
 from loadgen.cli.root import cli
 from loadgen.sim.config import EngineConfig
-from loadgen.sim.offline import SIM_EPOCH_NS, OfflineLoad, PrefixKeys, simulate
-from loadgen.sim.offline_run import SIMULATED_GENERATOR
+from loadgen.sim.offline.engine import SIM_EPOCH_NS, OfflineLoad, PrefixKeys, simulate
+from loadgen.sim.offline.rundir import SIMULATED_GENERATOR
 from loadgen.sim.physics import Physics
 from loadgen.sim.topology import instance_setup
 from traces import schema as s

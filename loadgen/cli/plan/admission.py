@@ -3,7 +3,7 @@
 Composes: the engine options (``loadgen.cli.options.engine``, as ``sim`` and ``simulate``
 take them, the deployment's ``[admission] ttft_ms`` included), a workload (a trace, or a
 seeded Poisson stream of one prompt and output length), two runs of the offline engine
-(:mod:`loadgen.sim.offline`: every request at once, for the capacity; then the offered
+(:mod:`loadgen.sim.offline.engine`: every request at once, for the capacity; then the offered
 rate with admission control on) and the arithmetic of :mod:`analyzers.budget.admission`.
 Heavy imports are deferred to the command.
 """
@@ -82,7 +82,7 @@ def admission_cmd(**options: Any) -> None:
     """
     from analyzers.budget.admission import AdmissionRuns, plan_admission
     from loadgen.schedule import time_factor
-    from loadgen.sim.offline import OfflineLoad, simulate
+    from loadgen.sim.offline.engine import OfflineLoad, simulate
     from loadgen.sim.topology import instance_setup
     from reports.plan import render_admission
     from traces.records import TraceRequest

@@ -1,16 +1,15 @@
-"""``loadgen plan``: print (and write) the budget of a model on a GPU; ``plan check-claim``.
+"""``loadgen plan``: print (and write) the budget of a model on a GPU; the group of the
+``plan`` subcommands (``calibrate``, ``check-claim``, ``admission``).
 
-Thin: parse options, look up the catalog, call ``build_report``/``check_claim``, print.
-User mistakes are ``AnalyzerError``s (the root CLI prints them as one line, exit 2); an
-impossible claim exits 1. Reads a trace through ``traces.io`` (pyarrow) only when
-``--trace`` is given, and run directories through ``analyzers.calibration_points`` (polars)
-only for ``plan calibrate RUN``. This module must not import ``loadgen`` or httpx.
+Thin: parse options, look up the catalog, call ``build_report``, print. User mistakes are
+``AnalyzerError``s (the root CLI prints them as one line, exit 2); a refused deployment
+exits 1. Reads a trace through ``traces.io`` (pyarrow) only when ``--trace`` is given. Of
+``loadgen``, only the ``admission`` subcommand imports anything (the offline engine, when
+run); the budget itself imports no ``loadgen`` module or httpx.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,26 +19,26 @@ if TYPE_CHECKING:
     from traces.deployment import DeploymentSpec
 
 from analyzers.budget.budgetfile import report_to_json, write_budget
-from analyzers.budget.calibrate import fit_profiles, prompt_split
 from analyzers.budget.catalog import Catalog, load_catalog
-from analyzers.budget.claims import check_claim
-from analyzers.budget.measurements import load_measurements
-from analyzers.budget.profile import StepProfile, load_profile_for, profiles_to_toml
+from analyzers.budget.profile import StepProfile, load_profile_for
 from analyzers.budget.report import PlanInputs, build_report
-from analyzers.budget.specs import DTYPES, Deployment, LinkSpec, ModelSpec, check_dtype
+from analyzers.budget.specs import DTYPES, Deployment, LinkSpec, ModelSpec
 from analyzers.errors import BudgetError
-from reports.plan import render_calibration, render_claim, render_report
+from loadgen.cli.plan.admission import admission_cmd
+from loadgen.cli.plan.calibrate import calibrate_cmd
+from loadgen.cli.plan.claim import check_claim_cmd
+from loadgen.cli.plan.flags import (
+    catalog_model,
+    catalog_option,
+    dtype_option,
+    gpu_option,
+    gpus_option,
+    json_option,
+    model_option,
+)
+from reports.plan import render_report
 
 _DEFAULT_LINKS = ("100g", "400g", "mooncake-4x200g", "mooncake-8x400g", "8x400g")
-
-
-def _model(cat: Catalog, name: str, dtype: str | None, kv_dtype: str | None) -> ModelSpec:
-    m = cat.model(name)
-    if dtype is not None:
-        m = replace(m, weight_dtype=check_dtype(dtype))
-    if kv_dtype is not None:
-        m = replace(m, kv_dtype=check_dtype(kv_dtype))
-    return m
 
 
 def _image_size(text: str | None) -> tuple[int, int]:
@@ -85,13 +84,6 @@ def _check_context(cat: Catalog, model: ModelSpec, prompt_tokens: int) -> None:
         )
 
 
-def _int_set(text: str, option: str) -> frozenset[int]:
-    try:
-        return frozenset(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise BudgetError(f"{option} takes integers separated by commas, got {text!r}") from None
-
-
 def _from_deployment(spec: DeploymentSpec) -> dict[str, object]:
     """The plan options a deployment file sets (parameter name to value). A disaggregated
     deployment is planned on its prefill instances' GPUs; its KV link is the break-even's."""
@@ -113,33 +105,6 @@ def _from_deployment(spec: DeploymentSpec) -> dict[str, object]:
     return {k: v for k, v in pairs.items() if v is not None}
 
 
-_model_opt = click.option(
-    "--model", "model_name", help="Model name from the catalog, e.g. llama-3.3-70b."
-)
-_gpu_opt = click.option("--gpu", "gpu_name", help="GPU name from the catalog, e.g. h200.")
-_gpus_opt = click.option(
-    "--gpus",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="GPUs per replica (tensor parallel).",
-)
-_dtype_opt = click.option(
-    "--dtype",
-    type=click.Choice(DTYPES),
-    default=None,
-    help="Weight dtype (default: the catalog's).",
-)
-_catalog_opt = click.option(
-    "--catalog",
-    "catalog_file",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    default=None,
-    help="User TOML catalog adding or overriding entries.",
-)
-_json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-
-
 @click.group(invoke_without_command=True)
 @click.option(
     "--deployment",
@@ -149,9 +114,9 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     help="A deployment.toml (docs/deployment.md): model, GPUs, chunk size, efficiencies, "
     "KV link; the flags given as well override it.",
 )
-@_model_opt
-@_gpu_opt
-@_gpus_opt
+@model_option
+@gpu_option
+@gpus_option
 @click.option(
     "--pp",
     type=click.IntRange(min=1),
@@ -159,7 +124,7 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     show_default=True,
     help="Pipeline-parallel stages per replica.",
 )
-@_dtype_opt
+@dtype_option
 @click.option(
     "--kv-dtype",
     type=click.Choice(DTYPES),
@@ -260,7 +225,7 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     default=None,
     help="Image size WIDTHxHEIGHT for vision models (default 1920x1080).",
 )
-@_catalog_opt
+@catalog_option
 @click.option(
     "--profile",
     "profile_file",
@@ -275,7 +240,7 @@ _json_opt = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
     default=None,
     help="Write the budget as TOML (or JSON for .json).",
 )
-@_json_opt
+@json_option
 @click.pass_context
 def plan(
     ctx: click.Context,
@@ -359,7 +324,7 @@ def plan(
     if model_name is None or gpu_name is None:
         raise click.UsageError("plan needs --model and --gpu (or --deployment, or a subcommand)")
     cat = load_catalog(catalog_file)
-    model = _model(cat, model_name, dtype, kv_dtype)
+    model = catalog_model(cat, model_name, dtype, kv_dtype)
     _check_context(cat, model, prompt_tokens)
     deploy = Deployment(
         hardware=cat.gpu(gpu_name),
@@ -400,210 +365,6 @@ def plan(
         ctx.exit(1)
 
 
-@plan.command("calibrate")
-@click.argument("measurements", type=click.Path(path_type=Path, exists=True, dir_okay=True))
-@click.option(
-    "-o",
-    "--out",
-    "out_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    required=True,
-    help="Profile TOML to write (one [profiles.GPU] table per GPU type).",
-)
-@click.option(
-    "--hold-out-prompts",
-    default="",
-    help="Prompt sizes left out of the fit and reported as predictions, e.g. 256,1024,4096.",
-)
-@click.option(
-    "--hold-out-batches",
-    default="",
-    help="Batch sizes left out of the fit, e.g. 4,16,64.",
-)
-@click.option(
-    "--exclude-batches",
-    default="",
-    help="Batch sizes dropped entirely (neither fitted nor reported), e.g. 64.",
-)
-@click.option("--summary", is_flag=True, help="Print only the parameters and error summaries.")
-@click.option(
-    "--model",
-    "model_name",
-    default=None,
-    help="A run directory's model (catalog name), over what its run.json records.",
-)
-@click.option(
-    "--gpu",
-    "gpu_name",
-    default=None,
-    help="A run directory's GPU type (catalog name), over what its run.json records.",
-)
-@click.option(
-    "--gpus",
-    type=click.IntRange(min=1),
-    default=None,
-    help="A run directory's GPUs per replica (tensor parallel), over its run.json.",
-)
-@_catalog_opt
-def calibrate_cmd(
-    measurements: Path,
-    out_path: Path,
-    hold_out_prompts: str,
-    hold_out_batches: str,
-    exclude_batches: str,
-    summary: bool,
-    model_name: str | None,
-    gpu_name: str | None,
-    gpus: int | None,
-    catalog_file: Path | None,
-) -> None:
-    """Fit the step-time profile of each GPU type to MEASUREMENTS and print the residuals.
-
-    MEASUREMENTS is a CSV (the Splitwise perf_model.csv format, or model,gpu,tp,tokens,
-    batch,ms[,phase][,engine]) or a run directory of loadgen's own: its idle requests'
-    prefill (server-reported, else TTFT) and its decode spans at a constant batch become
-    the points, on the model, GPU and tensor parallelism its run.json records (--model,
-    --gpu, --gpus say or override them). Names resolve through the catalog (--catalog adds).
-
-    Example: loadgen plan calibrate splitwise_perf_model.csv -o profile.toml
-    --hold-out-prompts 256,1024,4096 --hold-out-batches 4,16 --exclude-batches 64
-
-    From a run: loadgen plan calibrate runs/sweep -o profile.toml
-    """
-    cat = load_catalog(catalog_file)
-    excluded = _int_set(exclude_batches, "--exclude-batches")
-    if measurements.is_dir():
-        from analyzers.calibration_points import run_calibration_points  # deferred: polars
-
-        points = run_calibration_points(
-            measurements, model=model_name, gpu=gpu_name, tensor_parallel=gpus
-        )
-        click.echo(points.summary())
-        loaded = list(points.observations)
-    else:
-        if model_name or gpu_name or gpus:
-            raise BudgetError("--model/--gpu/--gpus apply to a run directory; a CSV names its own")
-        loaded = load_measurements(measurements)
-    observations = [o for o in loaded if o.batch not in excluded]
-    if not observations:
-        raise BudgetError(f"{measurements}: no measurements left after --exclude-batches")
-    held_out = prompt_split(
-        _int_set(hold_out_prompts, "--hold-out-prompts"),
-        _int_set(hold_out_batches, "--hold-out-batches"),
-    )
-    fits = fit_profiles(
-        observations,
-        model_of=cat.model,
-        gpu_of=cat.gpu,
-        held_out=held_out,
-        source=f"loadgen plan calibrate {measurements.name}",
-    )
-    header = (
-        f"Step-time profiles fitted by loadgen plan calibrate to {measurements.name}"
-        + (f"; held out prompts {hold_out_prompts}" if hold_out_prompts else "")
-        + (f", batches {hold_out_batches}" if hold_out_batches else "")
-        + (f"; excluded batches {exclude_batches}" if exclude_batches else "")
-    )
-    text = profiles_to_toml({f.profile.name: f.profile for f in fits}, header)
-    try:
-        out_path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise BudgetError(f"{out_path}: cannot write profile ({exc.strerror})") from None
-    click.echo(render_calibration(fits, all_points=not summary))
-    click.echo(f"wrote {len(fits)} profile(s) to {out_path}")
-
-
-@plan.command("check-claim")
-@_model_opt
-@_gpu_opt
-@_gpus_opt
-@_dtype_opt
-@click.option(
-    "--tokens-per-s",
-    type=click.FloatRange(min=0, min_open=True),
-    required=True,
-    help="Claimed tokens per second for the whole replica.",
-)
-@click.option(
-    "--phase",
-    type=click.Choice(["output", "input"]),
-    default="output",
-    show_default=True,
-    help="Output (decode) or input (prefill) tokens.",
-)
-@click.option(
-    "--context-tokens",
-    type=click.IntRange(min=1),
-    default=1024,
-    show_default=True,
-    help="KV context per decoding sequence.",
-)
-@click.option(
-    "--batch",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Decode batch (default: what KV holds).",
-)
-@_catalog_opt
-@_json_opt
-@click.pass_context
-def check_claim_cmd(
-    ctx: click.Context,
-    model_name: str | None,
-    gpu_name: str | None,
-    gpus: int,
-    dtype: str | None,
-    tokens_per_s: float,
-    phase: str,
-    context_tokens: int,
-    batch: int | None,
-    catalog_file: Path | None,
-    as_json: bool,
-) -> None:
-    """Is TOKENS-PER-S possible for a model on GPUs? Checks the compute and bandwidth bounds.
-
-    Exits 0 when the claim is within both bounds, 1 when it is impossible (with the bound).
-    """
-    if model_name is None or gpu_name is None:
-        raise click.UsageError("check-claim needs --model and --gpu")
-    cat = load_catalog(catalog_file)
-    model = _model(cat, model_name, dtype, None)
-    hardware = cat.gpu(gpu_name)
-    deploy = Deployment(hardware=hardware, tensor_parallel=gpus)
-    verdict = check_claim(
-        model,
-        deploy,
-        tokens_per_s,
-        phase="input" if phase == "input" else "output",
-        context_len=context_tokens,
-        batch=batch,
-    )
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "possible": verdict.possible,
-                    "tokens_per_s": verdict.tokens_per_s,
-                    "phase": verdict.phase,
-                    "compute_bound_tokens_per_s": verdict.compute_bound_tokens_per_s,
-                    "bandwidth_bound_tokens_per_s": verdict.bandwidth_bound_tokens_per_s,
-                    "max_batch": verdict.max_batch,
-                    "reasons": list(verdict.reasons),
-                    "chains": list(verdict.chains),
-                },
-                indent=2,
-            )
-        )
-    else:
-        click.echo(render_claim(verdict, model.name, hardware.name, gpus))
-    if not verdict.possible:
-        ctx.exit(1)
-
-
-def _register_admission() -> None:
-    from loadgen.cli.plan_admission import admission_cmd
-
-    plan.add_command(admission_cmd)
-
-
-_register_admission()
+plan.add_command(admission_cmd)
+plan.add_command(calibrate_cmd)
+plan.add_command(check_claim_cmd)

@@ -21,7 +21,7 @@ from analyzers.budget import catalog
 from loadgen import __version__
 from loadgen.errors import RunDirError
 from loadgen.sim.config import DEFAULT_MODEL_NAME, EngineConfig, engine_deployment
-from loadgen.sim.offline import SIM_EPOCH_NS, OfflineLoad, OfflineResult
+from loadgen.sim.offline.engine import SIM_EPOCH_NS, OfflineLoad, OfflineResult
 from traces import schema as s
 from traces.deployment import DeploymentInfo
 from traces.io import read_metadata, write_run_info, write_run_records
