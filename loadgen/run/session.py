@@ -50,24 +50,21 @@ from loadgen.run.sharding import select_shard
 from loadgen.schedule import check_span, time_factor
 from traces import schema as s
 from traces.context import context_overflow_of, deployment_context
+from traces.health import Backpressure, GeneratorHealth, LagSummary, WorkerHealth
 from traces.io import file_sha256, write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
 from traces.records import TraceRequest
 from traces.runinfo import (
-    Backpressure,
     Capabilities,
     ClockAnchor,
     Endpoint,
-    GeneratorHealth,
     GeneratorInfo,
-    LagSummary,
     PromptCalibration,
     PromptsInfo,
     RunInfo,
     RunLoad,
     RunResult,
     TraceRef,
-    WorkerHealth,
 )
 from traces.validate import block_size_of
 
