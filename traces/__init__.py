@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         synth,
         transform,
         validate,
+        values,
     )
     from traces.schema import SCHEMA_VERSION
 
@@ -46,6 +47,7 @@ __all__ = [
     "synth",
     "transform",
     "validate",
+    "values",
 ]
 
 
