@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from runbuilders import health, run_info
 
-from loadgen.run.session import backpressure_warning, client_bound_warnings
+from loadgen.run.health import backpressure_warning, client_bound_warnings
 from traces.health import Backpressure, LagSummary
 from traces.runinfo import RunInfo
 
