@@ -17,6 +17,7 @@ __all__ = [
     "deferred",
     "dispatched",
     "errors",
+    "fit",
     "http",
     "live",
     "openai",

@@ -16,7 +16,7 @@ still recorded at once).
 
 Every value a record takes from the server is checked where the record is built, so the
 recorder never meets a row its columns cannot hold: the stream's summary checks JSON
-types (``finish_reason``, usage counts), ``_fit`` the ranges of the columns (per-chunk
+types (``finish_reason``, usage counts), ``loadgen.fit`` the ranges of the columns (per-chunk
 token counts, usage counts, arrival offsets, the status). A value that fails is left out,
 the chunks received are kept, and the request is a ``protocol_error`` naming the field.
 """
@@ -24,9 +24,8 @@ the chunks received are kept, and the request is a ``protocol_error`` naming the
 from __future__ import annotations
 
 import asyncio
-from bisect import bisect_right
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import httpx
@@ -34,6 +33,7 @@ import orjson
 
 from loadgen.deferred import DeferredCalls
 from loadgen.dispatched import DispatchLog
+from loadgen.fit import fit_columns
 from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
 from loadgen.http.stamping import (
     STAMPED,
@@ -44,32 +44,18 @@ from loadgen.http.stamping import (
     read_head,
     stamped_body,
 )
-from loadgen.openai.chunks import Usage
 from loadgen.openai.refusals import is_admission_rejected, is_context_exceeded
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
-from loadgen.stream.state import StreamState, StreamSummary
+from loadgen.stream.state import StreamState
 from traces import schema as s
 from traces.errors import shown
-from traces.records import RequestRecord, TraceRequest, int_bounds
+from traces.records import RequestRecord, TraceRequest
 
 _ERROR_BODY_LIMIT = 2048
-_NO_USAGE = Usage()
 _NO_TIMINGS = ServerTimings()
-
-_TOKENS_TYPE = s.RUN_SCHEMA.field(s.CHUNK_TOKENS).type.value_type
-_TOKENS_MIN, _TOKENS_MAX = int_bounds(_TOKENS_TYPE)
-_OFFSET_TYPE = s.RUN_SCHEMA.field(s.CHUNK_OFFSETS_US).type.value_type
-_OFFSET_MAX = int_bounds(_OFFSET_TYPE)[1]
-_COUNTS = tuple(
-    (name, s.RUN_SCHEMA.field(name).type, *int_bounds(s.RUN_SCHEMA.field(name).type))
-    for name in (s.PROMPT_TOKENS, s.COMPLETION_TOKENS, s.CACHED_TOKENS, s.REASONING_TOKENS)
-)
-"""The usage counts: their column names are ``Usage``'s field names."""
-_STATUS_TYPE = s.RUN_SCHEMA.field(s.HTTP_STATUS).type
-_STATUS_MIN, _STATUS_MAX = int_bounds(_STATUS_TYPE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -375,7 +361,7 @@ class StreamingClient:
         header_timings: ServerTimings | None = None,
     ) -> RequestRecord:
         parsed = state.summary()
-        fit = _fit(parsed, progress.status)
+        fit = fit_columns(parsed, progress.status)
         if outcome == s.OUTCOME_OK:
             problem = parsed.error or fit.problem
             if problem is not None:
@@ -434,67 +420,6 @@ class StreamingClient:
             server_instance=self._scrubber.scrub_optional(timings.instance),
             server_slip_ms=timings.slip_ms,
         )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Fit:
-    """A summary's values cut to what their columns hold, and the first that did not fit."""
-
-    content_offsets_us: list[int]
-    chunk_tokens: list[int] | None
-    reasoning_offsets_us: list[int]
-    usage: Usage
-    status: int | None
-    problem: str | None
-
-
-def _within_offsets(column: str, offsets: list[int], problems: list[str]) -> list[int]:
-    """``offsets`` up to the column's range, noting in ``problems`` where they were cut.
-    Offsets never decrease (one monotonic clock, reads in order): the last is the largest,
-    so the common case is one comparison."""
-    if not offsets or offsets[-1] <= _OFFSET_MAX:
-        return offsets
-    kept = bisect_right(offsets, _OFFSET_MAX)
-    problems.append(
-        f"{column}: chunk {kept} arrived {offsets[kept] / 1e6:.0f} s after the send, beyond "
-        f"the column's {_OFFSET_TYPE} µs"
-    )
-    return offsets[:kept]
-
-
-def _fit(parsed: StreamSummary, status: int | None) -> _Fit:
-    """Check the summary's numbers against their columns' ranges: a per-chunk token count
-    or usage count that does not fit is left out (None), offsets beyond the column's range
-    (a stream longer than about 35 minutes) are cut off with their chunks, and the first
-    misfit is described. The common case costs a few comparisons and one pass of
-    ``min``/``max`` over the token counts."""
-    problems: list[str] = []
-    tokens = parsed.chunk_tokens
-    if tokens and (min(tokens) < _TOKENS_MIN or max(tokens) > _TOKENS_MAX):
-        i, bad = next((i, n) for i, n in enumerate(tokens) if not _TOKENS_MIN <= n <= _TOKENS_MAX)
-        problems.append(f"chunk_tokens = {shown(bad)} for chunk {i}: does not fit {_TOKENS_TYPE}")
-        tokens = None
-    usage = parsed.usage or _NO_USAGE
-    for name, type_, least, greatest in _COUNTS:
-        count = getattr(usage, name)
-        if count is not None and not least <= count <= greatest:
-            problems.append(f"usage.{name} = {shown(count)}: does not fit {type_}")
-            usage = replace(usage, **{name: None})
-    content = _within_offsets(s.CHUNK_OFFSETS_US, parsed.content_offsets_us, problems)
-    if tokens is not None and len(content) < len(tokens):
-        tokens = tokens[: len(content)]
-    reasoning = _within_offsets(s.REASONING_OFFSETS_US, parsed.reasoning_offsets_us, problems)
-    if status is not None and not _STATUS_MIN <= status <= _STATUS_MAX:
-        problems.append(f"http_status = {shown(status)}: does not fit {_STATUS_TYPE}")
-        status = None
-    return _Fit(
-        content_offsets_us=content,
-        chunk_tokens=tokens,
-        reasoning_offsets_us=reasoning,
-        usage=usage,
-        status=status,
-        problem=problems[0] if problems else None,
-    )
 
 
 def _error_text(status: int, body: bytes) -> str:

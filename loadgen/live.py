@@ -16,8 +16,8 @@ from typing import Protocol
 from hdrh.histogram import HdrHistogram
 
 from traces import schema as s
+from traces.health import LagSummary
 from traces.records import RequestRecord
-from traces.runinfo import LagSummary
 
 _MAX_US = 3_600_000_000  # one hour, in microseconds
 

@@ -25,8 +25,8 @@ from loadgen.prepare import Preparer
 from loadgen.schedule import due_offsets_ns
 from loadgen.stampdelay import StampDelayProbe
 from loadgen.wakeup import DeadlineTimer, make_deadline_timer
+from traces.health import LagSummary
 from traces.records import RequestRecord, TraceRequest
-from traces.runinfo import LagSummary
 
 _POLL_S = 0.05
 """Longest single sleep while waiting for a due time, so a stop is noticed quickly."""

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from hdrh.histogram import HdrHistogram
 
 from loadgen.live import summarize_us
-from traces.runinfo import LagSummary
+from traces.health import LagSummary
 
 __all__ = ["StampDelayProbe"]
 

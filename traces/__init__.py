@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         context,
         deployment,
         errors,
+        health,
         importers,
         io,
         prompts,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
         synth,
         transform,
         validate,
+        values,
     )
     from traces.schema import SCHEMA_VERSION
 
@@ -34,6 +36,7 @@ __all__ = [
     "context",
     "deployment",
     "errors",
+    "health",
     "importers",
     "io",
     "prompts",
@@ -44,6 +47,7 @@ __all__ = [
     "synth",
     "transform",
     "validate",
+    "values",
 ]
 
 

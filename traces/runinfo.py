@@ -42,6 +42,7 @@ from typing import Any, Final
 
 from traces.deployment import DeploymentInfo
 from traces.errors import NewerRunInfoError, RunInfoError
+from traces.health import OMIT_NONE, Backpressure, GeneratorHealth, LagSummary, WorkerHealth
 from traces.prompts.maker import CalibrationSample, PromptStrategy
 
 RUN_INFO_VERSION: Final = 4
@@ -55,8 +56,32 @@ the analysing commands warn about it and ``gate`` refuses it (exit 3)."""
 INCOMPLETE: Final = "incomplete"
 """The status ``loadgen recover`` gives a run whose process died (``Incomplete`` says why)."""
 
-_OMIT_NONE: Final = {"omit_none": True}
-"""Field metadata: leave the key out of the JSON while the value is None."""
+_OMIT_NONE: Final = OMIT_NONE
+
+__all__ = [
+    "COMPLETE_STATUSES",
+    "INCOMPLETE",
+    "RUN_INFO_VERSION",
+    "VERSION_KEY",
+    "Backpressure",
+    "Capabilities",
+    "ClockAnchor",
+    "Endpoint",
+    "GeneratorHealth",
+    "GeneratorInfo",
+    "Incomplete",
+    "LagSummary",
+    "PromptCalibration",
+    "PromptsInfo",
+    "RunConfig",
+    "RunInfo",
+    "RunLoad",
+    "RunResult",
+    "ScrapeReport",
+    "TraceRef",
+    "WorkerHealth",
+]
+"""The health values (``traces.health``) are re-exported: ``RunInfo.health`` holds them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,64 +232,6 @@ class RunResult:
     end_ns: int
     duration_s: float
     by_outcome: Mapping[str, int]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LagSummary:
-    """Percentiles of a lag distribution, in milliseconds."""
-
-    samples: int
-    p50_ms: float
-    p99_ms: float
-    max_ms: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerHealth:
-    """One worker process (shard): what it sent and how late it was."""
-
-    shard: int
-    dispatched: int
-    rows: int
-    schedule_lag_ms: LagSummary
-    loop_lag_ms: LagSummary
-    cpu_utilisation: float
-    """CPU seconds over wall seconds of the replay (1.0 = one core busy)."""
-    cpu_s: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Backpressure:
-    """What a deliberate ``--max-inflight`` cap did to an open-loop run: the requests it
-    held back and for how long, apart from the client's own lateness. ``schedule_lag_ms``
-    (and the rows' ``sent_ns - due_ns``) include the hold; ``dispatch_lag_ms`` does not."""
-
-    max_inflight: int
-    held: int
-    """Requests dispatched after their due time because every slot was taken."""
-    hold_ms: LagSummary
-    """How long each of those waited for a slot (samples: ``held``)."""
-    dispatch_lag_ms: LagSummary
-    """Every request's schedule lag net of its hold: the client's own lateness."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GeneratorHealth:
-    """The load generator's own health: the worst lags over workers, the busiest worker's
-    CPU use, total CPU seconds, whether the client may have limited the run (and why).
-    ``stamp_delay_ms`` (version 4): how long arrived bytes waited before the event loop
-    stamped them (``loadgen.stampdelay``); ``backpressure`` (version 4): a ``--max-inflight``
-    cap's hold, absent without a cap."""
-
-    schedule_lag_ms: LagSummary
-    loop_lag_ms: LagSummary
-    cpu_utilisation: float
-    cpu_s: float
-    client_bound: bool
-    warnings: tuple[str, ...]
-    workers: tuple[WorkerHealth, ...]
-    stamp_delay_ms: LagSummary | None = field(default=None, metadata=_OMIT_NONE)
-    backpressure: Backpressure | None = field(default=None, metadata=_OMIT_NONE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,7 +17,7 @@ from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
 from traces.runinfo import RunConfig
-from traces.validate import ID_CHARS, id_problem
+from traces.values import ID_CHARS, id_problem
 
 TRANSPORTS = ("fast", "httpx")
 

@@ -17,9 +17,9 @@ from analyzers.metrics import AnalysisOptions, analyze
 from analyzers.validity import ClassCount, assess_validity, min_requests_for
 from reports.jsondoc import validity_json
 from traces import schema as s
+from traces.health import Backpressure, GeneratorHealth, LagSummary
 from traces.io import write_run_info
 from traces.records import RequestRecord, records_to_batch
-from traces.runinfo import Backpressure, GeneratorHealth, LagSummary
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000

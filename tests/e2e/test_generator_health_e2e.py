@@ -28,17 +28,16 @@ from loadgen.clock import Clock
 from loadgen.live import LiveStats
 from loadgen.prepare import Preparer
 from loadgen.replay import LoadShape, Replayer, ReplayResult
-from loadgen.run.options import SessionOptions
-from loadgen.run.session import (
+from loadgen.run.health import (
     CLIENT_BOUND_LOOP_LAG_MS,
     CLIENT_BOUND_STAMP_DELAY_MS,
     CLIENT_BOUND_STAMP_STALL_MS,
     backpressure_of,
     backpressure_warning,
     client_bound_warnings,
-    make_transport,
-    run_session,
 )
+from loadgen.run.options import SessionOptions
+from loadgen.run.session import make_transport, run_session
 from loadgen.sim.launch import SimProcess
 from traces.io import read_run_info, write_trace
 from traces.prompts.maker import PromptMaker

@@ -24,13 +24,8 @@ from click.testing import CliRunner
 
 from loadgen.cli.root import cli
 from loadgen.clock import Clock
-from loadgen.run.session import (
-    CLIENT_BOUND_CPU,
-    CLIENT_BOUND_LAG_MS,
-    SessionOptions,
-    SessionResult,
-    run_session,
-)
+from loadgen.run.health import CLIENT_BOUND_CPU, CLIENT_BOUND_LAG_MS
+from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import read_run_info, write_trace

@@ -60,7 +60,8 @@ from traces.prompts.images import MAX_SIDE
 from traces.prompts.maker import PromptMaker
 from traces.records import TraceRequest, record_problem
 from traces.runinfo import Capabilities
-from traces.validate import MAX_TOKENS, block_size_of
+from traces.validate import block_size_of
+from traces.values import MAX_TOKENS
 
 INT32 = (-(2**31), 2**31 - 1)
 _ODD_TEXT = st.one_of(

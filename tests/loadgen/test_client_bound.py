@@ -7,8 +7,9 @@ from dataclasses import replace
 
 from runbuilders import health, run_info
 
-from loadgen.run.session import backpressure_warning, client_bound_warnings
-from traces.runinfo import Backpressure, LagSummary, RunInfo
+from loadgen.run.health import backpressure_warning, client_bound_warnings
+from traces.health import Backpressure, LagSummary
+from traces.runinfo import RunInfo
 
 
 def _lag(p99_ms: float, max_ms: float | None = None) -> LagSummary:

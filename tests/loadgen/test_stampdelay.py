@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from loadgen.stampdelay import StampDelayProbe
-from traces.runinfo import LagSummary
+from traces.health import LagSummary
 
 BUSY_S = 0.3
 

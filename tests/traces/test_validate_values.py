@@ -25,18 +25,16 @@ from traces.importers.errors import SourceError
 from traces.importers.registry import import_trace
 from traces.io import conform_trace, read_trace_table
 from traces.prompts.images import MAX_SIDE
-from traces.validate import (
-    DEFAULT_BLOCK_SIZE,
+from traces.validate import DEFAULT_BLOCK_SIZE, block_size_of, validate_trace
+from traces.values import (
     MAX_ARRIVAL_S,
     MAX_ID_CHARS,
     MAX_IMAGE_PIXELS,
     MAX_IMAGES,
     MAX_TOKENS,
     MESSAGES_MAX_DEPTH,
-    block_size_of,
     find_bad_value,
     messages_problem,
-    validate_trace,
 )
 
 IMAGE_TYPE = pa.list_(pa.struct([("width", pa.int32()), ("height", pa.int32())]))

@@ -4,7 +4,7 @@ A format module turns each batch of its source into an Arrow table with trace co
 ``LINE_COLUMN`` (the 1-based source line of each row) and calls ``TraceSink.add``. The sink
 
 1. checks each value a source can get wrong (NaN arrival, non-positive lengths, and the
-   value rules of ``traces.validate.find_bad_value``: request ids, messages, SLOs,
+   value rules of ``traces.values.find_bad_value``: request ids, messages, SLOs,
    images) and names the source line and the source column on failure;
 2. clips inputs above ``--max-input-tokens`` (and their prefix blocks, consistently);
 3. keeps arrival order across batches: a decreasing arrival is an error naming its line,
@@ -38,7 +38,7 @@ from traces.errors import ValidationError
 from traces.importers.base import LINE_COLUMN, ImportOptions
 from traces.importers.errors import SourceError
 from traces.io import conform_trace
-from traces.validate import find_bad_value
+from traces.values import find_bad_value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,74 @@
+"""The load generator's own health as ``run.json`` records it (``RunInfo.health``): lag
+percentiles, per-worker figures, a ``--max-inflight`` cap's hold, and the verdict on
+whether the client may have limited the run.
+
+Frozen, slotted, keyword-only values; ``traces.runinfo`` reads and writes them as part of
+``run.json`` (and re-exports them). Imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+OMIT_NONE: Final = {"omit_none": True}
+"""Field metadata: leave the key out of the JSON while the value is None (``run.json``'s
+encoder in ``traces.runinfo`` reads it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagSummary:
+    """Percentiles of a lag distribution, in milliseconds."""
+
+    samples: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerHealth:
+    """One worker process (shard): what it sent and how late it was."""
+
+    shard: int
+    dispatched: int
+    rows: int
+    schedule_lag_ms: LagSummary
+    loop_lag_ms: LagSummary
+    cpu_utilisation: float
+    """CPU seconds over wall seconds of the replay (1.0 = one core busy)."""
+    cpu_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backpressure:
+    """What a deliberate ``--max-inflight`` cap did to an open-loop run: the requests it
+    held back and for how long, apart from the client's own lateness. ``schedule_lag_ms``
+    (and the rows' ``sent_ns - due_ns``) include the hold; ``dispatch_lag_ms`` does not."""
+
+    max_inflight: int
+    held: int
+    """Requests dispatched after their due time because every slot was taken."""
+    hold_ms: LagSummary
+    """How long each of those waited for a slot (samples: ``held``)."""
+    dispatch_lag_ms: LagSummary
+    """Every request's schedule lag net of its hold: the client's own lateness."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeneratorHealth:
+    """The load generator's own health: the worst lags over workers, the busiest worker's
+    CPU use, total CPU seconds, whether the client may have limited the run (and why).
+    ``stamp_delay_ms`` (version 4): how long arrived bytes waited before the event loop
+    stamped them (``loadgen.stampdelay``); ``backpressure`` (version 4): a ``--max-inflight``
+    cap's hold, absent without a cap."""
+
+    schedule_lag_ms: LagSummary
+    loop_lag_ms: LagSummary
+    cpu_utilisation: float
+    cpu_s: float
+    client_bound: bool
+    warnings: tuple[str, ...]
+    workers: tuple[WorkerHealth, ...]
+    stamp_delay_ms: LagSummary | None = field(default=None, metadata=OMIT_NONE)
+    backpressure: Backpressure | None = field(default=None, metadata=OMIT_NONE)
