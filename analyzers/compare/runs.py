@@ -43,7 +43,7 @@ from analyzers.compare.bootstrap import (
 from analyzers.compare.identity import TraceIdentity, check_same_trace
 from analyzers.compare.samples import COMPARED_METRICS, RunSamples, component_frame, run_samples
 from analyzers.compare.verdict import NO_VERDICT, ComparisonVerdict, Problem, withheld
-from analyzers.decompose.terms import TERMS
+from analyzers.decompose.columns import TERMS
 from analyzers.errors import AnalyzerError
 from analyzers.frames import RowSelection
 from analyzers.goodput import SLOTargets

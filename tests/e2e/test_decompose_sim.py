@@ -23,7 +23,7 @@ import pytest
 from analyzers.budget import decode_step_time_s
 from analyzers.budget.calibrate import fit_polynomial
 from analyzers.decompose import BudgetModel, DecomposeOptions, decompose, request_terms
-from analyzers.decompose.terms import term_col
+from analyzers.decompose.columns import term_col
 from analyzers.metrics import AnalysisOptions, analyze
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess

@@ -15,7 +15,8 @@ from runbuilders import make_run, make_sweep
 
 from analyzers.compare.sweep import SweepOptions, compare_sweeps
 from analyzers.decompose import DecomposeOptions, decompose
-from analyzers.decompose.terms import NETWORK_UNIDENTIFIED, OVERSHOOT_MS, TERMS, request_terms
+from analyzers.decompose.columns import NETWORK_UNIDENTIFIED, OVERSHOOT_MS, TERMS
+from analyzers.decompose.terms import request_terms
 from analyzers.goodput import SLOTargets
 from analyzers.slo.parse import SLOSet
 from loadgen.cli.root import cli
