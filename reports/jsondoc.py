@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from analyzers.analysis import Analysis, ClassSummary, MetricStats
 from analyzers.decompose.report import ClassDecomposition, Decomposition
-from analyzers.metrics import Analysis, ClassSummary, MetricStats
 from analyzers.slo.gate import GateReport
 from analyzers.validity import RunValidity
 

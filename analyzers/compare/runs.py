@@ -32,6 +32,7 @@ from typing import Final
 import polars as pl
 
 from analyzers import exprs as e
+from analyzers.analysis import METRICS, AnalysisOptions
 from analyzers.compare.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -47,7 +48,7 @@ from analyzers.decompose.columns import TERMS
 from analyzers.errors import AnalyzerError
 from analyzers.frames import RowSelection
 from analyzers.goodput import SLOTargets
-from analyzers.metrics import METRICS, AnalysisOptions, analyze
+from analyzers.metrics import analyze
 from analyzers.validity import min_requests_for
 
 _NAMES: Final = {m.key: m.name for m in METRICS}
