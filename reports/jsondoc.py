@@ -14,8 +14,8 @@ from analyzers.slo.gate import GateReport
 from analyzers.validity import RunValidity
 
 if TYPE_CHECKING:
+    from analyzers.compare.crossover import SweepComparison
     from analyzers.compare.runs import Comparison
-    from analyzers.compare.sweep import SweepComparison
     from analyzers.compare.verdict import ComparisonVerdict
 
 
