@@ -6,6 +6,7 @@ Imports ``traces`` and nothing else of ours: never ``loadgen`` (the replay engin
 """
 
 __all__ = [
+    "analysis",
     "budget",
     "calibration_points",
     "compare",

@@ -2,7 +2,7 @@
 
 Console (rich) and Markdown. Rendering only: every number comes from
 ``analyzers.compare.runs.Comparison`` or ``analyzers.compare.sweep.SweepAnalysis`` /
-``SweepComparison``.
+``analyzers.compare.crossover.SweepComparison``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from analyzers.compare.crossover import SweepComparison
 from analyzers.compare.runs import Comparison, ComponentDelta, MetricDelta
-from analyzers.compare.sweep import SweepAnalysis, SweepComparison
+from analyzers.compare.sweep import SweepAnalysis
 from analyzers.compare.verdict import ComparisonVerdict
 from reports import fmt
 

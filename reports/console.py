@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from analyzers.metrics import Analysis
+from analyzers.analysis import Analysis
 from reports.tables import class_lines, metrics_table
 
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from analyzers.analysis import Analysis, ClassSummary, MetricStats
 from analyzers.decompose.report import ClassDecomposition, Decomposition
-from analyzers.metrics import Analysis, ClassSummary, MetricStats
 from analyzers.slo.gate import GateReport
 from analyzers.validity import RunValidity
 
 if TYPE_CHECKING:
+    from analyzers.compare.crossover import SweepComparison
     from analyzers.compare.runs import Comparison
-    from analyzers.compare.sweep import SweepComparison
     from analyzers.compare.verdict import ComparisonVerdict
 
 

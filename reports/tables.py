@@ -1,5 +1,5 @@
 """Rich tables for ``loadgen analyze`` and ``loadgen decompose``. Rendering only: every number
-comes from ``analyzers.metrics.Analysis`` or ``analyzers.decompose.Decomposition``."""
+comes from ``analyzers.analysis.Analysis`` or ``analyzers.decompose.Decomposition``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from analyzers.analysis import Analysis, ClassSummary
 from analyzers.decompose import TERMS, ClassDecomposition, Decomposition
-from analyzers.metrics import Analysis, ClassSummary
 from analyzers.validity import RunValidity
 from reports import fmt
 

@@ -7,6 +7,7 @@ Polars over run files; must not import ``loadgen``, ``reports`` or httpx.
 
 __all__ = [
     "bootstrap",
+    "crossover",
     "identity",
     "runs",
     "samples",

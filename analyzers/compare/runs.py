@@ -32,6 +32,7 @@ from typing import Final
 import polars as pl
 
 from analyzers import exprs as e
+from analyzers.analysis import METRICS, AnalysisOptions
 from analyzers.compare.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -43,11 +44,11 @@ from analyzers.compare.bootstrap import (
 from analyzers.compare.identity import TraceIdentity, check_same_trace
 from analyzers.compare.samples import COMPARED_METRICS, RunSamples, component_frame, run_samples
 from analyzers.compare.verdict import NO_VERDICT, ComparisonVerdict, Problem, withheld
-from analyzers.decompose.terms import TERMS
+from analyzers.decompose.columns import TERMS
 from analyzers.errors import AnalyzerError
 from analyzers.frames import RowSelection
 from analyzers.goodput import SLOTargets
-from analyzers.metrics import METRICS, AnalysisOptions, analyze
+from analyzers.metrics import analyze
 from analyzers.validity import min_requests_for
 
 _NAMES: Final = {m.key: m.name for m in METRICS}

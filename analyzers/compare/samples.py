@@ -18,7 +18,8 @@ import polars as pl
 
 from analyzers import exprs as e
 from analyzers.compare.bootstrap import Sample
-from analyzers.decompose.terms import DecomposeOptions, request_terms
+from analyzers.decompose.options import DecomposeOptions
+from analyzers.decompose.terms import request_terms
 from analyzers.errors import AnalyzerError
 from analyzers.frames import TOKENS_IN_CHUNK, RowSelection, chunk_frame, scan_run, select_rows
 from analyzers.goodput import SLOTargets

@@ -2,8 +2,9 @@
 
 ``decompose(run, budget, options)`` (:mod:`analyzers.decompose.run`) splits every ok
 request's ``first_token - due`` into the client chain and the server split
-(:mod:`analyzers.decompose.terms`, with the load-aware prediction of
-:mod:`analyzers.decompose.load`), then reports per class and percentile the tail's
+(:mod:`analyzers.decompose.terms`, its network and calibration fits in
+:mod:`analyzers.decompose.network` and :mod:`analyzers.decompose.fits`, with the load-aware
+prediction of :mod:`analyzers.decompose.load`), then reports per class and percentile the tail's
 composition, each term against its budget and the verdicts
 (:mod:`analyzers.decompose.report`). Must not import loadgen, reports or httpx.
 
@@ -17,8 +18,22 @@ import importlib
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from analyzers.decompose import deployment, load, model, report, run, terms
+    from analyzers.decompose import (
+        columns,
+        deployment,
+        fits,
+        load,
+        model,
+        network,
+        options,
+        report,
+        results,
+        run,
+        terms,
+    )
+    from analyzers.decompose.columns import CLIENT_TERMS, SERVER_TERMS, TERMS
     from analyzers.decompose.model import BudgetModel
+    from analyzers.decompose.options import DecomposeOptions
     from analyzers.decompose.report import (
         ClassDecomposition,
         Decomposition,
@@ -27,19 +42,15 @@ if TYPE_CHECKING:
         TailComposition,
         TermStat,
     )
-    from analyzers.decompose.run import decompose
-    from analyzers.decompose.terms import (
-        CLIENT_TERMS,
-        SERVER_TERMS,
-        TERMS,
+    from analyzers.decompose.results import (
         CalibrationResult,
-        DecomposeOptions,
         NetworkEstimate,
         RequestTerms,
         SourceOf,
         Unidentified,
-        request_terms,
     )
+    from analyzers.decompose.run import decompose
+    from analyzers.decompose.terms import request_terms
 
 __all__ = [
     "CLIENT_TERMS",
@@ -58,12 +69,17 @@ __all__ = [
     "TailComposition",
     "TermStat",
     "Unidentified",
+    "columns",
     "decompose",
     "deployment",
+    "fits",
     "load",
     "model",
+    "network",
+    "options",
     "report",
     "request_terms",
+    "results",
     "run",
     "terms",
 ]
@@ -81,18 +97,16 @@ _SOURCES: Final[dict[str, tuple[str, ...]]] = {
         "TermStat",
     ),
     "run": ("decompose",),
-    "terms": (
-        "CLIENT_TERMS",
-        "SERVER_TERMS",
-        "TERMS",
+    "columns": ("CLIENT_TERMS", "SERVER_TERMS", "TERMS"),
+    "options": ("DecomposeOptions",),
+    "results": (
         "CalibrationResult",
-        "DecomposeOptions",
         "NetworkEstimate",
         "RequestTerms",
         "SourceOf",
         "Unidentified",
-        "request_terms",
     ),
+    "terms": ("request_terms",),
 }
 _EXPORTS: Final = {name: module for module, names in _SOURCES.items() for name in names}
 

@@ -20,21 +20,23 @@ import polars as pl
 
 from analyzers import exprs as e
 from analyzers.budget.prefill import max_prompt_for_ttft
-from analyzers.decompose.terms import (
+from analyzers.decompose.columns import (
     IN_FLIGHT,
     NETWORK_UNIDENTIFIED,
     OVERSHOOT_MS,
     SERVER_SIDE_MS,
     TERMS,
     TOTAL_MS,
+    budget_col,
+    term_col,
+)
+from analyzers.decompose.options import DecomposeOptions
+from analyzers.decompose.results import (
     CalibrationResult,
-    DecomposeOptions,
     NetworkEstimate,
     RequestTerms,
     SourceOf,
     Unidentified,
-    budget_col,
-    term_col,
 )
 from analyzers.validity import RunValidity
 from traces import schema as s

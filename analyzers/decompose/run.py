@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from analyzers.decompose.model import BudgetModel
+from analyzers.decompose.options import DecomposeOptions
 from analyzers.decompose.report import Decomposition, build_decomposition
-from analyzers.decompose.terms import DecomposeOptions, request_terms
+from analyzers.decompose.terms import request_terms
 from analyzers.exprs import CLASS
 from analyzers.frames import scan_run, select_rows
 from analyzers.metrics import run_validity

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from analyzers import exprs as e
-from analyzers.metrics import Analysis, ClassSummary
+from analyzers.analysis import Analysis, ClassSummary
 from analyzers.slo.parse import LATENCY_METRICS, RUN_METRICS, Objective, SLOSet, format_value
 from analyzers.validity import min_requests_for
 

@@ -37,6 +37,7 @@ from typing import Final, Literal
 import polars as pl
 
 from analyzers import exprs as e
+from analyzers.analysis import DEFAULT_PERCENTILES, Analysis, AnalysisOptions
 from analyzers.compare.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -48,7 +49,7 @@ from analyzers.compare.identity import check_same_trace
 from analyzers.compare.samples import RunSamples, run_samples
 from analyzers.errors import AnalyzerError, InfrastructureError, InvalidRunError, SLOBreach
 from analyzers.frames import RowSelection, scan_run, select_rows
-from analyzers.metrics import DEFAULT_PERCENTILES, Analysis, AnalysisOptions, analyze
+from analyzers.metrics import analyze
 from analyzers.slo.evaluate import ObjectiveResult, class_of, evaluate, validity_problems
 from analyzers.slo.parse import LATENCY_METRICS, SLOSet
 from analyzers.validity import CAVEATS, ValidityThresholds

@@ -99,7 +99,7 @@ def analyze(
     from loadgen.cli.runstatus import warn_if_incomplete
 
     warn_if_incomplete(run)
-    from analyzers.metrics import AnalysisOptions
+    from analyzers.analysis import AnalysisOptions
     from analyzers.metrics import analyze as run_analysis
     from analyzers.validity import ValidityThresholds
 

@@ -1,5 +1,5 @@
 """``loadgen compare``: a thin command over ``analyzers.compare.runs`` (runs of one trace on
-different deployments) and ``analyzers.compare.sweep`` (two sweeps and their crossover),
+different deployments) and ``analyzers.compare.crossover`` (two sweeps and their crossover),
 rendered by ``reports.compare``.
 
 Exits 2 when asked to compare runs of different traces without
@@ -81,7 +81,8 @@ def compare(
 
     Example: loadgen compare runs/monolith runs/disagg --label monolith --label disagg
     """
-    from analyzers.compare.sweep import SweepOptions, compare_sweeps, is_sweep_dir
+    from analyzers.compare.crossover import compare_sweeps
+    from analyzers.compare.sweep import SweepOptions, is_sweep_dir
 
     slos = load_slos(slo_args)
     sweeps = [is_sweep_dir(r) for r in runs]

@@ -65,8 +65,9 @@ def results_doc(analysis: dict[str, Any]) -> dict[str, Any]:
 def write_run_results(run_dir: Path) -> Path | None:
     """Analyse ``run_dir`` as ``analyze --json`` does and write ``RUN/results.json``; None
     (nothing written) when the run has no rows to analyse."""
+    from analyzers.analysis import AnalysisOptions
     from analyzers.errors import InvalidRunError
-    from analyzers.metrics import AnalysisOptions, analyze
+    from analyzers.metrics import analyze
     from reports.jsondoc import analysis_json
 
     try:

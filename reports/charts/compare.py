@@ -2,7 +2,8 @@
 per-TTFT-component differences with their bootstrap intervals, and latency and goodput
 against offered load with the knee and the crossover marked.
 
-The numbers come from ``analyzers.compare.runs.Comparison``, ``analyzers.compare.sweep`` and
+The numbers come from ``analyzers.compare.runs.Comparison``, ``analyzers.compare.sweep`` /
+``analyzers.compare.crossover`` and
 ``analyzers.timeseries.RunSeries``; every axis names its unit. Must not import loadgen.
 """
 
@@ -12,8 +13,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from analyzers import exprs as e
+from analyzers.compare.crossover import SweepComparison
 from analyzers.compare.runs import Comparison
-from analyzers.compare.sweep import SweepAnalysis, SweepComparison
+from analyzers.compare.sweep import SweepAnalysis
 from analyzers.timeseries import RunSeries
 from reports.charts.figure import Chart, no_data, render, wide_range
 from reports.theme import MUTED_SENTINEL, OKABE_ITO, SLO_COLOUR, series_colour

@@ -2,7 +2,7 @@
 latency over time with the offered load and in-flight count, the ITL distribution,
 throughput over time, and prompt fidelity.
 
-Every number drawn comes from ``analyzers`` (``metrics.Analysis``,
+Every number drawn comes from ``analyzers`` (``analysis.Analysis``,
 ``decompose.Decomposition``, ``timeseries.RunSeries``); the functions only place it. Every
 axis names its unit. Must not import loadgen.
 """
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from analyzers import exprs as e
+from analyzers.analysis import Analysis
 from analyzers.decompose import TERMS, ClassDecomposition, Decomposition
-from analyzers.metrics import Analysis
 from analyzers.timeseries import Cdf, RunSeries
 from reports.charts.figure import Chart, no_data, render, wide_range
 from reports.theme import MUTED_SENTINEL, OKABE_ITO, SLO_COLOUR, series_colour

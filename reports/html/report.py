@@ -17,8 +17,9 @@ from html import escape
 from pathlib import Path
 from typing import Final
 
+from analyzers.compare.crossover import SweepComparison
 from analyzers.compare.runs import Comparison
-from analyzers.compare.sweep import SweepAnalysis, SweepComparison
+from analyzers.compare.sweep import SweepAnalysis
 from analyzers.compare.verdict import ComparisonVerdict
 from reports import fmt
 from reports.charts.figure import Chart
@@ -185,12 +186,13 @@ def build_report(
 
     One run: its report. Several: each with its own sections, and every run after the
     first compared with it (``compare.compare_runs``). One sweep: its steps and knee; two:
-    also the crossover (``sweep.compare_sweeps``). A ``comparison`` or ``sweep_comparison``
+    also the crossover (``crossover.compare_sweeps``). A ``comparison`` or ``sweep_comparison``
     already made (the one a command printed) is used as is, so that the page and the
     console show the same verdict.
     """
+    from analyzers.compare.crossover import compare_sweeps
     from analyzers.compare.runs import CompareOptions, compare_runs
-    from analyzers.compare.sweep import SweepOptions, analyze_sweep, compare_sweeps
+    from analyzers.compare.sweep import SweepOptions, analyze_sweep
     from analyzers.goodput import SLOTargets
 
     options = options or ReportOptions()

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from analyzers.analysis import Analysis, ClassSummary
 from analyzers.decompose import TERMS, BudgetModel, ClassDecomposition, Decomposition
 from analyzers.frames import RowSelection
-from analyzers.metrics import Analysis, ClassSummary
 from analyzers.slo.evaluate import ObjectiveResult
 from analyzers.slo.parse import SLOSet
 from analyzers.timeseries import RunSeries
@@ -178,10 +178,11 @@ def load_run_report(
     run: Path | str, options: ReportOptions, *, label: str | None = None
 ) -> RunReport:
     """Analyze ``run`` for the report: metrics, chart series, decomposition, SLO gate."""
+    from analyzers.analysis import AnalysisOptions
     from analyzers.decompose import DecomposeOptions, decompose
     from analyzers.errors import AnalyzerError
     from analyzers.goodput import SLOTargets
-    from analyzers.metrics import AnalysisOptions, analyze
+    from analyzers.metrics import analyze
     from analyzers.slo.evaluate import evaluate
     from analyzers.timeseries import SeriesOptions, run_series
 

@@ -18,7 +18,7 @@ from analyzers.decompose import (
     decompose,
     request_terms,
 )
-from analyzers.decompose.terms import OVERSHOOT_MS, SERVER_SIDE_MS, TOTAL_MS, term_col
+from analyzers.decompose.columns import OVERSHOOT_MS, SERVER_SIDE_MS, TOTAL_MS, term_col
 from analyzers.errors import AnalyzerError
 from reports.jsondoc import decomposition_json
 from traces import schema as s

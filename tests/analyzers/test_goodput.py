@@ -9,9 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from analyzers.analysis import AnalysisOptions
 from analyzers.frames import scan_run
 from analyzers.goodput import SLOTargets, goodput
-from analyzers.metrics import AnalysisOptions, analyze
+from analyzers.metrics import analyze
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch
 

@@ -12,9 +12,10 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analyzers import exprs as e
+from analyzers.analysis import Analysis, AnalysisOptions
 from analyzers.errors import InvalidRunError
 from analyzers.frames import RowSelection, chunk_frame, scan_run, select_rows, token_frame
-from analyzers.metrics import Analysis, AnalysisOptions, analyze, summarize
+from analyzers.metrics import analyze, summarize
 from analyzers.throughput import auto_window_s
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch

@@ -11,6 +11,7 @@ from polars.testing import assert_frame_equal
 from runbuilders import make_run
 
 from analyzers import frames
+from analyzers.analysis import AnalysisOptions
 from analyzers.frames import (
     ARRIVAL_NS,
     GAP_US,
@@ -21,7 +22,7 @@ from analyzers.frames import (
     select_rows,
     summed_in_slices,
 )
-from analyzers.metrics import AnalysisOptions, analyze
+from analyzers.metrics import analyze
 from traces.schema import REQUEST_ID
 
 

@@ -9,15 +9,8 @@ import pytest
 from click.testing import CliRunner
 from runbuilders import make_run
 
-from analyzers.compare.sweep import (
-    CurvePoint,
-    SweepOptions,
-    analyze_sweep,
-    compare_sweeps,
-    crossover,
-    interpolate,
-    is_sweep_dir,
-)
+from analyzers.compare.crossover import CurvePoint, compare_sweeps, crossover, interpolate
+from analyzers.compare.sweep import SweepOptions, analyze_sweep, is_sweep_dir
 from analyzers.goodput import SLOTargets
 from analyzers.slo.parse import SLOSet, parse_rules
 from loadgen.cli.root import cli

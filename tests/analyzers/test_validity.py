@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from runbuilders import health, make_run, run_info
 
+from analyzers.analysis import AnalysisOptions
 from analyzers.decompose import DecomposeOptions, decompose
-from analyzers.metrics import AnalysisOptions, analyze
+from analyzers.metrics import analyze
 from analyzers.validity import ClassCount, assess_validity, min_requests_for
 from reports.jsondoc import validity_json
 from traces import schema as s

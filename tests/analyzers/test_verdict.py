@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 from runbuilders import make_run, make_sweep
 
+from analyzers.compare.crossover import CurvePoint, compare_sweeps, sweep_verdict
 from analyzers.compare.runs import CompareOptions, compare_runs
-from analyzers.compare.sweep import (
-    CurvePoint,
-    SweepAnalysis,
-    SweepOptions,
-    compare_sweeps,
-    sweep_verdict,
-)
+from analyzers.compare.sweep import SweepAnalysis, SweepOptions
 from analyzers.compare.verdict import goodput_lead
 from analyzers.goodput import SLOTargets
 from analyzers.slo.parse import SLOSet

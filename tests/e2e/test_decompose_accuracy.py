@@ -64,7 +64,7 @@ import pytest
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
-from analyzers.decompose.terms import SERVER_SIDE_MS, TOTAL_MS, term_col
+from analyzers.decompose.columns import SERVER_SIDE_MS, TOTAL_MS, term_col
 from loadgen.cli.options.budget import BudgetChoice
 from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.config import EngineConfig

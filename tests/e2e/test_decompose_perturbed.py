@@ -30,7 +30,7 @@ import pytest
 
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
-from analyzers.decompose.terms import term_col
+from analyzers.decompose.columns import term_col
 from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s

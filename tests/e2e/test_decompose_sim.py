@@ -20,11 +20,12 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from analyzers.analysis import AnalysisOptions
 from analyzers.budget import decode_step_time_s
 from analyzers.budget.calibrate import fit_polynomial
 from analyzers.decompose import BudgetModel, DecomposeOptions, decompose, request_terms
-from analyzers.decompose.terms import term_col
-from analyzers.metrics import AnalysisOptions, analyze
+from analyzers.decompose.columns import term_col
+from analyzers.metrics import analyze
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s

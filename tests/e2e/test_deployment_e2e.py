@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from analyzers.decompose import DecomposeOptions, request_terms
-from analyzers.decompose.terms import term_col
+from analyzers.decompose.columns import term_col
 from loadgen.cli.options.budget import BudgetChoice
 from loadgen.cli.root import cli
 from loadgen.run.session import SessionOptions, run_session

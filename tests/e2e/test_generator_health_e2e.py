@@ -20,7 +20,8 @@ import httpx
 import pyarrow as pa
 from click.testing import CliRunner
 
-from analyzers.metrics import AnalysisOptions, analyze
+from analyzers.analysis import AnalysisOptions
+from analyzers.metrics import analyze
 from analyzers.validity import CapHold, assess_validity
 from loadgen.cli.root import cli
 from loadgen.client import StreamingClient

@@ -13,9 +13,11 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 from runbuilders import make_run, make_sweep
 
-from analyzers.compare.sweep import SweepOptions, compare_sweeps
+from analyzers.compare.crossover import compare_sweeps
+from analyzers.compare.sweep import SweepOptions
 from analyzers.decompose import DecomposeOptions, decompose
-from analyzers.decompose.terms import NETWORK_UNIDENTIFIED, OVERSHOOT_MS, TERMS, request_terms
+from analyzers.decompose.columns import NETWORK_UNIDENTIFIED, OVERSHOOT_MS, TERMS
+from analyzers.decompose.terms import request_terms
 from analyzers.goodput import SLOTargets
 from analyzers.slo.parse import SLOSet
 from loadgen.cli.root import cli

@@ -178,8 +178,9 @@ def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | N
     Prints both load curves, the comparison at the predicted break-even load, the
     measured crossover and the budget model's prediction. Under three minutes.
     """
+    from analyzers.compare.crossover import compare_sweeps
     from analyzers.compare.runs import CompareOptions, compare_runs
-    from analyzers.compare.sweep import SweepOptions, compare_sweeps
+    from analyzers.compare.sweep import SweepOptions
     from analyzers.goodput import SLOTargets
     from analyzers.slo.parse import SLOSet, scale_slos
     from loadgen.sim.launch import start_sim
