@@ -196,9 +196,12 @@ def test_open_loop_schedule_is_honoured(tmp_path: Path, sim: SimFactory) -> None
     # A sender that spins through its last stretch pays no timer grain but, on a busy
     # machine, loses its core more often than a sleeper does; a sender late by design
     # (a fixed delay, a chained relative sleep) is late every time. So: a quarter of the
-    # requests leave within the loop's median lag, half within its p99.
+    # requests leave within the loop's median lag, half within its p99. The due-time
+    # timer (a timerfd read, then the send) costs a hand-off a plain sleep does not: its
+    # floor was 0.13 ms against a loop median of 0.14 ms, so 0.1 ms is allowed on top of
+    # the median; a sender late by design is late by far more.
     # (The p99 <= 2 ms target is measured in bench/replay_schedule.py, on thousands.)
-    assert at(lateness, 0.25) <= loop.p50_ms, (sorted(lateness), loop)
+    assert at(lateness, 0.25) <= loop.p50_ms + 0.1, (sorted(lateness), loop)
     assert median(lateness) <= loop.p99_ms, (sorted(lateness), loop)
     # The generator's own work at 20 requests/s is far from a core, so a client-bound flag
     # can only come from the lateness measured above.

@@ -176,8 +176,10 @@ def test_framing_time_grows_linearly_with_the_event(
     native: bool, make: Callable[[int], bytes]
 ) -> None:
     """4 times the bytes in one event: about 4 times the time (16 when each read rescans
-    what came before, as it did). The bound leaves 2x for a noisy machine."""
+    what came before, as it did). The bound sits between the two: 10 leaves room for the
+    small event fitting in a cache the large one does not (8.3x was seen on the C path under
+    load) and for a noisy machine, and still fails a rescan."""
     # Sizes large enough that a millisecond of a neighbour's noise is small beside them.
     small = _frame_time(make(2 * 1024 * 1024), native=native)
     large = _frame_time(make(8 * 1024 * 1024), native=native)
-    assert large / max(small, 1e-4) < 8.0, (small, large)
+    assert large / max(small, 1e-4) < 10.0, (small, large)
