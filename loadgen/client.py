@@ -50,6 +50,7 @@ from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from loadgen.stream.state import StreamState
+from loadgen.stream.whole import WholeBody
 from traces import schema as s
 from traces.errors import shown
 from traces.records import RequestRecord, TraceRequest
@@ -97,6 +98,7 @@ class StreamingClient:
         native_feed: bool = NATIVE,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         dispatched: DispatchLog | None = None,
+        stream: bool = True,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
         then built by ``http`` (headers, timeouts) but sent by the transport directly (the
@@ -111,7 +113,11 @@ class StreamingClient:
         reference, which installs without a compiler use (the tests run both).
 
         ``dispatched``: where each request's trace index is recorded as it goes to the
-        wire (``loadgen.dispatched``; the replay's crash record)."""
+        wire (``loadgen.dispatched``; the replay's crash record).
+
+        ``stream=False`` (``--no-stream``): the bodies were built with ``"stream": false``
+        and each response is one JSON object (``loadgen.stream.whole``), read whole."""
+        self._stream = stream
         self._dispatched = dispatched
         self._native_feed = native_feed
         self._max_event_bytes = max_event_bytes  # beyond it, a stream is a protocol_error
@@ -126,7 +132,7 @@ class StreamingClient:
         self._worker = worker
         self._headers = dict(headers or {})
         self._headers.setdefault("content-type", "application/json")
-        self._headers.setdefault("accept", "text/event-stream")
+        self._headers.setdefault("accept", "text/event-stream" if stream else "application/json")
         self._headers.setdefault("accept-encoding", "identity")
         # The server's strings are stored (error bodies, in-stream errors): never with the
         # credentials sent to it, whatever it echoes.
@@ -292,9 +298,7 @@ class StreamingClient:
                     head = await read_head(exchange)
                     note = error_note(exchange.status, exchange.headers, head)
                     return header_timings, _error_text(exchange.status, head.data).rstrip() + note
-                feed = EventFeed(
-                    state, native=self._native_feed, max_event_bytes=self._max_event_bytes
-                )
+                feed = self._feed(state)
                 await exchange.drain(feed.take)  # the transport notes the first byte
                 feed.finish(self._now_ns())
             finally:
@@ -324,12 +328,18 @@ class StreamingClient:
                 await response.aclose()
             return header_timings, None
 
+    def _feed(self, state: StreamState) -> EventFeed | WholeBody:
+        """What reads a response body into ``state``: SSE events, or one JSON object."""
+        if not self._stream:
+            return WholeBody(state, max_bytes=self._max_event_bytes)
+        return EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
+
     async def _read_events(
         self, response: httpx.Response, state: StreamState, progress: Progress
     ) -> None:
         """Read the body of an httpx response into ``state``, stamping each read (when the
         transport offers no stamped stream) and noting the first byte."""
-        feed = EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
+        feed = self._feed(state)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
 
@@ -419,6 +429,7 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=self._scrubber.scrub_optional(timings.instance),
             server_slip_ms=timings.slip_ms,
+            server_inference_ms=timings.inference_ms,
         )
 
 

@@ -7,10 +7,12 @@ image at send time; requests carrying images are prepared in a worker thread.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from loadgen.client import PreparedRequest
-from loadgen.openai.bodies import build_body, endpoint_path
+from loadgen.openai.bodies import build_body, endpoint_path, row_fields
 from traces.prompts.maker import PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
@@ -25,6 +27,10 @@ class Preparer:
     run_id: str
     capabilities: Capabilities
     warmup_requests: int = 0
+    extra_body: Mapping[str, Any] | None = None
+    """``--extra-body``: merged into every body (checked by ``extra_body_problem``)."""
+    stream: bool = True
+    """False with ``--no-stream``: one JSON response per request, no SSE."""
 
     def x_request_id(self, req: TraceRequest) -> str:
         """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
@@ -39,6 +45,9 @@ class Preparer:
             prompt=prompt,
             max_tokens=req.output_tokens,
             caps=self.capabilities,
+            extra=self.extra_body,
+            row=row_fields(req),
+            stream=self.stream,
         )
         return PreparedRequest(
             trace=req,

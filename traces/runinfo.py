@@ -132,6 +132,11 @@ class RunConfig:
     scrape_interval_s: float
     max_event_bytes: int | None = None
     """None in a run.json written before the limit existed."""
+    extra_body: Mapping[str, object] | None = None
+    """``--extra-body``, as given (None: none, or a run.json from before it existed)."""
+    stream: bool = True
+    """False for a ``--no-stream`` run (True in a run.json from before it existed)."""
+    http2: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

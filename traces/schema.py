@@ -30,6 +30,14 @@ SESSION_ID: Final = "session_id"
 TURN: Final = "turn"
 SLO_TTFT_MS: Final = "slo_ttft_ms"
 SLO_TPOT_MS: Final = "slo_tpot_ms"
+TEMPERATURE: Final = "temperature"
+TOP_P: Final = "top_p"
+SEED: Final = "seed"
+MIN_TOKENS: Final = "min_tokens"
+IGNORE_EOS: Final = "ignore_eos"
+SAMPLING_COLUMNS: Final = (TEMPERATURE, TOP_P, SEED, MIN_TOKENS, IGNORE_EOS)
+"""Optional per-request body fields, sent as the row gives them (null: not sent, or the
+run's default); ``min_tokens`` and ``ignore_eos`` are vLLM/SGLang extensions."""
 
 API_CHAT: Final = "chat"
 API_COMPLETIONS: Final = "completions"
@@ -54,6 +62,11 @@ TRACE_SCHEMA: Final = pa.schema(
         pa.field(TURN, pa.int32()),
         pa.field(SLO_TTFT_MS, pa.float32()),
         pa.field(SLO_TPOT_MS, pa.float32()),
+        pa.field(TEMPERATURE, pa.float64()),
+        pa.field(TOP_P, pa.float64()),
+        pa.field(SEED, pa.int64()),
+        pa.field(MIN_TOKENS, pa.int32()),
+        pa.field(IGNORE_EOS, pa.bool_()),
     ]
 )
 TRACE_REQUIRED: Final = (REQUEST_ID, ARRIVAL_S, INPUT_TOKENS, OUTPUT_TOKENS)
@@ -97,6 +110,9 @@ SERVER_INSTANCE: Final = "server_instance"
 SERVER_SLIP_MS: Final = "server_slip_ms"
 """The simulator's own lateness: how much later than planned it wrote this response's
 chunks (wall ms, the worst chunk); null from servers that do not say."""
+SERVER_INFERENCE_MS: Final = "server_inference_ms"
+"""The server's time on this request in the batch, prefill and decode together, where it
+reports only that sum: TGI's ``x-inference-time`` header (non-streamed replies only)."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
@@ -170,6 +186,7 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(SERVER_DECODE_MS, pa.float64()),
         pa.field(SERVER_INSTANCE, pa.string()),
         pa.field(SERVER_SLIP_MS, pa.float64()),
+        pa.field(SERVER_INFERENCE_MS, pa.float64()),
     ]
 )
 

@@ -6,8 +6,10 @@ import asyncio
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import click
+import orjson
 from rich.console import Console
 
 from loadgen.cli.echo import cli_console
@@ -27,6 +29,25 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
             raise ConfigError(f"--header {item!r}: expected 'Name: value'")
         out[name.strip()] = value.strip()
     return out
+
+
+def parse_extra_body(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> dict[str, Any] | None:
+    """``--extra-body``: a JSON object, none of whose keys the client owns."""
+    if value is None:
+        return None
+    from loadgen.openai.bodies import extra_body_problem
+
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"--extra-body is not valid JSON: {exc}") from None
+    problem = extra_body_problem(parsed)
+    if problem is not None:
+        raise ConfigError(f"--extra-body {problem}")
+    result: dict[str, Any] = parsed
+    return result
 
 
 def default_run_dir(trace: Path) -> Path:
@@ -219,7 +240,27 @@ def print_summary(result: SessionResult, console: Console) -> None:
     type=click.Choice(["fast", "httpx"]),
     default="fast",
     show_default=True,
-    help="fast: asyncio + httptools HTTP/1.1; httpx: httpx's own (HTTP/2, proxies).",
+    help="fast: asyncio + httptools HTTP/1.1; httpx: httpx's own (proxies; HTTP/2 with --http2).",
+)
+@click.option(
+    "--http2",
+    is_flag=True,
+    help="HTTP/2 (--transport httpx only; pip install 'llm-loadgen[http2]').",
+)
+@click.option(
+    "--extra-body",
+    "extra_body",
+    default=None,
+    metavar="JSON",
+    callback=parse_extra_body,
+    help="JSON object merged into every request body, e.g. '{\"temperature\": 0}' "
+    "(a trace's own sampling columns win; model, messages, stream, max_tokens are refused).",
+)
+@click.option(
+    "--no-stream",
+    is_flag=True,
+    help="Non-streamed requests: one JSON reply each, E2E and usage only (TTFT, TPOT and "
+    "ITL are null); joins TGI's timing headers.",
 )
 @click.option(
     "--workers",
@@ -313,6 +354,9 @@ def replay(
     no_scrape_metrics: bool,
     scrape_interval: float,
     max_event_mib: int,
+    http2: bool,
+    extra_body: dict[str, Any] | None,
+    no_stream: bool,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
@@ -325,6 +369,9 @@ def replay(
       loadgen replay trace.parquet --base-url http://127.0.0.1:8000/v1 -o runs/r1
       loadgen replay trace.parquet --concurrency 32
       loadgen replay trace.parquet --time-scale 0.5
+      loadgen replay trace.parquet --extra-body '{"temperature": 0, "seed": 1}'
+      loadgen replay trace.parquet --no-stream     # TGI: joins its x-*-time headers
+      loadgen replay trace.parquet --transport httpx --http2
     """
     opts = SessionOptions(
         trace_path=trace,
@@ -357,6 +404,9 @@ def replay(
         scrape_url=scrape_url,
         scrape_interval_s=scrape_interval,
         max_event_bytes=max_event_mib * MIB,
+        http2=http2,
+        extra_body=extra_body,
+        stream=not no_stream,
     )
     console = cli_console(stderr=False)
     result = run_guarded(opts, progress=not no_progress and console.is_terminal, console=console)

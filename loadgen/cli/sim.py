@@ -125,6 +125,12 @@ class _OneLineErrors(click.Command):
     show_default=True,
     help="Share of requests held by --accept-delay-ms.",
 )
+@click.option(
+    "--tgi-headers",
+    is_flag=True,
+    help="Non-streamed replies carry TGI's x-queue-time/x-inference-time/... headers "
+    "instead of the body's metrics (test a --no-stream join).",
+)
 @engine_options(
     model_help=(
         "Catalog model (e.g. llama-3.1-8b): switch from fixed delays to the physics engine."

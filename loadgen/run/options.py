@@ -4,6 +4,7 @@ it replays. Secrets never leave this object: ``public_config`` is what run.json 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.http.headers import header_problem
+from loadgen.openai.bodies import extra_body_problem
 from loadgen.redact import Scrubber, basic_authorization, redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
@@ -66,6 +68,12 @@ class SessionOptions:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     """The longest SSE event a response may send; a longer one makes the request a
     ``protocol_error`` and the rest of its body is not read (``loadgen.stream.sse``)."""
+    extra_body: Mapping[str, Any] | None = None
+    """``--extra-body``: fields merged into every request body (``loadgen.openai.bodies``)."""
+    stream: bool = True
+    """False with ``--no-stream``: one JSON response per request (no TTFT, no ITL)."""
+    http2: bool = False
+    """``--http2``: HTTP/2 with ``--transport httpx`` (needs the ``h2`` package)."""
 
     def request_headers(self) -> dict[str, str]:
         """The headers every request to the endpoint carries: ``--header`` values and the
@@ -80,6 +88,13 @@ class SessionOptions:
             if basic is not None:
                 headers["authorization"] = basic
         return headers
+
+    def http2_mode(self) -> str | None:
+        """httpx's HTTP/2 mode for ``--http2`` (None: HTTP/1.1): prior knowledge (h2c)
+        for an ``http://`` base URL, where nothing negotiates it; ALPN for ``https://``."""
+        if not self.http2:
+            return None
+        return "alpn" if self.base_url.startswith("https://") else "prior-knowledge"
 
     def scrubber(self) -> Scrubber:
         """The run's secrets (the API key, credential headers, the URLs' user info and the
@@ -164,6 +179,14 @@ def check_options(opts: SessionOptions) -> None:
         raise ConfigError(f"--workers must be at least 1, got {opts.workers}")
     if opts.max_event_bytes < 1:
         raise ConfigError(f"--max-event-mib must be positive, got {opts.max_event_bytes} bytes")
+    if opts.extra_body is not None:
+        problem = extra_body_problem(opts.extra_body)
+        if problem is not None:
+            raise ConfigError(f"--extra-body {problem}")
+    if opts.http2 and opts.transport != "httpx":
+        raise ConfigError("--http2 needs --transport httpx (the fast transport is HTTP/1.1)")
+    if opts.http2 and importlib.util.find_spec("h2") is None:
+        raise ConfigError("--http2 needs the h2 package: pip install 'llm-loadgen[http2]'")
     if not opts.scrape_interval_s > 0:
         raise ConfigError(f"--scrape-interval must be positive, got {opts.scrape_interval_s}")
     if opts.scrape_url is not None and not opts.scrape_url.startswith(("http://", "https://")):

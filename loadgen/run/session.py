@@ -195,6 +195,7 @@ async def _replay_into(
                 api=api,
                 headers={},
                 x_request_id=f"{run_id}-preflight",
+                extra=opts.extra_body,
             )
         model, caps, served = info.model, info.capabilities, tuple(info.served_models)
         deployment = info.deployment

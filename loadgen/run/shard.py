@@ -96,13 +96,18 @@ class ShardOutcome:
 
 
 def make_transport(
-    kind: str, now_ns: Callable[[], int], *, max_connections: int
+    kind: str,
+    now_ns: Callable[[], int],
+    *,
+    max_connections: int,
+    http2: str | None = None,
 ) -> httpx.AsyncBaseTransport:
-    """The HTTP transport under the client; both stamp every body read on arrival."""
+    """The HTTP transport under the client; both stamp every body read on arrival.
+    ``http2``: httpx's HTTP/2 mode (``loadgen.http.stamping.default_transport``)."""
     if kind == "fast":
         return FastTransport(now_ns, max_connections=max_connections)
     if kind == "httpx":
-        return default_transport(now_ns, max_connections=max_connections)
+        return default_transport(now_ns, max_connections=max_connections, http2=http2)
     raise ConfigError(f"--transport {kind!r}: expected one of {', '.join(TRANSPORTS)}")
 
 
@@ -120,7 +125,9 @@ def http_client(
         pool=None,
     )
     if transport is None:
-        transport = make_transport(opts.transport, clock.now_ns, max_connections=max_connections)
+        transport = make_transport(
+            opts.transport, clock.now_ns, max_connections=max_connections, http2=opts.http2_mode()
+        )
     # ``auth``: no credential of httpx's own. Without it httpx would turn a URL's user info
     # into Basic auth on the requests it sends itself (the preflight), over the header.
     return httpx.AsyncClient(
@@ -187,6 +194,8 @@ async def replay_shard(
         run_id=plan.run_id,
         capabilities=plan.capabilities,
         warmup_requests=opts.warmup_requests,
+        extra_body=opts.extra_body,
+        stream=opts.stream,
     )
     loop = asyncio.get_running_loop()
 
@@ -200,7 +209,9 @@ async def replay_shard(
     )
     stats = LiveStats(clock.now_ns)
     installed: list[signal.Signals] = []
-    transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
+    transport = make_transport(
+        opts.transport, clock.now_ns, max_connections=max_conn, http2=opts.http2_mode()
+    )
     error: str | None = None
     try:
         async with http_client(opts, clock, max_conn, transport) as http:
@@ -215,6 +226,7 @@ async def replay_shard(
                 defer_records=True,
                 max_event_bytes=opts.max_event_bytes,
                 dispatched=recorder.dispatched,
+                stream=opts.stream,
             )
             replayer = Replayer(
                 requests=mine,

@@ -130,8 +130,9 @@ def test_version_1_of_the_previous_build_is_read() -> None:
     assert info.server_metrics is not None
     assert info.server_metrics.samples == 326
     # Same layout: written again, only the version changes, and the options added since
-    # (``max_event_bytes``) are written as unknown (None).
-    config = {**raw["config"], "max_event_bytes": None}
+    # are written with their defaults (``max_event_bytes`` as unknown, None).
+    added = {"max_event_bytes": None, "extra_body": None, "stream": True, "http2": False}
+    config = {**raw["config"], **added}
     assert info.to_json() == {**raw, "config": config, "schema_version": RUN_INFO_VERSION}
 
 
