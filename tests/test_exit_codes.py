@@ -128,6 +128,9 @@ CASES: list[Case] = [
     _c("plan check-claim", "usage", "--tokens-per-s", "1000"),  # needs --model, --gpu
     _c("plan admission", "usage", "--model", "llama-3.1-8b", "--prompt-tokens", "2000"),
     _c("plan admission", "missing", "--deployment", "{D}/nope.toml", "--admission-ttft-ms", "5"),
+    _c("plan fleet", "missing", "{D}/nope.toml"),
+    _c("plan fleet", "malformed", "{D}/bad.csv"),
+    _c("plan fleet", "usage", "{D}/bad.csv", "--cache-hit", "2"),
     _c("demo", "usage", "--no-such-option"),
     _c("demo-compare", "usage", "--no-such-option"),
 ]

@@ -1,5 +1,5 @@
 """``loadgen plan``: print (and write) the budget of a model on a GPU; the group of the
-``plan`` subcommands (``calibrate``, ``check-claim``, ``admission``).
+``plan`` subcommands (``calibrate``, ``check-claim``, ``admission``, ``fleet``).
 
 Thin: parse options, look up the catalog, call ``build_report``, print. User mistakes are
 ``AnalyzerError``s (the root CLI prints them as one line, exit 2); a refused deployment
@@ -36,6 +36,7 @@ from loadgen.cli.plan.flags import (
     json_option,
     model_option,
 )
+from loadgen.cli.plan.fleet import fleet_cmd
 from reports.plan import render_report
 
 _DEFAULT_LINKS = ("100g", "400g", "mooncake-4x200g", "mooncake-8x400g", "8x400g")
@@ -368,3 +369,4 @@ def plan(
 plan.add_command(admission_cmd)
 plan.add_command(calibrate_cmd)
 plan.add_command(check_claim_cmd)
+plan.add_command(fleet_cmd)
