@@ -170,3 +170,25 @@ def test_the_p99_wait_of_one_server_is_the_closed_form() -> None:
     expected = 0.5 * math.log(0.8 / 0.01) * service / (1 - rho)
     assert mdc_wait_quantile_s(rho, service, 1, 0.99) == pytest.approx(expected)
     assert mdc_wait_quantile_s(0.005, service, 1, 0.99) == 0.0  # 0.5% wait at all
+
+
+def test_the_answer_model_takes_a_deployment_file_as_plan_does(tmp_path: Path) -> None:
+    deployments = EXAMPLE.parent.parent / "deployments"
+    pipeline = tmp_path / "rag.toml"  # the stage's key, relative to the pipeline's folder
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "sglang.toml").write_text(
+        (deployments / "sglang.toml").read_text(encoding="utf-8")
+    )
+    text = EXAMPLE.read_text(encoding="utf-8") + 'deployment = "d/sglang.toml"\n'
+    pipeline.write_text(text)
+    by_key = CliRunner().invoke(cli, ["plan", "fleet", str(pipeline), "--json"])
+    assert by_key.exit_code == 0, by_key.output
+    flag = ["plan", "fleet", str(EXAMPLE), "--deployment", str(deployments / "sglang.toml")]
+    by_flag = CliRunner().invoke(cli, [*flag, "--json"])
+    a, b = json.loads(by_key.output), json.loads(by_flag.output)
+    assert "sglang.toml" in a["answer_where"]
+    assert "4 x h200 per replica" in a["answer_where"]
+    assert a["node_queries_per_s"] == pytest.approx(b["node_queries_per_s"])
+    assert a["node_queries_per_s"] != pytest.approx(
+        _plan(load_pipeline(EXAMPLE)).node_queries_per_s
+    )
