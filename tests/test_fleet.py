@@ -162,6 +162,10 @@ def test_the_command_prints_the_chain_at_two_hit_rates_and_json(tmp_path: Path) 
     out = runner.invoke(cli, ["plan", "fleet", str(bad)])
     assert out.exit_code == 2
     assert f"{bad}: [stages.index] cores: unknown key" in out.output
+    bad.write_text(EXAMPLE.read_text(encoding="utf-8").replace('"llama-3.3-70b"', '"llama-9"'))
+    out = runner.invoke(cli, ["plan", "fleet", str(bad)])
+    assert out.exit_code == 2
+    assert f"{bad}: [stages.answer] model: unknown model 'llama-9'" in out.output
 
 
 def test_the_p99_wait_of_one_server_is_the_closed_form() -> None:

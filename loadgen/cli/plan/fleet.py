@@ -15,9 +15,25 @@ from pathlib import Path
 import click
 
 from analyzers.budget.catalog import Catalog, load_catalog
-from analyzers.budget.fleetfile import AnswerStage
+from analyzers.budget.fleetfile import AnswerStage, EncoderStage, PipelineSpec
 from analyzers.budget.specs import Deployment, ModelSpec
+from analyzers.errors import BudgetError
 from loadgen.cli.plan.flags import catalog_option, json_option
+
+
+def _check_names(cat: Catalog, spec: PipelineSpec) -> None:
+    """Every catalog name the file gives is known; else one line naming the key and file."""
+    for stage in spec.stages:
+        names: list[tuple[str, str]] = []
+        if isinstance(stage, EncoderStage | AnswerStage):
+            names.append(("gpu", stage.gpu))
+        if isinstance(stage, AnswerStage):
+            names.append(("model", stage.model))
+        for key, name in names:
+            try:
+                cat.gpu(name) if key == "gpu" else cat.model(name)
+            except BudgetError as exc:
+                raise BudgetError(f"{spec.path}: [stages.{stage.name}] {key}: {exc}") from None
 
 
 def _answer_replica(
@@ -124,6 +140,7 @@ def fleet_cmd(
 
     spec = load_pipeline(pipeline)
     cat = load_catalog(catalog_file)
+    _check_names(cat, spec)
     model, deploy, where = _answer_replica(cat, spec.answer, deployment_file, profile_file)
     plan = plan_fleet(
         spec,
