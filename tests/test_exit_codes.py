@@ -128,6 +128,19 @@ CASES: list[Case] = [
     _c("plan check-claim", "usage", "--tokens-per-s", "1000"),  # needs --model, --gpu
     _c("plan admission", "usage", "--model", "llama-3.1-8b", "--prompt-tokens", "2000"),
     _c("plan admission", "missing", "--deployment", "{D}/nope.toml", "--admission-ttft-ms", "5"),
+    _c("plan chunk", "usage", "--model", "llama-3.1-8b"),  # needs --rate
+    _c("plan chunk", "usage", "--model", "llama-3.1-8b", "--rate", "1", "--chunk-sizes", "0"),
+    _c("plan chunk", "missing", "--deployment", "{D}/nope.toml", "--rate", "1"),
+    _c(
+        "plan chunk",
+        "malformed",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "1",
+        "--trace",
+        "{D}/bad.parquet",
+    ),
     _c("demo", "usage", "--no-such-option"),
     _c("demo-compare", "usage", "--no-such-option"),
 ]
