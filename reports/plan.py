@@ -161,7 +161,8 @@ def render_chunks(plan: ChunkPlan) -> str:
     deployment's chunk size against unchunked, and the recommendation."""
     head = (
         f"{'chunk':>9}  {'steps/prompt':>12}  {'TTFT p50':>9}  {'TTFT p99':>9}  "
-        f"{'ITL p50':>8}  {'ITL p99':>8}  {'capacity tok/s':>14}  {'TTFT':>4}  {'ITL':>4}"
+        f"{'ITL p50':>8}  {'ITL p99':>8}  {'ITL max':>8}  {'capacity tok/s':>14}  "
+        f"{'TTFT':>4}  {'ITL':>4}"
     )
     lines = [f"Chunked prefill for {plan.model} ({plan.where}): {plan.load}", head]
     for row in plan.rows:
@@ -170,7 +171,8 @@ def render_chunks(plan: ChunkPlan) -> str:
         lines.append(
             f"{row.label:>9}  {row.steps_per_prompt:>12}  {run.ttft_p50_s * 1e3:>6.1f} ms  "
             f"{run.ttft_p99_s * 1e3:>6.1f} ms  {run.itl_p50_s * 1e3:>5.1f} ms  "
-            f"{run.itl_p99_s * 1e3:>5.1f} ms  {fmt(run.capacity_tokens_per_s, 4):>14}  "
+            f"{run.itl_p99_s * 1e3:>5.1f} ms  {run.itl_max_s * 1e3:>5.1f} ms  "
+            f"{fmt(run.capacity_tokens_per_s, 4):>14}  "
             f"{_mark(row.meets_ttft):>4}  {_mark(row.meets_itl):>4}{mark}"
         )
     lines.append("Arithmetic (closed form beside the engine's p99):")

@@ -9,8 +9,9 @@ step. The same total prefill work is done chunked or not; what moves is *where* 
     t_dec = step(B x [1 token over ctx])                     a decode step alone
     t_mix = step([min(C, P) tokens] + B x [1 token over ctx])  a decode beside a chunk
     TTFT  >= k x t_mix                                       the prompt's own steps
-    f     = min(1, lambda x k x t_mix)                       share of time in mixed steps
-    ITL p99 ~ t_mix when f > 1 %, else t_dec
+    g     = lambda k / (lambda k + (1 - lambda k t_mix) / t_dec)   share of steps (of
+                                                             a decode's gaps) with a chunk
+    ITL p99 ~ t_mix when g > 1 %, else t_dec                 (lambda: per instance)
 
 Small ``C``: short mixed steps (good ITL) but many of them per prompt (TTFT grows, and the
 weights are read once per step, so capacity falls); large ``C`` or none: the opposite.
@@ -47,7 +48,7 @@ from analyzers.errors import BudgetError
 DEFAULT_CHUNKS: tuple[int | None, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, None)
 """The chunk sizes ``plan chunk`` compares (None: unchunked prefill)."""
 MIXED_SHARE_FOR_P99 = 0.01
-"""Above this share of time in mixed steps, a decode's p99 gap is a mixed step."""
+"""Above this share of steps carrying a chunk, a decode's p99 gap is a mixed step."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +77,9 @@ class ChunkRun:
     ttft_p99_s: float
     itl_p50_s: float
     itl_p99_s: float
+    itl_max_s: float
+    """The longest gap: rarer spikes than 1 in 100 (unchunked prefill at a low rate) show
+    here and not in the p99."""
     mean_batch: float
     """Sequences per step (tokens sampled / steps) at the offered load."""
     capacity_tokens_per_s: float
@@ -216,6 +220,7 @@ def chunk_run(
         ttft_p99_s=quantile(ttfts, 0.99),
         itl_p50_s=quantile(gaps, 0.5),
         itl_p99_s=quantile(gaps, 0.99),
+        itl_max_s=gaps[-1] if gaps else 0.0,
         mean_batch=sampled / cluster.steps if cluster.steps else 0.0,
         capacity_tokens_per_s=tokens_per_s,
     )
@@ -243,6 +248,7 @@ def plan_chunks(
         raise BudgetError("need at least 2 requests")
     first, last = min(a.arrival_s for a in arrivals), max(a.arrival_s for a in arrivals)
     rate = (len(arrivals) - 1) / (last - first) if last > first else 0.0
+    lam = rate / setup.replicas
     prompt = round(sum(a.prompt_tokens - a.cached_tokens for a in arrivals) / len(arrivals))
     output = round(sum(a.output_tokens for a in arrivals) / len(arrivals))
     rows: list[ChunkRow] = []
@@ -251,7 +257,7 @@ def plan_chunks(
         run = chunk_run(arrivals, setup, chunk, capacity=capacity)
         batch = max(0, round(run.mean_batch) - 1)
         k, t_dec, t_mix, share = closed_form(
-            setup.timer, chunk, prompt_tokens=prompt, output_tokens=output, batch=batch, rate=rate
+            setup.timer, chunk, prompt_tokens=prompt, output_tokens=output, batch=batch, rate=lam
         )
         itl_closed = t_mix if share > MIXED_SHARE_FOR_P99 else t_dec
         row = ChunkRow(
@@ -284,8 +290,9 @@ def plan_chunks(
                 chain=(
                     f"k = ceil({prompt:,} / {c:,}) = {k} steps per prompt; t_dec = step({batch} "
                     f"decodes) = {ms(t_dec)}; t_mix = step({min(c, prompt):,} prefill + {batch} "
-                    f"decodes) = {ms(t_mix)}; f = min(1, {fmt(rate, 3)}/s x {k} x "
-                    f"{ms(t_mix)}) = {share:.1%} -> ITL p99 ~ "
+                    f"decodes) = {ms(t_mix)}; g = {fmt(lam * k, 3)}/s mixed steps among "
+                    f"{fmt(lam * k, 3)} + (1 - {fmt(lam * k, 3)} x {ms(t_mix)}) / {ms(t_dec)} "
+                    f"per s = {share:.2%} of the steps -> ITL p99 ~ "
                     f"{'t_mix' if share > MIXED_SHARE_FOR_P99 else 't_dec'} = {ms(itl_closed)} "
                     f"(engine {ms(run.itl_p99_s)}); TTFT >= k x t_mix = {ms(k * t_mix)} "
                     f"(engine p99 {ms(run.ttft_p99_s)}){two}"

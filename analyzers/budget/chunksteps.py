@@ -2,7 +2,7 @@
 
 ``closed_form`` gives the figures of :mod:`analyzers.budget.chunking`'s docstring for one
 chunk size (``k = ceil(P / C)`` steps per prompt, a decode step alone ``t_dec`` and beside
-a chunk ``t_mix``, the share of time in mixed steps at a rate); ``chunk_step_lines`` are
+a chunk ``t_mix``, the share of steps that carry a chunk at a rate); ``chunk_step_lines`` are
 the two lines the plain ``loadgen plan`` report prints for its ``--chunk-tokens`` (no load
 given: at the planned decode batch). Pure arithmetic over a step timer: must not import
 ``loadgen``, httpx or polars, and does no I/O.
@@ -30,7 +30,10 @@ def closed_form(
     batch: int,
     rate: float,
 ) -> tuple[int, float, float, float]:
-    """``(k, t_dec, t_mix, f)`` of the module docstring for one chunk size."""
+    """``(k, t_dec, t_mix, g)`` for one chunk size at ``rate`` prompts per second on one
+    instance: ``g`` is the share of its steps (of a decode's gaps) that carry a chunk, the
+    ``rate x k`` mixed steps per second among those and the decode steps that fill the
+    rest of the second, ``(1 - rate x k x t_mix) / t_dec`` (1 when mixed steps fill it)."""
     p = max(1, prompt_tokens)
     c = p if chunk is None else chunk
     k = -(-p // c)
@@ -38,8 +41,11 @@ def closed_form(
     decodes = [SequenceWork(new_tokens=1, cached_tokens=ctx)] * max(0, batch)
     t_dec = timer(decodes) if decodes else 0.0
     t_mix = timer([SequenceWork(new_tokens=min(c, p), cached_tokens=p // 2), *decodes])
-    share = min(1.0, rate * k * t_mix)
-    return k, t_dec, t_mix, share
+    mixed = rate * k  # mixed steps per second
+    busy = mixed * t_mix  # share of time in them
+    if busy >= 1 or t_dec <= 0:
+        return k, t_dec, t_mix, 1.0 if mixed > 0 else 0.0
+    return k, t_dec, t_mix, mixed / (mixed + (1 - busy) / t_dec)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

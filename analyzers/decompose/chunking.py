@@ -26,7 +26,7 @@ from analyzers.decompose.load import served_arrivals
 from analyzers.decompose.model import BudgetModel
 from analyzers.errors import BudgetError
 
-MAX_REQUESTS: Final = 2000
+MAX_REQUESTS: Final = 1000
 """Requests replayed at most (the first by arrival): each is decoded to its last token."""
 
 

@@ -63,7 +63,7 @@ def test_the_closed_form_counts_the_steps_and_the_mixed_step() -> None:
     )
     assert k == 4
     assert t_mix > t_dec > 0
-    assert share == pytest.approx(min(1.0, 2.0 * 4 * t_mix))
+    assert share == pytest.approx(8 / (8 + (1 - 8 * t_mix) / t_dec))  # 8 mixed steps/s
     k1, _, whole, _ = closed_form(
         _timer, None, prompt_tokens=4000, output_tokens=32, batch=8, rate=2.0
     )
@@ -87,6 +87,7 @@ def _row(
         ttft_p99_s=ttft,
         itl_p50_s=itl,
         itl_p99_s=itl,
+        itl_max_s=itl,
         mean_batch=4.0,
         capacity_tokens_per_s=cap,
     )
