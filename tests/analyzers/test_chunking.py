@@ -6,6 +6,7 @@ its ``--chunk-tokens`` and ``decompose``'s line for the deployment's chunk size.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -186,6 +187,13 @@ def test_decompose_says_what_the_deployments_chunk_size_does(tmp_path: Path) -> 
     assert line.startswith("chunked prefill at 512 tokens per step: ITL p99 ")
     assert "unchunked" in line
     assert "schedule replay of 20 requests" in line
+    # The replay is the engine that produced the run: its chunked p99s are the run's own.
+    found = re.search(r"ITL p99 ([\d.]+) ms .* TTFT p99 ([\d.]+) ms vs", line)
+    assert found is not None
+    measured = json.loads(runner.invoke(cli, ["analyze", str(run), "--json"]).stdout)
+    metrics = measured["overall"]["metrics"]
+    assert float(found[1]) == pytest.approx(metrics["itl_ms"]["p99"], rel=0.02, abs=0.1)
+    assert float(found[2]) == pytest.approx(metrics["ttft_ms"]["p99"], rel=0.02, abs=0.1)
     text = runner.invoke(cli, ["decompose", str(run)])
     assert "chunked prefill at 512 tokens per step" in text.stdout
     batch_one = runner.invoke(cli, ["decompose", str(run), "--batch-1", "--json"])
