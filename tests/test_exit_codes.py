@@ -131,6 +131,19 @@ CASES: list[Case] = [
     _c("plan fleet", "missing", "{D}/nope.toml"),
     _c("plan fleet", "malformed", "{D}/bad.csv"),
     _c("plan fleet", "usage", "{D}/bad.csv", "--cache-hit", "2"),
+    _c("plan chunk", "usage", "--model", "llama-3.1-8b"),  # needs --rate
+    _c("plan chunk", "usage", "--model", "llama-3.1-8b", "--rate", "1", "--chunk-sizes", "0"),
+    _c("plan chunk", "missing", "--deployment", "{D}/nope.toml", "--rate", "1"),
+    _c(
+        "plan chunk",
+        "malformed",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "1",
+        "--trace",
+        "{D}/bad.parquet",
+    ),
     _c("demo", "usage", "--no-such-option"),
     _c("demo-compare", "usage", "--no-such-option"),
 ]
