@@ -189,6 +189,8 @@ def render_fleet(plan: FleetPlan) -> str:
             f"{answer.nodes:,} = {total:,}"
         )
     return "\n".join(out)
+
+
 def _mark(ok: bool | None) -> str:
     return "" if ok is None else ("ok" if ok else "MISS")
 
