@@ -242,7 +242,9 @@ def engine_config(values: dict[str, Any]) -> EngineConfig | None:
             if ctx.get_parameter_source(name) in _GIVEN
         ]  # fmt: skip
         if given:
-            flag = "--" + given[0].replace("_", "-")
+            params = {p.name: p for p in ctx.command.params if isinstance(p, click.Option)}
+            param = params.get(given[0])
+            flag = param.opts[0] if param is not None else "--" + given[0].replace("_", "-")
             raise ConfigError(f"{flag} needs --model (the physics engine)")
         return None
     config = EngineConfig(model=model, prefix_cache=not no_cache, **values)
