@@ -42,7 +42,7 @@ def closed_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
-def _invoke(*args: str) -> tuple[int, str, str]:
+def _invoke(*args: str | Path) -> tuple[int, str, str]:
     result = CliRunner().invoke(cli, [str(a) for a in args])
     assert "Traceback" not in result.stderr, result.stderr
     return result.exit_code, result.stdout, result.stderr
@@ -58,7 +58,9 @@ def test_a_saved_config_replays_the_run_with_the_same_options(
     )  # fmt: skip
     assert code == 0, err
     saved = tomllib.loads((first / "config.toml").read_text())
-    assert saved["rate"] == 100.0 and saved["max_requests"] == 5 and saved["prompt_seed"] == 3
+    assert saved["rate"] == 100.0
+    assert saved["max_requests"] == 5
+    assert saved["prompt_seed"] == 3
     assert saved["trace"] == str(trace.absolute())
     assert "out" not in saved  # a replay from the file writes a new run directory
     code, _, err = _invoke("replay", "--config", first / "config.toml", "-o", again)
@@ -75,7 +77,8 @@ def test_flags_override_the_file_and_an_old_spelling_warns(tmp_path: Path, trace
     cfg.write_text(f'trace = "{trace}"\nmax-requests = 4\nwarmup_requests = 3\n')
     code, out, err = _invoke("replay", "--config", cfg, "--dry-run")
     assert code == 0, err
-    assert "requests: 4 (" in out and "the first 3 warm-up" in out
+    assert "requests: 4 (" in out
+    assert "the first 3 warm-up" in out
     code, out, err = _invoke("replay", "--config", cfg, "--dry-run", "--max-requests", "2")
     assert code == 0, err
     assert "requests: 2 (" in out
@@ -104,19 +107,22 @@ def test_a_bad_key_or_value_is_one_line_naming_key_and_file(
     cfg.write_text(text)
     code, _, err = _invoke("replay", trace, "--config", cfg, "--dry-run")
     assert code == 2
-    assert err.startswith(f"error: {cfg}: key '{key}'") and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: {cfg}: key '{key}'"), err
+    assert len(err.splitlines()) == 1, err
 
 
 def test_a_redacted_secret_in_a_file_is_refused_unless_given(tmp_path: Path, trace: Path) -> None:
     cfg = tmp_path / "saved.toml"
     cfg.write_text(dump_toml({"trace": str(trace), "header": ["X-Api-Key: <redacted>"]}))
     code, _, err = _invoke("replay", "--config", cfg, "--dry-run")
-    assert code == 2 and "key 'header': holds a redacted secret" in err
+    assert code == 2
+    assert "key 'header': holds a redacted secret" in err
     code, out, err = _invoke(
         "replay", "--config", cfg, "--dry-run", "--header", "X-Api-Key: k-123456"
     )
     assert code == 0, err
-    assert "k-123456" not in out and "X-Api-Key: <redacted>" in out
+    assert "k-123456" not in out
+    assert "X-Api-Key: <redacted>" in out
 
 
 def test_dump_toml_reads_back() -> None:
@@ -134,8 +140,11 @@ def test_a_dry_run_connects_nowhere_and_makes_no_directory(
     )
     assert code == 0, err
     assert not run_dir.exists()
-    assert "requests: 6 (open loop" in out and "classes: text/chat 6" in out
-    assert '"model":"m"' in out and "pw-secret" not in out and "user:" not in out
+    assert "requests: 6 (open loop" in out
+    assert "classes: text/chat 6" in out
+    assert '"model":"m"' in out
+    assert "pw-secret" not in out
+    assert "user:" not in out
     code, out, err = _invoke(
         "sweep", trace, "--base-url", closed_url, "-o", sweep_dir, "--rates", "1x,2x",
         "--dry-run", "--server-time-scale", "2",
@@ -143,14 +152,16 @@ def test_a_dry_run_connects_nowhere_and_makes_no_directory(
     assert code == 0, out + err
     assert not sweep_dir.exists()
     assert "steps: 2: 1x (" in out
-    assert "--server-time-scale is deprecated" in err and "--clock-scale" in err
+    assert "--server-time-scale is deprecated" in err
+    assert "--clock-scale" in err
 
 
 def test_config_reaches_sim_and_gate(tmp_path: Path) -> None:
     cfg = tmp_path / "sim.toml"
     cfg.write_text("ttft_ms = -5\n")
     code, _, err = _invoke("sim", "--config", cfg)
-    assert code == 2 and f"{cfg}: key 'ttft_ms'" in err, err
+    assert code == 2, err
+    assert f"{cfg}: key 'ttft_ms'" in err, err
     make_run(tmp_path / "run", n=120)
     gate_cfg = tmp_path / "gate.toml"
     gate_cfg.write_text('slo = ["ttft_ms.p99<=100000"]\nmax-regression = 0.2\n')
