@@ -29,8 +29,11 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[SimProcess]:
-    with start_sim(["--ttft-ms", "1", "--itl-ms", "1"]) as sim:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+    """A simulator configured by a file (``--config``), flags on top."""
+    cfg = tmp_path_factory.mktemp("sim") / "sim.toml"
+    cfg.write_text('ttft-ms = 1.0\nitl_ms = 1.0\nserved-model-name = "from-file"\n')
+    with start_sim(["--config", str(cfg)]) as sim:
         yield sim
 
 
@@ -66,7 +69,9 @@ def test_a_saved_config_replays_the_run_with_the_same_options(
     code, _, err = _invoke("replay", "--config", first / "config.toml", "-o", again)
     assert code == 0, err
     assert tomllib.loads((again / "config.toml").read_text()) == saved
-    configs = [json.loads((d / "run.json").read_text())["config"] for d in (first, again)]
+    infos = [json.loads((d / "run.json").read_text()) for d in (first, again)]
+    assert infos[0]["endpoint"]["model"] == "from-file"  # the simulator read its file
+    configs = [info["config"] for info in infos]
     for config in configs:
         del config["run_dir"], config["run_id"]
     assert configs[0] == configs[1]
@@ -164,9 +169,13 @@ def test_config_reaches_sim_and_gate(tmp_path: Path) -> None:
     assert f"{cfg}: key 'ttft_ms'" in err, err
     make_run(tmp_path / "run", n=120)
     gate_cfg = tmp_path / "gate.toml"
-    gate_cfg.write_text('slo = ["ttft_ms.p99<=100000"]\nmax-regression = 0.2\n')
+    gate_cfg.write_text('slo = ["ttft_ms.p99<=1"]\nmax-regression = 0.2\n')
     code, out, err = _invoke("gate", tmp_path / "run", "--config", gate_cfg)
-    assert code == 0, out + err
+    assert code == 1, out + err  # the file's SLO breaks
+    code, out, err = _invoke(
+        "gate", tmp_path / "run", "--config", gate_cfg, "--slo", "ttft_ms.p99<=100000"
+    )
+    assert code == 0, out + err  # the flag's SLO replaces it
 
 
 def test_a_gate_prints_its_verdict_once_on_stdout(tmp_path: Path) -> None:
