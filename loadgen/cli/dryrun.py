@@ -3,12 +3,35 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import click
 
 from loadgen.run.dryrun import DryRun
 
-BODY_CHARS = 2000
-"""The first request's body is shown up to this many characters (a long prompt is cut)."""
+TEXT_CHARS = 200
+"""A string in the first request's body (a prompt) is shown up to this many characters."""
+
+
+def _shortened(value: Any) -> Any:
+    """A JSON value with every long string cut to ``TEXT_CHARS`` (saying how long it was)."""
+    if isinstance(value, str) and len(value) > TEXT_CHARS:
+        return f"{value[:TEXT_CHARS]}... ({len(value)} characters)"
+    if isinstance(value, dict):
+        return {k: _shortened(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shortened(v) for v in value]
+    return value
+
+
+def shown_body(body: str) -> str:
+    """The body as compact JSON with its long strings cut; every field stays visible."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body[: TEXT_CHARS * 10]
+    return json.dumps(_shortened(parsed), separators=(",", ":"), ensure_ascii=False)
 
 
 def dry_run_lines(plan: DryRun) -> list[str]:
@@ -31,9 +54,7 @@ def dry_run_lines(plan: DryRun) -> list[str]:
     if plan.headers:
         lines.append("headers: " + ", ".join(f"{k}: {v}" for k, v in plan.headers))
     if plan.first_body is not None:
-        body = plan.first_body
-        if len(body) > BODY_CHARS:
-            body = f"{body[:BODY_CHARS]}... ({len(plan.first_body)} characters in all)"
+        body = shown_body(plan.first_body)
         lines.append(f"first request: POST {plan.target.rstrip('/')}{plan.first_path}")
         lines.append(body)
     return lines

@@ -4,8 +4,9 @@ factor, or the concurrency), the classes of requests, and the first request as i
 go out (path and JSON body), its secrets redacted, at a base URL shown without user info.
 
 The preflight does not run, so the body names ``--model`` or a placeholder for the
-endpoint's first model, and carries none of the capabilities a probe would find
-(``stream_options``, ``ignore_eos``); prompts are sized by words (or ``--tokenizer``).
+endpoint's first model, and carries the optional fields a ``--no-preflight`` run assumes
+the endpoint takes (``stream_options``, ``ignore_eos``, ``min_tokens``; a preflight drops
+those an endpoint refuses); prompts are sized by words (or ``--tokenizer``).
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ def test_a_saved_config_replays_the_run_with_the_same_options(
     code, _, err = _invoke(
         "replay", trace, "--base-url", server.base_url, "-o", first, "--rate", "100",
         "--max-requests", "5", "--warmup-requests", "1", "--no-progress", "--prompt-seed", "3",
+        "--extra-body", '{"temperature": 0}',
     )  # fmt: skip
     assert code == 0, err
     saved = tomllib.loads((first / "config.toml").read_text())
@@ -65,6 +66,7 @@ def test_a_saved_config_replays_the_run_with_the_same_options(
     assert saved["max_requests"] == 5
     assert saved["prompt_seed"] == 3
     assert saved["trace"] == str(trace.absolute())
+    assert saved["extra_body"] == '{"temperature": 0}'
     assert "out" not in saved  # a replay from the file writes a new run directory
     code, _, err = _invoke("replay", "--config", first / "config.toml", "-o", again)
     assert code == 0, err
@@ -79,9 +81,13 @@ def test_a_saved_config_replays_the_run_with_the_same_options(
 
 def test_flags_override_the_file_and_an_old_spelling_warns(tmp_path: Path, trace: Path) -> None:
     cfg = tmp_path / "run.toml"
-    cfg.write_text(f'trace = "{trace}"\nmax-requests = 4\nwarmup_requests = 3\n')
+    cfg.write_text(
+        f'trace = "{trace}"\nmax-requests = 4\nwarmup_requests = 3\n'
+        "extra-body = { temperature = 0.5 }\n"
+    )
     code, out, err = _invoke("replay", "--config", cfg, "--dry-run")
     assert code == 0, err
+    assert '"temperature":0.5' in out
     assert "requests: 4 (" in out
     assert "the first 3 warm-up" in out
     code, out, err = _invoke("replay", "--config", cfg, "--dry-run", "--max-requests", "2")
@@ -103,6 +109,7 @@ def test_flags_override_the_file_and_an_old_spelling_warns(tmp_path: Path, trace
         ("rate = -1\n", "rate"),
         ('base-url = "notaurl"\n', "base-url"),
         ("header = [1, [2]]\n", "header"),
+        ('extra-body = { model = "x" }\n', "extra-body"),
     ],
 )
 def test_a_bad_key_or_value_is_one_line_naming_key_and_file(
