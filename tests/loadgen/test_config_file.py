@@ -58,6 +58,7 @@ def test_a_saved_config_replays_the_run_with_the_same_options(
     code, _, err = _invoke(
         "replay", trace, "--base-url", server.base_url, "-o", first, "--rate", "100",
         "--max-requests", "5", "--warmup-requests", "1", "--no-progress", "--prompt-seed", "3",
+        "--no-scrape-metrics",
         "--extra-body", '{"temperature": 0}',
     )  # fmt: skip
     assert code == 0, err
