@@ -13,6 +13,8 @@ import orjson
 from rich.console import Console
 
 from loadgen.cli.echo import cli_console
+from loadgen.cli.options.alias import deprecated_alias
+from loadgen.cli.options.config import config_option, refuse_redacted, write_config
 from loadgen.cli.options.loadmode import load_mode_options
 from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
@@ -149,6 +151,7 @@ def print_summary(result: SessionResult, console: Console) -> None:
 
 @click.command()
 @click.argument("trace", type=click.Path(path_type=Path, dir_okay=False))
+@config_option
 @click.option(
     "--base-url",
     default="http://127.0.0.1:8000/v1",
@@ -191,12 +194,13 @@ def print_summary(result: SessionResult, console: Console) -> None:
     help="Stop dispatching after this many seconds.",
 )
 @click.option(
-    "--warmup",
+    "--warmup-requests",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Flag the first N requests as warm-up (excluded from summaries).",
 )
+@deprecated_alias("--warmup", "--warmup-requests", "warmup_requests", type_=click.IntRange(min=0))
 @click.option(
     "--request-timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -322,6 +326,12 @@ def print_summary(result: SessionResult, console: Console) -> None:
     help="Longest SSE event a response may send (MiB; a whole 1M-token response fits); "
     "a longer one makes the request a protocol_error and its body is not read further.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be sent (request count, schedule, classes, the first request's "
+    "body, secrets redacted) and exit 0: no connection, no run directory.",
+)
 def replay(
     trace: Path,
     base_url: str,
@@ -334,7 +344,7 @@ def replay(
     max_inflight: int | None,
     max_requests: int | None,
     duration: float | None,
-    warmup: int,
+    warmup_requests: int,
     request_timeout: float,
     grace: float,
     headers: tuple[str, ...],
@@ -357,12 +367,15 @@ def replay(
     http2: bool,
     extra_body: dict[str, Any] | None,
     no_stream: bool,
+    dry_run: bool,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
     Open loop by default, at the trace's own timestamps (--time-scale, --rate to rescale);
-    closed loop with --concurrency. Writes requests.parquet and run.json to the run directory,
-    and server_metrics.parquet when the server exposes Prometheus metrics.
+    closed loop with --concurrency. Writes requests.parquet, run.json, results.json and
+    config.toml (the resolved options) to the run directory, and server_metrics.parquet
+    when the server exposes Prometheus metrics. Options can come from a TOML file
+    (--config; flags given as well win): RUN/config.toml replays a run again.
 
     \b
     Examples:
@@ -372,7 +385,11 @@ def replay(
       loadgen replay trace.parquet --extra-body '{"temperature": 0, "seed": 1}'
       loadgen replay trace.parquet --no-stream     # TGI: joins its x-*-time headers
       loadgen replay trace.parquet --transport httpx --http2
+      loadgen replay --config run.toml --rate 8         # the file's options, --rate 8
+      loadgen replay --config runs/r1/config.toml -o runs/r2   # runs/r1 again
+      loadgen replay trace.parquet --dry-run            # what would be sent; sends nothing
     """
+    refuse_redacted(click.get_current_context())
     opts = SessionOptions(
         trace_path=trace,
         run_dir=out or default_run_dir(trace),
@@ -385,7 +402,7 @@ def replay(
         max_inflight=max_inflight,
         max_requests=max_requests,
         duration_s=duration,
-        warmup_requests=warmup,
+        warmup_requests=warmup_requests,
         request_timeout_s=request_timeout,
         grace_s=grace,
         headers=parse_headers(headers),
@@ -408,8 +425,15 @@ def replay(
         extra_body=extra_body,
         stream=not no_stream,
     )
+    if dry_run:
+        from loadgen.cli.dryrun import echo_dry_run
+        from loadgen.run.dryrun import plan_dry_run
+
+        echo_dry_run(plan_dry_run(opts))
+        return
     console = cli_console(stderr=False)
     result = run_guarded(opts, progress=not no_progress and console.is_terminal, console=console)
+    write_config(click.get_current_context(), result.run_dir)
     write_results(result)
     print_summary(result, console)
     exit_if_interrupted(result)
