@@ -44,6 +44,9 @@ class TraceRequest:
     turn: int | None = None
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
+    parent: str | None = None
+    branch: str | None = None
+    think_s: float | None = None
 
 
 def _column_values(column: pa.ChunkedArray) -> list[Any]:
@@ -91,6 +94,9 @@ def trace_requests_from_table(table: pa.Table) -> list[TraceRequest]:
                 turn=cols.get(s.TURN, empty)[i],
                 slo_ttft_ms=cols.get(s.SLO_TTFT_MS, empty)[i],
                 slo_tpot_ms=cols.get(s.SLO_TPOT_MS, empty)[i],
+                parent=cols.get(s.PARENT, empty)[i],
+                branch=cols.get(s.BRANCH, empty)[i],
+                think_s=cols.get(s.THINK_S, empty)[i],
             )
         )
     return out
@@ -150,6 +156,10 @@ class RequestRecord:
     server_decode_ms: float | None = None
     server_instance: str | None = None
     server_slip_ms: float | None = None
+    turn: int | None = None
+    parent: str | None = None
+    context_tokens: int | None = None
+    drain: bool = False
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
