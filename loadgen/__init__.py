@@ -27,8 +27,10 @@ __all__ = [
     "replay",
     "run",
     "schedule",
+    "sessions",
     "sim",
     "stampdelay",
     "stream",
+    "turns",
     "wakeup",
 ]

@@ -67,6 +67,9 @@ class PreparedRequest:
     path: str
     body: bytes
     warmup: bool = False
+    context_tokens: int | None = None
+    """Tokens of the prompt carried over from the trace's ``parent`` turn (the run table's
+    ``context_tokens``); None without a parent."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -419,6 +422,9 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=self._scrubber.scrub_optional(timings.instance),
             server_slip_ms=timings.slip_ms,
+            turn=req.turn,
+            parent=req.parent,
+            context_tokens=job.context_tokens,
         )
 
 

@@ -1,0 +1,85 @@
+"""Closed-loop session planning (``loadgen.sessions``): parents, session openers, the due
+time of a turn, the prompt a turn carries over, entering sessions at an offset."""
+
+from __future__ import annotations
+
+from loadgen.sessions import NONE, enter_sessions, plan_sessions, shared_tokens, turn_due
+from traces.records import TraceRequest
+
+
+def _req(
+    i: int,
+    t: float,
+    session: str | None = None,
+    parent: str | None = None,
+    blocks: tuple[int, ...] = (),
+    think: float | None = None,
+    branch: str | None = None,
+) -> TraceRequest:
+    return TraceRequest(
+        index=i,
+        request_id=f"r{i}",
+        arrival_s=t,
+        input_tokens=max(1, 4 * len(blocks)),
+        output_tokens=2,
+        prefix_blocks=blocks or None,
+        session_id=session,
+        parent=parent,
+        branch=branch,
+        think_s=think,
+    )
+
+
+def test_plan_follows_parents_and_infers_them_from_sessions() -> None:
+    requests = [
+        _req(0, 0.0, "a", blocks=(1, 2)),
+        _req(1, 0.5),  # no session: open loop
+        _req(2, 1.0, "a", "r0", blocks=(1, 2, 3), think=0.25),
+        _req(3, 1.5, "a.1", "r2", blocks=(1, 2, 3, 4), think=0.5, branch="fork"),
+        _req(4, 2.0, "b"),
+        _req(5, 2.5, "b"),  # no parent column: the session's previous request
+        _req(6, 3.0, "c", "gone"),  # a parent not in this replay: sent at its trace time
+    ]
+    plan = plan_sessions(requests, time_factor=2.0, block_size=4)
+    assert plan.waits_for == (NONE, NONE, 0, 2, NONE, 4, NONE)
+    assert plan.followers[0] == (2,)
+    assert plan.followers[2] == (3,)
+    assert plan.think_ns[2] == 500_000_000  # scaled by the time factor
+    assert plan.opens == (True, False, False, True, True, False, True)
+    assert plan.session_rows == (2, 1, 2, 1)
+    assert plan.context_tokens[2] == 8
+    assert plan.context_tokens[3] == 12
+    assert plan.context_tokens[0] is None
+
+
+def test_shared_tokens_is_the_common_block_prefix_capped_by_input() -> None:
+    parent = _req(0, 0.0, blocks=(1, 2, 3, 4))
+    assert shared_tokens(_req(1, 0.0, blocks=(1, 2, 9)), parent, 4) == 8
+    assert shared_tokens(_req(1, 0.0, blocks=(7,)), parent, 4) == 0
+    assert shared_tokens(_req(1, 0.0, blocks=(1, 2, 3, 4, 5)), parent, 4) == 16
+
+
+def test_turn_is_due_at_the_later_of_trace_time_and_parent_end_plus_think() -> None:
+    assert turn_due(100, 50, 20) == 100
+    assert turn_due(100, 90, 20) == 110
+
+
+def test_enter_sessions_cuts_each_session_and_keeps_its_start() -> None:
+    requests = [
+        _req(0, 0.0, "a"),
+        _req(1, 1.0, "b"),
+        _req(2, 2.0, "a"),
+        _req(3, 3.0),
+        _req(4, 5.0, "a"),
+        _req(5, 5.5, "b"),
+    ]
+    kept = enter_sessions(requests, 2.0)
+    # a: turns at 2.0 and 5.0 kept, moved back by 2.0; b: 5.5 kept, moved back by 4.5.
+    assert [(r.request_id, r.arrival_s) for r in kept] == [
+        ("r2", 0.0),
+        ("r5", 1.0),
+        ("r3", 3.0),
+        ("r4", 3.0),
+    ]
+    assert [r.index for r in kept] == [2, 5, 3, 4]
+    assert enter_sessions(requests, 0.0) == requests
