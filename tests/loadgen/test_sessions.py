@@ -3,6 +3,7 @@ time of a turn, the prompt a turn carries over, entering sessions at an offset."
 
 from __future__ import annotations
 
+from loadgen.run.sharding import select_shard
 from loadgen.sessions import NONE, enter_sessions, plan_sessions, shared_tokens, turn_due
 from traces.records import TraceRequest
 
@@ -83,3 +84,14 @@ def test_enter_sessions_cuts_each_session_and_keeps_its_start() -> None:
     ]
     assert [r.index for r in kept] == [2, 5, 3, 4]
     assert enter_sessions(requests, 0.0) == requests
+
+
+def test_sub_agents_go_to_the_shard_of_the_session_they_branched_from() -> None:
+    requests = [_req(k, 0.0, f"s{k}") for k in range(8)]
+    requests += [_req(8 + k, 1.0, f"s{k}.1", f"r{k}", branch="fork") for k in range(8)]
+    requests += [_req(16 + k, 2.0, f"s{k}.1", f"r{8 + k}") for k in range(8)]
+    for shard in range(3):
+        mine = select_shard(requests, shard, 3)
+        ids = {r.request_id for r in mine}
+        assert all(r.parent in ids for r in mine if r.parent is not None)
+    assert sum(len(select_shard(requests, k, 3)) for k in range(3)) == len(requests)
