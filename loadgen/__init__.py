@@ -18,6 +18,7 @@ __all__ = [
     "dispatched",
     "errors",
     "fit",
+    "history",
     "http",
     "live",
     "openai",

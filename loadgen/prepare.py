@@ -38,6 +38,7 @@ class Preparer:
         *,
         warmup: bool = False,
         context_tokens: int | None = None,
+        keep_reply: bool = False,
     ) -> PreparedRequest:
         """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones,
         and ``warmup`` any other: one due in the warm-up time); ``context_tokens`` goes to
@@ -57,6 +58,7 @@ class Preparer:
             body=body,
             warmup=warmup or ordinal < self.warmup_requests,
             context_tokens=context_tokens,
+            keep_reply=keep_reply,
         )
 
     async def prepare_async(
@@ -66,12 +68,12 @@ class Preparer:
         *,
         warmup: bool = False,
         context_tokens: int | None = None,
+        keep_reply: bool = False,
     ) -> PreparedRequest:
         """``prepare``, off the event loop when the request carries images."""
+        build = partial(
+            self.prepare, warmup=warmup, context_tokens=context_tokens, keep_reply=keep_reply
+        )
         if req.images:
-            return await asyncio.to_thread(
-                partial(self.prepare, warmup=warmup, context_tokens=context_tokens),
-                req,
-                ordinal,
-            )
-        return self.prepare(req, ordinal, warmup=warmup, context_tokens=context_tokens)
+            return await asyncio.to_thread(build, req, ordinal)
+        return build(req, ordinal)

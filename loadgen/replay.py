@@ -22,6 +22,7 @@ from typing import Any
 
 from loadgen.client import PreparedRequest, ReadyRequest, StreamingClient
 from loadgen.clock import Clock
+from loadgen.history import LiveHistory
 from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
 from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
@@ -70,6 +71,9 @@ class LoadShape:
     (``loadgen.turns``)."""
     max_sessions: int | None = None
     """Closed sessions: cap on sessions in progress."""
+    live_history: bool = False
+    """Closed sessions: a turn's history is what the server replied (``loadgen.history``),
+    not the trace's."""
     warmup_s: float | None = None
     """Requests due in the first this many seconds are flagged warm-up."""
 
@@ -136,6 +140,7 @@ class Replayer:
         the bench injects others to compare). ``plan``: the requests' sessions
         (``loadgen.sessions``), needed by ``closed_sessions`` and for ``context_tokens``."""
         self._plan = plan
+        self._history: LiveHistory | None = None
         self._warm_end: int | None = None
         self._dispatch_end: int | None = None
         self._tg: asyncio.TaskGroup | None = None
@@ -195,14 +200,15 @@ class Replayer:
     async def sleep_until(self, due_ns: int) -> bool:
         return await self._sleep_until(due_ns)
 
-    async def ready(self, position: int, due_ns: int) -> ReadyRequest:
-        """Prepare and encode request ``position`` of this replay, due at ``due_ns``."""
-        return self._client.ready(await self._prepare(position, due_ns))
+    async def ready(self, position: int, due_ns: int, reply: str | None = None) -> ReadyRequest:
+        """Prepare and encode request ``position`` of this replay, due at ``due_ns``
+        (``reply``: its parent's reply, for a live history)."""
+        return self._client.ready(await self._prepare(position, due_ns, reply))
 
-    async def send(self, job: ReadyRequest, due_ns: int) -> None:
+    async def send(self, job: ReadyRequest, due_ns: int) -> str | None:
         self._dispatched += 1
         self._stats.on_dispatch()
-        await self._client.execute(job, due_ns, self._record)
+        return await self._client.execute(job, due_ns, self._record)
 
     def track(self, coro: Coroutine[Any, Any, None]) -> None:
         assert self._tg is not None
@@ -210,13 +216,19 @@ class Replayer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _prepare(self, position: int, due_ns: int) -> PreparedRequest:
-        plan, warm = self._plan, self._warm_end
+    async def _prepare(
+        self, position: int, due_ns: int, reply: str | None = None
+    ) -> PreparedRequest:
+        plan, warm, history = self._plan, self._warm_end, self._history
+        req = self._requests[position]
+        if history is not None:
+            req = history.request(self._requests, position, reply)
         return await self._preparer.prepare_async(
-            self._requests[position],
+            req,
             self._ordinals[position],
             warmup=warm is not None and due_ns < warm,
             context_tokens=plan.context_tokens[position] if plan is not None else None,
+            keep_reply=history is not None and history.keeps_reply(position),
         )
 
     async def run(self, start_ns: int | None = None) -> ReplayResult:
@@ -367,6 +379,8 @@ class Replayer:
         plan = self._plan
         if plan is None:
             raise ValueError("closed sessions need the requests' session plan")
+        if self._shape.live_history:
+            self._history = LiveHistory(self._preparer.prompts, plan)
         await ClosedSessions(
             self,
             plan,

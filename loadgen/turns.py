@@ -38,9 +38,9 @@ class Dispatch(Protocol):
 
     async def sleep_until(self, due_ns: int) -> bool: ...
 
-    async def ready(self, position: int, due_ns: int) -> ReadyRequest: ...
+    async def ready(self, position: int, due_ns: int, reply: str | None = None) -> ReadyRequest: ...
 
-    async def send(self, job: ReadyRequest, due_ns: int) -> None: ...
+    async def send(self, job: ReadyRequest, due_ns: int) -> str | None: ...
 
     def track(self, coro: Coroutine[Any, Any, None]) -> None: ...
 
@@ -104,7 +104,7 @@ class ClosedSessions:
         """Send one request; when it has ended, schedule the turns that wait for it."""
         replay, plan = self._replay, self._plan
         try:
-            await replay.send(job, due)
+            reply = await replay.send(job, due)
         finally:
             self._ended(pos)
         end = self._now_ns()
@@ -115,11 +115,11 @@ class ClosedSessions:
             if self._deadline is not None and at >= self._deadline:
                 replay.end_by_duration()
                 continue
-            replay.track(self._follow(nxt, at))
+            replay.track(self._follow(nxt, at, reply))
 
-    async def _follow(self, pos: int, due: int) -> None:
+    async def _follow(self, pos: int, due: int, reply: str | None) -> None:
         replay = self._replay
-        job = await replay.ready(pos, due)  # during the think time, before it is due
+        job = await replay.ready(pos, due, reply)  # during the think time, before it is due
         if not await replay.sleep_until(due) or replay.stopping:
             return
         if self._slots is not None and self._plan.opens[pos]:

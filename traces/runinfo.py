@@ -16,7 +16,8 @@ after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` 
 (what the preflight learnt of the endpoint's deployment, ``traces.deployment``) and
 ``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional,
 false when absent: a lost count inferred from the schedule); version 5 adds the session
-options (``config.sessions``, ``max_sessions``, ``start_offset_s``, ``warmup_s``) and the
+options (``config.sessions``, ``max_sessions``, ``history``, ``start_offset_s``,
+``warmup_s``) and the
 window of a time-bounded run (``result.not_sent``, ``warmup_end_ns``,
 ``dispatch_end_ns``, ``skipped``). A new optional key needs
 a new version: a build that reads its own version strictly would refuse the key by name.
@@ -139,6 +140,7 @@ class RunConfig:
     """``open`` (every turn at its trace time) or ``closed`` (a turn waits for its parent's
     reply plus think time); ``open`` in a run.json written before the option existed."""
     max_sessions: int | None = None
+    history: str = "trace"
     start_offset_s: float | None = None
     warmup_s: float | None = None
 

@@ -205,6 +205,14 @@ def print_summary(result: SessionResult, console: Console) -> None:
     help="--sessions closed: cap on sessions in progress (a new one waits; lateness is recorded).",
 )
 @click.option(
+    "--history",
+    type=click.Choice(["trace", "live"]),
+    default="trace",
+    show_default=True,
+    help="--sessions closed: trace: each turn's history as the trace gives it (exact "
+    "replay); live: the server's own replies as the history.",
+)
+@click.option(
     "--start-offset",
     type=click.FloatRange(min=0),
     default=None,
@@ -333,6 +341,7 @@ def replay(
     warmup_time: float | None,
     session_mode: str,
     max_sessions: int | None,
+    history: str,
     start_offset: float | None,
     request_timeout: float,
     grace: float,
@@ -367,6 +376,7 @@ def replay(
       loadgen replay trace.parquet --concurrency 32
       loadgen replay trace.parquet --time-scale 0.5
       loadgen replay agents.parquet --sessions closed --max-sessions 64
+      loadgen replay chats.parquet --sessions closed --history live
       loadgen replay agents.parquet --sessions closed --start-offset 600 --duration 300 \
           --warmup-time 30
     """
@@ -386,6 +396,7 @@ def replay(
         warmup_s=warmup_time,
         sessions=session_mode,
         max_sessions=max_sessions,
+        history=history,
         start_offset_s=start_offset,
         request_timeout_s=request_timeout,
         grace_s=grace,

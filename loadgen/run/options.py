@@ -22,6 +22,7 @@ from traces.values import ID_CHARS, id_problem
 
 TRANSPORTS = ("fast", "httpx")
 SESSION_MODES = ("open", "closed")
+HISTORIES = ("trace", "live")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +74,9 @@ class SessionOptions:
     trace time and its parent's end plus think time (``loadgen.sessions``)."""
     max_sessions: int | None = None
     """Closed sessions: cap on sessions in progress (a session waits to start)."""
+    history: str = "trace"
+    """Closed sessions: ``trace`` (the trace's history, exact replay) or ``live`` (the
+    server's replies, ``loadgen.history``)."""
     start_offset_s: float | None = None
     """Enter each session this many seconds into it (earlier turns are not sent)."""
     warmup_s: float | None = None
@@ -207,6 +211,12 @@ def check_options(opts: SessionOptions) -> None:
         )
     if opts.sessions == "closed" and opts.concurrency is not None:
         raise ConfigError("--sessions closed is an open-loop schedule: drop --concurrency")
+    if opts.history not in HISTORIES:
+        raise ConfigError(f"--history {opts.history!r}: expected one of {', '.join(HISTORIES)}")
+    if opts.history == "live" and opts.sessions != "closed":
+        raise ConfigError(
+            "--history live needs --sessions closed: a turn cannot carry a reply it is sent before"
+        )
     if opts.sessions == "closed" and opts.max_inflight is not None:
         raise ConfigError(
             "--max-inflight caps requests of an open loop; closed sessions cap sessions "

@@ -166,6 +166,7 @@ def shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) ->
             else None
         ),
         warmup_s=opts.warmup_s,
+        live_history=opts.history == "live",
     )
 
 

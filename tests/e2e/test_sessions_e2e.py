@@ -1,6 +1,7 @@
 """Closed-loop sessions against the simulator: no turn goes before its parent's reply plus
-think time (checked over every row), the session columns reach the run table, a cap on
-sessions holds, and a time-bounded run entered mid-session marks what it did not send."""
+think time (checked over every row), the live history carries the server's replies, the
+session columns reach the run table, a cap on sessions holds, and a time-bounded run
+entered mid-session marks what it did not send."""
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def test_closed_sessions_never_send_a_turn_before_its_parent_ended(
 ) -> None:
     trace = _agents(tmp_path / "agents.parquet", 20)
     server = sim("--ttft-ms", "2", "--itl-ms", "0.05", "--tokens-per-chunk", "50")
-    result = _replay(server, trace, tmp_path / "run", sessions="closed", max_sessions=8)
+    result = _replay(
+        server, trace, tmp_path / "run", sessions="closed", max_sessions=8, history="live"
+    )
     assert result.not_sent == 0
     think = {
         r[s.REQUEST_ID]: r[s.THINK_S] or 0.0
@@ -75,6 +78,9 @@ def test_closed_sessions_never_send_a_turn_before_its_parent_ended(
         earliest = parent[s.END_NS] + round(think[row[s.REQUEST_ID]] * FACTOR * 1e9)
         assert row[s.DUE_NS] >= earliest, row[s.REQUEST_ID]
         assert row[s.SENT_NS] >= row[s.DUE_NS]
+        # Live history: the parent's messages, the simulator's reply (one word a token,
+        # output_tokens of them) and the turn's own part add up to the trace's prompt.
+        assert row[s.PROMPT_TOKENS] == row[s.INPUT_TOKENS]
         assert row[s.CONTEXT_TOKENS] is not None
         assert row[s.CONTEXT_TOKENS] > 0
         checked += 1

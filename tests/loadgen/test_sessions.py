@@ -3,8 +3,14 @@ time of a turn, the prompt a turn carries over, entering sessions at an offset."
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
+from loadgen.history import LiveHistory
+from loadgen.openai.chunks import reply_text
 from loadgen.run.sharding import select_shard
 from loadgen.sessions import NONE, enter_sessions, plan_sessions, shared_tokens, turn_due
+from traces.prompts.maker import PromptMaker
 from traces.records import TraceRequest
 
 
@@ -95,3 +101,47 @@ def test_sub_agents_go_to_the_shard_of_the_session_they_branched_from() -> None:
         ids = {r.request_id for r in mine}
         assert all(r.parent in ids for r in mine if r.parent is not None)
     assert sum(len(select_shard(requests, k, 3)) for k in range(3)) == len(requests)
+
+
+def test_live_history_sends_the_parent_messages_and_its_reply() -> None:
+    requests = [
+        _req(0, 0.0, "s", blocks=(1, 2)),  # 8 tokens, 2 out
+        dataclasses.replace(_req(1, 1.0, "s", "r0", blocks=(1, 2, 3, 4)), input_tokens=15),
+        _req(2, 2.0, "s.1", "r1", blocks=(1, 2, 3, 4, 5), branch="fork"),
+        _req(3, 2.0, "s.2", "r1", blocks=(1, 9), branch="spawn"),
+    ]
+    plan = plan_sessions(requests, time_factor=1.0, block_size=4)
+    history = LiveHistory(PromptMaker(block_size=4), plan)
+    assert history.keeps_reply(0)
+    assert history.keeps_reply(1)
+    assert not history.keeps_reply(2)
+
+    def sent(position: int, reply: str | None) -> list[dict[str, str]]:
+        req = history.request(requests, position, reply)
+        assert req.messages is not None
+        messages: list[dict[str, str]] = json.loads(req.messages)
+        return messages
+
+    first = sent(0, None)
+    assert [m["role"] for m in first] == ["user"]
+    assert len(first[0]["content"].split()) == 8
+    second = sent(1, "the reply")
+    assert second[:2] == [*first, {"role": "assistant", "content": "the reply"}]
+    assert len(second[2]["content"].split()) == 15 - 8 - 2  # the turn's own part
+    fork = sent(2, "second reply")
+    assert fork[:4] == [*second, {"role": "assistant", "content": "second reply"}]
+    spawn = sent(3, "second reply")
+    assert [m["role"] for m in spawn] == ["user"]  # fresh: no history
+
+
+def test_reply_text_joins_the_content_of_a_stream() -> None:
+    body = (
+        b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
+        b'data: {"choices":[{"delta":{"content":"Hello"}}]}\r\n\r\n'
+        b"data: not json\n\n"
+        b'data: {"choices":[{"delta":{"content":" world"}}],"usage":null}\n\n'
+        b'data: {"choices":[],"usage":{"completion_tokens":2}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    assert reply_text(body) == "Hello world"
+    assert reply_text(b'data: {"choices":[{"text":"plain"}]}\n\n') == "plain"
