@@ -377,7 +377,7 @@ def replay(
       loadgen replay trace.parquet --time-scale 0.5
       loadgen replay agents.parquet --sessions closed --max-sessions 64
       loadgen replay chats.parquet --sessions closed --history live
-      loadgen replay agents.parquet --sessions closed --start-offset 600 --duration 300 \
+      loadgen replay agents.parquet --sessions closed --start-offset 600 --duration 300 \\
           --warmup-time 30
     """
     opts = SessionOptions(
