@@ -5,10 +5,11 @@ A request without a parent (a session's first turn, a spawned sub-agent that sta
 sends its trace prompt as one user message. A later turn, or a forked sub-agent, sends its
 parent's messages as they were sent, the server's reply to them as the assistant message,
 and a new user message: the turn's own part of the prompt, its tokens beyond the parent's
-prompt and reply (the tail of its synthetic text; a literal ``messages`` row's last message,
-a literal ``prompt`` as it is). So the history grows by what the server said, as a real
-conversation does, and a prefix cache sees the real shared prefix; the row's
-``input_tokens`` stays the trace's (the server's ``prompt_tokens`` says what was sent).
+prompt and reply (synthetic text seeded by its request id; a literal ``messages`` row's
+last message, a literal ``prompt`` as it is). So the history grows by what the server
+said, as a real conversation does, and a prefix cache sees the real shared prefix; the
+row's ``input_tokens`` stays the trace's (the server's ``prompt_tokens`` says what was
+sent).
 
 Each request's messages are kept until every turn that waits for it has been built, then
 dropped. Chat only: a ``completions`` row keeps the trace's history. Imports ``traces`` and
@@ -85,8 +86,9 @@ class LiveHistory:
         elif req.prompt is not None:
             new = [{"role": "user", "content": req.prompt}]
         else:
+            # Its own part only (text seeded by its request id, as the trace's would be
+            # past its blocks): never the whole prompt built to take its tail.
             tokens = max(1, req.input_tokens - parent.input_tokens - parent.output_tokens)
-            words = max(1, round(tokens / self._prompts.tokens_per_word))
-            text = self._prompts.text(req)
-            new = [{"role": "user", "content": " ".join(text.split(" ")[-words:])}]
+            own = dataclasses.replace(req, input_tokens=tokens, prefix_blocks=None)
+            new = [{"role": "user", "content": self._prompts.text(own)}]
         return [*before, {"role": "assistant", "content": reply}, *new]
