@@ -179,16 +179,6 @@ class Replayer:
         self._sink(record)
         self._stats.on_record(record)
 
-    @property
-    def warmup_end_ns(self) -> int | None:
-        """With ``warmup_s``: requests due before this are flagged warm-up."""
-        return self._warm_end
-
-    @property
-    def dispatch_end_ns(self) -> int | None:
-        """With ``duration_s``: when dispatching ended (rows in flight then are ``drain``)."""
-        return self._dispatch_end
-
     # -- what ``loadgen.turns.ClosedSessions`` drives (its ``Dispatch``)
     @property
     def stopping(self) -> bool:
