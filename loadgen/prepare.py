@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from loadgen.client import PreparedRequest
@@ -36,8 +37,18 @@ class Preparer:
         """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
         return f"{self.run_id}-{req.request_id}"
 
-    def prepare(self, req: TraceRequest, ordinal: int) -> PreparedRequest:
-        """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones)."""
+    def prepare(
+        self,
+        req: TraceRequest,
+        ordinal: int,
+        *,
+        warmup: bool = False,
+        context_tokens: int | None = None,
+        keep_reply: bool = False,
+    ) -> PreparedRequest:
+        """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones,
+        and ``warmup`` any other: one due in the warm-up time); ``context_tokens`` goes to
+        its row."""
         prompt = self.prompts.make(req)
         body = build_body(
             api=req.api,
@@ -54,11 +65,24 @@ class Preparer:
             x_request_id=self.x_request_id(req),
             path=endpoint_path(req.api),
             body=body,
-            warmup=ordinal < self.warmup_requests,
+            warmup=warmup or ordinal < self.warmup_requests,
+            context_tokens=context_tokens,
+            keep_reply=keep_reply,
         )
 
-    async def prepare_async(self, req: TraceRequest, ordinal: int) -> PreparedRequest:
+    async def prepare_async(
+        self,
+        req: TraceRequest,
+        ordinal: int,
+        *,
+        warmup: bool = False,
+        context_tokens: int | None = None,
+        keep_reply: bool = False,
+    ) -> PreparedRequest:
         """``prepare``, off the event loop when the request carries images."""
+        build = partial(
+            self.prepare, warmup=warmup, context_tokens=context_tokens, keep_reply=keep_reply
+        )
         if req.images:
-            return await asyncio.to_thread(self.prepare, req, ordinal)
-        return self.prepare(req, ordinal)
+            return await asyncio.to_thread(build, req, ordinal)
+        return build(req, ordinal)

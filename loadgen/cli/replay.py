@@ -136,6 +136,11 @@ def print_summary(result: SessionResult, console: Console) -> None:
         f"loop lag p99 {health.loop_lag.p99_ms:.2f} ms, {stamp}"
         f"CPU {health.cpu_utilisation:.0%} of a core"
     )
+    if result.not_sent:
+        console.print(
+            f"{result.not_sent} requests of the schedule not sent (run ended: "
+            f"{result.replay.stop_reason})"
+        )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     # The session already warned about a client-bound run; add the analyzers' other flags.
@@ -191,7 +196,8 @@ def print_summary(result: SessionResult, console: Console) -> None:
     "--duration",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Stop dispatching after this many seconds.",
+    help="Stop dispatching after this many seconds: later requests are not sent (run.json "
+    "counts them), rows still in flight are flagged drain.",
 )
 @click.option(
     "--warmup-requests",
@@ -201,6 +207,44 @@ def print_summary(result: SessionResult, console: Console) -> None:
     help="Flag the first N requests as warm-up (excluded from summaries).",
 )
 @deprecated_alias("--warmup", "--warmup-requests", "warmup_requests", type_=click.IntRange(min=0))
+@click.option(
+    "--warmup-time",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Flag requests due in the first SECONDS as warm-up (excluded from summaries).",
+)
+@click.option(
+    "--sessions",
+    "session_mode",
+    type=click.Choice(["open", "closed"]),
+    default="open",
+    show_default=True,
+    help="open: every turn at its trace time; closed: a turn is due at the later of its "
+    "trace time and its parent's end plus think time (think_s).",
+)
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--sessions closed: cap on sessions in progress (a new one waits; lateness is recorded).",
+)
+@click.option(
+    "--history",
+    type=click.Choice(["trace", "live"]),
+    default="trace",
+    show_default=True,
+    help="--sessions closed: trace: each turn's history as the trace gives it (exact "
+    "replay); live: the server's own replies as the history.",
+)
+@click.option(
+    "--start-offset",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Enter each session SECONDS into it: earlier turns are not sent, the rest move "
+    "back to the session's start (with --duration: steady state for N seconds).",
+)
 @click.option(
     "--request-timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -345,6 +389,11 @@ def replay(
     max_requests: int | None,
     duration: float | None,
     warmup_requests: int,
+    warmup_time: float | None,
+    session_mode: str,
+    max_sessions: int | None,
+    history: str,
+    start_offset: float | None,
     request_timeout: float,
     grace: float,
     headers: tuple[str, ...],
@@ -372,7 +421,8 @@ def replay(
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
     Open loop by default, at the trace's own timestamps (--time-scale, --rate to rescale);
-    closed loop with --concurrency. Writes requests.parquet, run.json, results.json and
+    closed loop with --concurrency; closed-loop sessions (each turn after its parent's
+    reply) with --sessions closed. Writes requests.parquet, run.json, results.json and
     config.toml (the resolved options) to the run directory, and server_metrics.parquet
     when the server exposes Prometheus metrics. Options can come from a TOML file
     (--config; flags given as well win): RUN/config.toml replays a run again.
@@ -388,6 +438,10 @@ def replay(
       loadgen replay --config run.toml --rate 8         # the file's options, --rate 8
       loadgen replay --config runs/r1/config.toml -o runs/r2   # runs/r1 again
       loadgen replay trace.parquet --dry-run            # what would be sent; sends nothing
+      loadgen replay agents.parquet --sessions closed --max-sessions 64
+      loadgen replay chats.parquet --sessions closed --history live
+      loadgen replay agents.parquet --sessions closed --start-offset 600 --duration 300 \\
+          --warmup-time 30
     """
     refuse_redacted(click.get_current_context())
     opts = SessionOptions(
@@ -403,6 +457,11 @@ def replay(
         max_requests=max_requests,
         duration_s=duration,
         warmup_requests=warmup_requests,
+        warmup_s=warmup_time,
+        sessions=session_mode,
+        max_sessions=max_sessions,
+        history=history,
+        start_offset_s=start_offset,
         request_timeout_s=request_timeout,
         grace_s=grace,
         headers=parse_headers(headers),
