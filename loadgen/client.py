@@ -47,7 +47,9 @@ from loadgen.http.stamping import (
 from loadgen.openai.refusals import is_admission_rejected, is_context_exceeded
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
+from loadgen.stream.body import BodyFeed
 from loadgen.stream.feed import NATIVE, EventFeed
+from loadgen.stream.responses import ResponsesState
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from loadgen.stream.state import StreamState
 from traces import schema as s
@@ -56,6 +58,10 @@ from traces.records import RequestRecord, TraceRequest
 
 _ERROR_BODY_LIMIT = 2048
 _NO_TIMINGS = ServerTimings()
+_UNFINISHED = {
+    s.API_RESPONSES: "stream ended without response.completed or response.incomplete",
+    s.API_EMBEDDINGS: "the embeddings reply ended before its body",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -209,9 +215,10 @@ class StreamingClient:
         outcome = s.OUTCOME_OK
         error: str | None = None
         sent = now_ns()
-        state = StreamState(sent)
+        api = job.trace.api
+        state = ResponsesState(sent) if api == s.API_RESPONSES else StreamState(sent)
         try:
-            header_timings, error = await self._exchange(ready.send, progress, state)
+            header_timings, error = await self._exchange(ready.send, progress, state, api)
             if error is not None:
                 if is_context_exceeded(progress.status, error):
                     outcome = s.OUTCOME_CONTEXT_EXCEEDED
@@ -273,8 +280,20 @@ class StreamingClient:
         else:
             sink(make())
 
+    def _feed(self, state: StreamState, api: str) -> EventFeed | BodyFeed:
+        """The sink of a response body's reads: the whole body for embeddings, else the
+        SSE events (the C walk classifies chat and completions chunks only)."""
+        if api == s.API_EMBEDDINGS:
+            return BodyFeed(state, max_bytes=self._max_event_bytes)
+        native = self._native_feed and api != s.API_RESPONSES
+        return EventFeed(state, native=native, max_event_bytes=self._max_event_bytes)
+
     async def _exchange(
-        self, send: Outgoing | httpx.Request, progress: Progress, state: StreamState
+        self,
+        send: Outgoing | httpx.Request,
+        progress: Progress,
+        state: StreamState,
+        api: str = s.API_CHAT,
     ) -> tuple[ServerTimings | None, str | None]:
         """Send the request and read its response into ``state``. Returns the timings the
         headers carried and, for an HTTP error status, the error text."""
@@ -292,9 +311,7 @@ class StreamingClient:
                     head = await read_head(exchange)
                     note = error_note(exchange.status, exchange.headers, head)
                     return header_timings, _error_text(exchange.status, head.data).rstrip() + note
-                feed = EventFeed(
-                    state, native=self._native_feed, max_event_bytes=self._max_event_bytes
-                )
+                feed = self._feed(state, api)
                 await exchange.drain(feed.take)  # the transport notes the first byte
                 feed.finish(self._now_ns())
             finally:
@@ -319,17 +336,17 @@ class StreamingClient:
                     head = await read_head(stamped_body(response, self._now_ns))
                     note = error_note(status, response.headers, head)
                     return header_timings, _error_text(status, head.data).rstrip() + note
-                await self._read_events(response, state, progress)
+                await self._read_events(response, state, progress, api)
             finally:
                 await response.aclose()
             return header_timings, None
 
     async def _read_events(
-        self, response: httpx.Response, state: StreamState, progress: Progress
+        self, response: httpx.Response, state: StreamState, progress: Progress, api: str
     ) -> None:
         """Read the body of an httpx response into ``state``, stamping each read (when the
         transport offers no stamped stream) and noting the first byte."""
-        feed = EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
+        feed = self._feed(state, api)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
 
@@ -369,7 +386,9 @@ class StreamingClient:
             elif not parsed.done and parsed.finish_reason is None:
                 outcome, error = (
                     s.OUTCOME_PROTOCOL_ERROR,
-                    "stream ended without [DONE] or a finish_reason",
+                    _UNFINISHED.get(
+                        job.trace.api, "stream ended without [DONE] or a finish_reason"
+                    ),
                 )
         req = job.trace
         usage = fit.usage
@@ -419,6 +438,7 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=self._scrubber.scrub_optional(timings.instance),
             server_slip_ms=timings.slip_ms,
+            items=parsed.items,
         )
 
 

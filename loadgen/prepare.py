@@ -25,6 +25,8 @@ class Preparer:
     run_id: str
     capabilities: Capabilities
     warmup_requests: int = 0
+    embed_batch: int = 1
+    """Inputs per embeddings request (``--embed-batch``)."""
 
     def x_request_id(self, req: TraceRequest) -> str:
         """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
@@ -39,6 +41,7 @@ class Preparer:
             prompt=prompt,
             max_tokens=req.output_tokens,
             caps=self.capabilities,
+            embed_batch=self.embed_batch,
         )
         return PreparedRequest(
             trace=req,

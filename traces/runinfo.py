@@ -132,6 +132,10 @@ class RunConfig:
     scrape_interval_s: float
     max_event_bytes: int | None = None
     """None in a run.json written before the limit existed."""
+    api: str | None = None
+    """The API every request was sent to (``--api``); None: each row's own ``api``."""
+    embed_batch: int = 1
+    """Inputs per embeddings request (``--embed-batch``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,7 +33,13 @@ SLO_TPOT_MS: Final = "slo_tpot_ms"
 
 API_CHAT: Final = "chat"
 API_COMPLETIONS: Final = "completions"
-APIS: Final = frozenset({API_CHAT, API_COMPLETIONS})
+API_RESPONSES: Final = "responses"
+"""OpenAI's Responses API (``/v1/responses``), streamed as typed events."""
+API_EMBEDDINGS: Final = "embeddings"
+"""``/v1/embeddings``: not streamed; measured as latency and items per second."""
+APIS: Final = frozenset({API_CHAT, API_COMPLETIONS, API_RESPONSES, API_EMBEDDINGS})
+STREAMED_APIS: Final = frozenset({API_CHAT, API_COMPLETIONS, API_RESPONSES})
+"""The APIs whose responses stream tokens (TTFT, TPOT and ITL apply)."""
 
 IMAGE_TYPE: Final = pa.struct([pa.field("width", pa.int32()), pa.field("height", pa.int32())])
 
@@ -97,6 +103,9 @@ SERVER_INSTANCE: Final = "server_instance"
 SERVER_SLIP_MS: Final = "server_slip_ms"
 """The simulator's own lateness: how much later than planned it wrote this response's
 chunks (wall ms, the worst chunk); null from servers that do not say."""
+ITEMS: Final = "items"
+"""Embeddings returned (the length of the response's ``data``); null for the APIs that
+generate text."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
@@ -170,6 +179,7 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(SERVER_DECODE_MS, pa.float64()),
         pa.field(SERVER_INSTANCE, pa.string()),
         pa.field(SERVER_SLIP_MS, pa.float64()),
+        pa.field(ITEMS, pa.int32()),
     ]
 )
 

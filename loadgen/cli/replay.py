@@ -16,6 +16,7 @@ from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, MIB
+from traces.schema import APIS as API_CHOICES
 
 
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
@@ -281,6 +282,21 @@ def print_summary(result: SessionResult, console: Console) -> None:
     help="Longest SSE event a response may send (MiB; a whole 1M-token response fits); "
     "a longer one makes the request a protocol_error and its body is not read further.",
 )
+@click.option(
+    "--api",
+    type=click.Choice(sorted(API_CHOICES)),
+    default=None,
+    help="Send every request to this API instead of each trace row's own: chat, "
+    "completions, responses (/v1/responses, streamed events) or embeddings (/v1/embeddings, "
+    "not streamed: latency and items/s) [default: the trace's api column].",
+)
+@click.option(
+    "--embed-batch",
+    type=click.IntRange(min=1, max=2048),
+    default=1,
+    show_default=True,
+    help="Embeddings: inputs per request (each row's prompt cut into this many items).",
+)
 def replay(
     trace: Path,
     base_url: str,
@@ -313,6 +329,8 @@ def replay(
     no_scrape_metrics: bool,
     scrape_interval: float,
     max_event_mib: int,
+    api: str | None,
+    embed_batch: int,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
@@ -325,6 +343,8 @@ def replay(
       loadgen replay trace.parquet --base-url http://127.0.0.1:8000/v1 -o runs/r1
       loadgen replay trace.parquet --concurrency 32
       loadgen replay trace.parquet --time-scale 0.5
+      loadgen replay trace.parquet --api responses
+      loadgen replay trace.parquet --api embeddings --embed-batch 8
     """
     opts = SessionOptions(
         trace_path=trace,
@@ -357,6 +377,8 @@ def replay(
         scrape_url=scrape_url,
         scrape_interval_s=scrape_interval,
         max_event_bytes=max_event_mib * MIB,
+        api=api,
+        embed_batch=embed_batch,
     )
     console = cli_console(stderr=False)
     result = run_guarded(opts, progress=not no_progress and console.is_terminal, console=console)

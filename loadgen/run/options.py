@@ -5,7 +5,7 @@ it replays. Secrets never leave this object: ``public_config`` is what run.json 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
 from traces.runinfo import RunConfig
+from traces.schema import APIS
 from traces.values import ID_CHARS, id_problem
 
 TRANSPORTS = ("fast", "httpx")
@@ -66,6 +67,10 @@ class SessionOptions:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     """The longest SSE event a response may send; a longer one makes the request a
     ``protocol_error`` and the rest of its body is not read (``loadgen.stream.sse``)."""
+    api: str | None = None
+    """Send every request to this API (``traces.schema.APIS``); None: each row's own."""
+    embed_batch: int = 1
+    """Inputs per embeddings request: each row's prompt cut into this many items."""
 
     def request_headers(self) -> dict[str, str]:
         """The headers every request to the endpoint carries: ``--header`` values and the
@@ -106,10 +111,19 @@ class SessionOptions:
 
 def load_requests(opts: SessionOptions) -> tuple[list[TraceRequest], dict[str, Any]]:
     """The trace's requests (cut to ``max_requests``) and its provenance metadata."""
-    requests = read_trace(opts.trace_path)
+    requests = with_api(read_trace(opts.trace_path), opts.api)
     if opts.max_requests is not None:
         requests = requests[: opts.max_requests]
     return requests, read_metadata(opts.trace_path)
+
+
+def with_api(requests: list[TraceRequest], api: str | None) -> list[TraceRequest]:
+    """``requests``, each sent to ``api`` (``--api``) when one is given."""
+    if api is None:
+        return requests
+    if api not in APIS:
+        raise ConfigError(f"--api {api}: expected one of {', '.join(sorted(APIS))}")
+    return [r if r.api == api else replace(r, api=api) for r in requests]
 
 
 def _header_problem(name: str, value: str) -> str | None:

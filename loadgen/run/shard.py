@@ -187,6 +187,7 @@ async def replay_shard(
         run_id=plan.run_id,
         capabilities=plan.capabilities,
         warmup_requests=opts.warmup_requests,
+        embed_batch=opts.embed_batch,
     )
     loop = asyncio.get_running_loop()
 

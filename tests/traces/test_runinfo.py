@@ -130,8 +130,9 @@ def test_version_1_of_the_previous_build_is_read() -> None:
     assert info.server_metrics is not None
     assert info.server_metrics.samples == 326
     # Same layout: written again, only the version changes, and the options added since
-    # (``max_event_bytes``) are written as unknown (None).
-    config = {**raw["config"], "max_event_bytes": None}
+    # (``max_event_bytes``) are written as unknown (None), ``api`` as None (each row's
+    # own) and ``embed_batch`` as its default.
+    config = {**raw["config"], "max_event_bytes": None, "api": None, "embed_batch": 1}
     assert info.to_json() == {**raw, "config": config, "schema_version": RUN_INFO_VERSION}
 
 
