@@ -87,7 +87,11 @@ def test_responses_rows_tokens_and_stamps(tmp_path: Path, sim: SimFactory) -> No
     assert analysis.overall.metric("tpot_ms").count == len(ok)
     assert analysis.overall.embeddings == 0
     # Content tokens received, by every row (a malformed stream's deltas count too).
-    received = sum(len(row["chunk_offsets_us"]) for row in rows)  # type: ignore[arg-type]
+    received = 0
+    for row in rows:
+        offsets = row["chunk_offsets_us"]
+        assert isinstance(offsets, list)
+        received += len(offsets)
     assert analysis.overall.output_tokens == received >= len(ok) * tokens
 
 

@@ -102,7 +102,8 @@ def test_an_embeddings_request_counts_its_items_and_runs_one_step() -> None:
     assert not batch.stream
     assert _parse({"input": [1, 2, 3]}, "embeddings").items == 1  # one list of token ids
     assert _parse({"input": "a b"}, "embeddings").items == 1
-    for bad in ({"input": []}, {"input": ""}, {}, {"input": [{"x": 1}]}):
+    bads: list[dict[str, Any]] = [{"input": []}, {"input": ""}, {}, {"input": [{"x": 1}]}]
+    for bad in bads:
         with pytest.raises(RequestError) as err:
             _parse(bad, "embeddings")
         assert err.value.param == "input"
