@@ -19,6 +19,7 @@ from loadgen.cli.results import write_run_results
 from loadgen.cli.root import cli
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
+from reports.html.run import classes_table
 from traces import schema as s
 from traces.io import write_trace
 
@@ -143,3 +144,26 @@ def test_embeddings_rows_items_and_summaries(tmp_path: Path, sim: SimFactory) ->
     slo.write_text('[[slo]]\nmetric = "ttft_ms"\npercentile = 50\nmax = 100\n')
     gated = runner.invoke(cli, ["gate", str(run_dir), "--slo", str(slo)])
     assert "embeddings stream no tokens" in gated.output
+    table = classes_table(analyze(run_dir))  # the HTML report's
+    assert "items/s" in table
+    assert "input tok/s" in table
+
+
+def test_simulate_refuses_embeddings_rows(tmp_path: Path) -> None:
+    trace = tmp_path / "t.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": ["a", "b"],
+                "arrival_s": [0.0, 0.1],
+                "input_tokens": [8, 8],
+                "output_tokens": [1, 1],
+                "api": ["chat", "embeddings"],
+            }
+        ),
+        trace,
+    )
+    args = ["simulate", str(trace), "--model", "llama-3.1-8b", "-o", str(tmp_path / "run")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "1 rows are embeddings requests" in result.output
