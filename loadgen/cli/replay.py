@@ -11,12 +11,12 @@ import click
 from rich.console import Console
 
 from loadgen.cli.echo import cli_console
+from loadgen.cli.options.apis import api_options
 from loadgen.cli.options.loadmode import load_mode_options
 from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, MIB
-from traces.schema import APIS as API_CHOICES
 
 
 def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
@@ -282,21 +282,7 @@ def print_summary(result: SessionResult, console: Console) -> None:
     help="Longest SSE event a response may send (MiB; a whole 1M-token response fits); "
     "a longer one makes the request a protocol_error and its body is not read further.",
 )
-@click.option(
-    "--api",
-    type=click.Choice(sorted(API_CHOICES)),
-    default=None,
-    help="Send every request to this API instead of each trace row's own: chat, "
-    "completions, responses (/v1/responses, streamed events) or embeddings (/v1/embeddings, "
-    "not streamed: latency and items/s) [default: the trace's api column].",
-)
-@click.option(
-    "--embed-batch",
-    type=click.IntRange(min=1, max=2048),
-    default=1,
-    show_default=True,
-    help="Embeddings: inputs per request (each row's prompt cut into this many items).",
-)
+@api_options()
 def replay(
     trace: Path,
     base_url: str,

@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 
 from loadgen.cli.echo import cli_console
+from loadgen.cli.options.apis import api_options
 from loadgen.cli.options.slo import load_slos, slo_option
 from loadgen.cli.options.url import check_base_url
 from loadgen.run.session import SessionOptions
@@ -115,6 +116,7 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
     help="Environment variable holding the API key (sent as a Bearer token).",
 )
 @click.option("--overwrite", is_flag=True, help="Reuse a non-empty sweep directory.")
+@api_options()
 def sweep(
     trace: Path,
     base_url: str,
@@ -132,6 +134,8 @@ def sweep(
     server_time_scale: float,
     api_key_env: str,
     overwrite: bool,
+    api: str | None,
+    embed_batch: int,
 ) -> None:
     """Replay TRACE at successively higher load: one run directory per step in OUT.
 
@@ -166,6 +170,8 @@ def sweep(
             request_timeout_s=timeout_s,
             api_key=os.environ.get(api_key_env) or None,
             overwrite=overwrite,
+            api=api,
+            embed_batch=embed_batch,
         ),
         steps=steps,
         cooldown_s=cooldown_s,

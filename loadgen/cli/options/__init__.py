@@ -15,6 +15,7 @@ are built inside the helpers, when a command runs, so ``--help`` stays fast.
 from __future__ import annotations
 
 __all__ = [
+    "apis",
     "bootstrap",
     "budget",
     "engine",
