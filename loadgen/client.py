@@ -49,7 +49,7 @@ from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.body import BodyFeed
 from loadgen.stream.feed import NATIVE, EventFeed
-from loadgen.stream.responses import ResponsesState
+from loadgen.stream.responses import ResponsesFeed, ResponsesState
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from loadgen.stream.state import StreamState
 from traces import schema as s
@@ -280,13 +280,14 @@ class StreamingClient:
         else:
             sink(make())
 
-    def _feed(self, state: StreamState, api: str) -> EventFeed | BodyFeed:
-        """The sink of a response body's reads: the whole body for embeddings, else the
-        SSE events (the C walk classifies chat and completions chunks only)."""
+    def _feed(self, state: StreamState, api: str) -> EventFeed | ResponsesFeed | BodyFeed:
+        """The sink of a response body's reads: the whole body for embeddings, the typed
+        events of the Responses API, else chat's and completions' chunks."""
         if api == s.API_EMBEDDINGS:
             return BodyFeed(state, max_bytes=self._max_event_bytes)
-        native = self._native_feed and api != s.API_RESPONSES
-        return EventFeed(state, native=native, max_event_bytes=self._max_event_bytes)
+        if isinstance(state, ResponsesState):
+            return ResponsesFeed(state, max_event_bytes=self._max_event_bytes)
+        return EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
 
     async def _exchange(
         self,
