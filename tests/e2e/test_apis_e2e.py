@@ -144,6 +144,8 @@ def test_embeddings_rows_items_and_summaries(tmp_path: Path, sim: SimFactory) ->
     slo.write_text('[[slo]]\nmetric = "ttft_ms"\npercentile = 50\nmax = 100\n')
     gated = runner.invoke(cli, ["gate", str(run_dir), "--slo", str(slo)])
     assert "embeddings stream no tokens" in gated.output
+    decomposed = runner.invoke(cli, ["decompose", str(run_dir)])
+    assert "embeddings requests stream no token" in decomposed.output
     table = classes_table(analyze(run_dir))  # the HTML report's
     assert "items/s" in table
     assert "input tok/s" in table
