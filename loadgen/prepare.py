@@ -32,6 +32,8 @@ class Preparer:
     """``--extra-body``: merged into every body (checked by ``extra_body_problem``)."""
     stream: bool = True
     """False with ``--no-stream``: one JSON response per request, no SSE."""
+    embed_batch: int = 1
+    """Inputs per embeddings request (``--embed-batch``)."""
 
     def x_request_id(self, req: TraceRequest) -> str:
         """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
@@ -59,6 +61,7 @@ class Preparer:
             extra=self.extra_body,
             row=row_fields(req),
             stream=self.stream,
+            embed_batch=self.embed_batch,
         )
         return PreparedRequest(
             trace=req,

@@ -42,6 +42,10 @@ def class_json(c: ClassSummary) -> dict[str, Any]:
         "output_tokens": c.output_tokens,
         "output_tokens_per_s": c.output_tokens_per_s,
         "total_tokens_per_s": c.total_tokens_per_s,
+        "embeddings_requests": c.embeddings,
+        "items": c.items,
+        "items_per_s": c.items_per_s,
+        "input_tokens_per_s": c.input_tokens_per_s,
         "metrics": {m.key: _metric_json(m) for m in c.metrics},
         "prompt_fidelity": {
             "requests": c.fidelity.requests,

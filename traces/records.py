@@ -171,6 +171,7 @@ class RequestRecord:
     parent: str | None = None
     context_tokens: int | None = None
     drain: bool = False
+    items: int | None = None
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))

@@ -148,6 +148,10 @@ class RunConfig:
     history: str = "trace"
     start_offset_s: float | None = None
     warmup_s: float | None = None
+    api: str | None = None
+    """The API every request was sent to (``--api``); None: each row's own ``api``."""
+    embed_batch: int = 1
+    """Inputs per embeddings request (``--embed-batch``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,7 +51,13 @@ run's default); ``min_tokens`` and ``ignore_eos`` are vLLM/SGLang extensions."""
 
 API_CHAT: Final = "chat"
 API_COMPLETIONS: Final = "completions"
-APIS: Final = frozenset({API_CHAT, API_COMPLETIONS})
+API_RESPONSES: Final = "responses"
+"""OpenAI's Responses API (``/v1/responses``), streamed as typed events."""
+API_EMBEDDINGS: Final = "embeddings"
+"""``/v1/embeddings``: not streamed; measured as latency and items per second."""
+APIS: Final = frozenset({API_CHAT, API_COMPLETIONS, API_RESPONSES, API_EMBEDDINGS})
+STREAMED_APIS: Final = frozenset({API_CHAT, API_COMPLETIONS, API_RESPONSES})
+"""The APIs whose responses stream tokens (TTFT, TPOT and ITL apply)."""
 BRANCH_FORK: Final = "fork"
 BRANCH_SPAWN: Final = "spawn"
 BRANCHES: Final = frozenset({BRANCH_FORK, BRANCH_SPAWN})
@@ -134,6 +140,9 @@ chunks (wall ms, the worst chunk); null from servers that do not say."""
 SERVER_INFERENCE_MS: Final = "server_inference_ms"
 """The server's time on this request in the batch, prefill and decode together, where it
 reports only that sum: TGI's ``x-inference-time`` header (non-streamed replies only)."""
+ITEMS: Final = "items"
+"""Embeddings returned (the length of the response's ``data``); null for the APIs that
+generate text."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
@@ -212,6 +221,7 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(PARENT, pa.string()),
         pa.field(CONTEXT_TOKENS, pa.int32()),
         pa.field(DRAIN, pa.bool_(), nullable=False),
+        pa.field(ITEMS, pa.int32()),
     ]
 )
 

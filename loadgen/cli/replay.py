@@ -14,6 +14,7 @@ from rich.console import Console
 
 from loadgen.cli.echo import cli_console
 from loadgen.cli.options.alias import deprecated_alias
+from loadgen.cli.options.apis import api_options
 from loadgen.cli.options.config import config_option, refuse_redacted, write_config
 from loadgen.cli.options.loadmode import load_mode_options
 from loadgen.cli.options.url import check_base_url, with_v1_hint
@@ -376,6 +377,7 @@ def print_summary(result: SessionResult, console: Console) -> None:
     help="Print what would be sent (request count, schedule, classes, the first request's "
     "body, secrets redacted) and exit 0: no connection, no run directory.",
 )
+@api_options()
 def replay(
     trace: Path,
     base_url: str,
@@ -417,6 +419,8 @@ def replay(
     extra_body: dict[str, Any] | None,
     no_stream: bool,
     dry_run: bool,
+    api: str | None,
+    embed_batch: int,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
@@ -442,6 +446,8 @@ def replay(
       loadgen replay chats.parquet --sessions closed --history live
       loadgen replay agents.parquet --sessions closed --start-offset 600 --duration 300 \\
           --warmup-time 30
+      loadgen replay trace.parquet --api responses
+      loadgen replay trace.parquet --api embeddings --embed-batch 8
     """
     refuse_redacted(click.get_current_context())
     opts = SessionOptions(
@@ -483,6 +489,8 @@ def replay(
         http2=http2,
         extra_body=extra_body,
         stream=not no_stream,
+        api=api,
+        embed_batch=embed_batch,
     )
     if dry_run:
         from loadgen.cli.dryrun import echo_dry_run

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from loadgen.cli.echo import cli_console
 from loadgen.cli.options.alias import deprecated_alias
+from loadgen.cli.options.apis import api_options
 from loadgen.cli.options.config import config_option, refuse_redacted, write_config
 from loadgen.cli.options.slo import load_slos, slo_option
 from loadgen.cli.options.url import check_base_url
@@ -132,6 +133,7 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
     help="Print the steps and what the first would send (secrets redacted) and exit 0: "
     "no connection, no sweep directory.",
 )
+@api_options()
 def sweep(
     trace: Path,
     base_url: str,
@@ -150,6 +152,8 @@ def sweep(
     api_key_env: str,
     overwrite: bool,
     dry_run: bool,
+    api: str | None,
+    embed_batch: int,
 ) -> None:
     """Replay TRACE at successively higher load: one run directory per step in OUT.
 
@@ -193,6 +197,8 @@ def sweep(
             request_timeout_s=timeout_s,
             api_key=os.environ.get(api_key_env) or None,
             overwrite=overwrite,
+            api=api,
+            embed_batch=embed_batch,
         ),
         steps=steps,
         cooldown_s=cooldown_s,

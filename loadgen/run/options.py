@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
 from traces.runinfo import RunConfig
+from traces.schema import APIS
 from traces.values import ID_CHARS, id_problem
 
 TRANSPORTS = ("fast", "httpx")
@@ -89,6 +90,10 @@ class SessionOptions:
     """Enter each session this many seconds into it (earlier turns are not sent)."""
     warmup_s: float | None = None
     """Flag requests due in the first this many seconds as warm-up."""
+    api: str | None = None
+    """Send every request to this API (``traces.schema.APIS``); None: each row's own."""
+    embed_batch: int = 1
+    """Inputs per embeddings request: each row's prompt cut into this many items."""
 
     def request_headers(self) -> dict[str, str]:
         """The headers every request to the endpoint carries: ``--header`` values and the
@@ -150,7 +155,7 @@ class Schedule:
 
 def load_schedule(opts: SessionOptions) -> Schedule:
     """``load_requests``' requests with the count ``start_offset_s`` skipped."""
-    requests = read_trace(opts.trace_path)
+    requests = with_api(read_trace(opts.trace_path), opts.api)
     if opts.max_requests is not None:
         requests = requests[: opts.max_requests]
     if opts.start_offset_s is None:
@@ -162,6 +167,15 @@ def load_schedule(opts: SessionOptions) -> Schedule:
             "shorter than the offset)"
         )
     return Schedule(requests=kept, skipped=len(requests) - len(kept))
+
+
+def with_api(requests: list[TraceRequest], api: str | None) -> list[TraceRequest]:
+    """``requests``, each sent to ``api`` (``--api``) when one is given."""
+    if api is None:
+        return requests
+    if api not in APIS:
+        raise ConfigError(f"--api {api}: expected one of {', '.join(sorted(APIS))}")
+    return [r if r.api == api else replace(r, api=api) for r in requests]
 
 
 def _header_problem(name: str, value: str) -> str | None:

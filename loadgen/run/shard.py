@@ -205,6 +205,7 @@ async def replay_shard(
         warmup_requests=opts.warmup_requests,
         extra_body=opts.extra_body,
         stream=opts.stream,
+        embed_batch=opts.embed_batch,
     )
     loop = asyncio.get_running_loop()
 

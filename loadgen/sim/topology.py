@@ -44,7 +44,7 @@ from loadgen.sim.instance import Instance
 from loadgen.sim.physics import HardwareChoice, Physics, link_spec, transfer_s
 from loadgen.sim.prefix import block_hashes
 from loadgen.sim.prompt import prompt_content
-from loadgen.sim.request import SimRequest
+from loadgen.sim.request import SimRequest, prompt_param
 from loadgen.sim.router import Router, RouterPolicy
 from loadgen.sim.tokenizer import make_tokenizer
 
@@ -225,7 +225,7 @@ class PhysicsEngine:
         return [inst.stats() for inst in (*self.front, *self.back)]
 
     def prepare(self, request: SimRequest, body: Mapping[str, object]) -> SimRequest:
-        content = prompt_content(body, chat=request.api == "chat")
+        content = prompt_content(body, api=request.api)
         tokens = [*self._tokenizer.tokenize(content.text), *content.token_ids]
         physics = self.front[0].physics
         fallback = self._config.image_tokens
@@ -240,7 +240,7 @@ class PhysicsEngine:
             prompt_tokens=n, max_tokens=request.max_tokens, max_model_len=self.max_model_len
         )
         if too_long is not None:
-            raise RequestError(too_long, param="messages" if request.api == "chat" else "prompt")
+            raise RequestError(too_long, param=prompt_param(request.api))
         # Image tokens have no text to hash: such prompts are not prefix-cached.
         hashes = () if content.images else block_hashes(tokens, self.spec.kv_block_size)
         images = [img for img in content.images if img is not None]

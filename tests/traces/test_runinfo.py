@@ -130,8 +130,9 @@ def test_version_1_of_the_previous_build_is_read() -> None:
     assert info.server_metrics is not None
     assert info.server_metrics.samples == 326
     # Same layout: written again, only the version changes, and the options added since
-    # (``max_event_bytes``; ``extra_body``, ``stream``, ``http2``; the session options of
-    # version 5) are written as unknown (None) or their defaults.
+    # (``max_event_bytes``; ``extra_body``, ``stream``, ``http2``; ``api`` (None: each
+    # row's own) and ``embed_batch``; the session options of version 5) are written as
+    # unknown (None) or their defaults.
     config = {
         **raw["config"],
         "max_event_bytes": None,
@@ -143,6 +144,8 @@ def test_version_1_of_the_previous_build_is_read() -> None:
         "history": "trace",
         "start_offset_s": None,
         "warmup_s": None,
+        "api": None,
+        "embed_batch": 1,
     }
     assert info.to_json() == {**raw, "config": config, "schema_version": RUN_INFO_VERSION}
 

@@ -50,7 +50,7 @@ from traces.synth.sessions import SessionSpec
 GENERATOR: Final = "llm-loadgen traces.synth.trace 1"
 DEFAULT_BLOCK_SIZE: Final = 512
 DEFAULT_IMAGE_MODEL: Final = "qwen2.5-vl"
-ApiChoice = Literal["chat", "completions", "mixed"]
+ApiChoice = Literal["chat", "completions", "responses", "embeddings", "mixed"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -337,6 +337,13 @@ def _dictionary(values: list[str], order: Sequence[str], index_type: pa.DataType
     return pa.DictionaryArray.from_arrays(indices, pa.array(list(order), type=pa.string()))
 
 
+def _api_order(api: str) -> tuple[str, ...]:
+    """The ``api`` dictionary: chat and completions (the bytes of earlier traces), then the
+    one other API asked for."""
+    base = (s.API_CHAT, s.API_COMPLETIONS)
+    return base if api in (*base, "mixed") else (*base, api)
+
+
 def _table(config: SynthConfig, drafts: list[_Draft]) -> pa.Table:
     n = len(drafts)
     offsets = [0]
@@ -365,7 +372,7 @@ def _table(config: SynthConfig, drafts: list[_Draft]) -> pa.Table:
         s.REQUEST_ID: pa.array([f"r{i:07d}" for i in range(n)], type=pa.string()),
         s.ARRIVAL_S: pa.array([d.arrival_s for d in drafts], type=pa.float64()),
         s.WORKLOAD: _dictionary([d.workload for d in drafts], class_order, pa.int32()),
-        s.API: _dictionary([d.api for d in drafts], (s.API_CHAT, s.API_COMPLETIONS), pa.int8()),
+        s.API: _dictionary([d.api for d in drafts], _api_order(config.api), pa.int8()),
         s.INPUT_TOKENS: pa.array([d.input_tokens for d in drafts], type=pa.int32()),
         s.OUTPUT_TOKENS: pa.array([d.output_tokens for d in drafts], type=pa.int32()),
         s.PREFIX_BLOCKS: blocks,

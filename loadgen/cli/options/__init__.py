@@ -16,6 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "alias",
+    "apis",
     "bootstrap",
     "budget",
     "config",
