@@ -11,6 +11,7 @@ __all__ = [
     "console",
     "fmt",
     "gate",
+    "glossary",
     "html",
     "jsondoc",
     "markdown",

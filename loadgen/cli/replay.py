@@ -120,8 +120,9 @@ def write_results(result: SessionResult) -> None:
     write_run_results(result.run_dir)
 
 
-def print_summary(result: SessionResult, console: Console) -> None:
-    """The end-of-run table (exact percentiles from Polars), validity, and where the run went."""
+def print_summary(result: SessionResult, console: Console, *, explain: bool = False) -> None:
+    """The end-of-run table (exact percentiles from Polars), validity, and where the run
+    went; with ``explain`` (the demo), what each line means."""
     from analyzers.metrics import summarize
     from reports.console import summary_table, totals_lines
 
@@ -148,6 +149,15 @@ def print_summary(result: SessionResult, console: Console) -> None:
     for flag in summary.validity.flags:
         if flag.kind not in ("client_bound", "backpressure"):  # the session said these
             console.print(f"[yellow]warning:[/yellow] {flag.reason}")
+    if explain:
+        from reports.glossary import glossary_lines
+
+        for line in glossary_lines():
+            console.print(line, highlight=False)
+    else:
+        from reports.glossary import DOC
+
+        console.print(f"what each line means: {DOC}", highlight=False)
     console.print(f"run written to {result.run_dir} (summary for scripts: results.json)")
     console.print(
         f"next: loadgen analyze {result.run_dir} (percentiles per class), "

@@ -87,7 +87,7 @@ def demo(out: Path | None, requests: int, rate: float, seed: int, no_progress: b
         result = run_with_display(
             opts, progress=not no_progress and console.is_terminal, console=console
         )
-    print_summary(result, console)
+    print_summary(result, console, explain=True)
     from analyzers.decompose import BudgetModel
     from reports.html.report import write_report
     from reports.html.run import ReportOptions
@@ -101,3 +101,12 @@ def demo(out: Path | None, requests: int, rate: float, seed: int, no_progress: b
         markdown=base / "report.md",
     )
     console.print(f"report written to {report} (summary {base / 'report.md'})")
+    run = result.run_dir
+    for line in (
+        "next steps:",
+        f"  loadgen decompose {run}       why p99 TTFT is what it is (network, queue, prefill)",
+        f"  loadgen gate {run} --slo 'ttft_ms.p99<=500'   an SLO check as in CI (exit 1: breach)",
+        "  loadgen demo-compare --quick    a monolith against prefill/decode disaggregation",
+        "  loadgen replay TRACE.parquet --base-url http://HOST:PORT/v1   your own endpoint",
+    ):
+        console.print(line, highlight=False)
