@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 from rich.console import Console
 
 from loadgen.cli.echo import cli_console
@@ -32,25 +31,6 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
             raise ConfigError(f"--header {item!r}: expected 'Name: value'")
         out[name.strip()] = value.strip()
     return out
-
-
-def parse_extra_body(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> dict[str, Any] | None:
-    """``--extra-body``: a JSON object, none of whose keys the client owns."""
-    if value is None:
-        return None
-    from loadgen.openai.bodies import extra_body_problem
-
-    try:
-        parsed = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"--extra-body is not valid JSON: {exc}") from None
-    problem = extra_body_problem(parsed)
-    if problem is not None:
-        raise ConfigError(f"--extra-body {problem}")
-    result: dict[str, Any] = parsed
-    return result
 
 
 def default_run_dir(trace: Path) -> Path:
@@ -305,21 +285,6 @@ def print_summary(result: SessionResult, console: Console, *, explain: bool = Fa
     "--http2",
     is_flag=True,
     help="HTTP/2 (--transport httpx only; pip install 'llm-loadgen[http2]').",
-)
-@click.option(
-    "--extra-body",
-    "extra_body",
-    default=None,
-    metavar="JSON",
-    callback=parse_extra_body,
-    help="JSON object merged into every request body, e.g. '{\"temperature\": 0}' "
-    "(a trace's own sampling columns win; model, messages, stream, max_tokens are refused).",
-)
-@click.option(
-    "--no-stream",
-    is_flag=True,
-    help="Non-streamed requests: one JSON reply each, E2E and usage only (TTFT, TPOT and "
-    "ITL are null); joins TGI's timing headers.",
 )
 @click.option(
     "--workers",

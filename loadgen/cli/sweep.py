@@ -11,6 +11,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -154,6 +155,8 @@ def sweep(
     dry_run: bool,
     api: str | None,
     embed_batch: int,
+    extra_body: dict[str, Any] | None,
+    no_stream: bool,
 ) -> None:
     """Replay TRACE at successively higher load: one run directory per step in OUT.
 
@@ -169,6 +172,7 @@ def sweep(
       loadgen sweep trace.parquet --base-url http://localhost:8000/v1 -o sw --rates 1x,2x,4x
       loadgen sweep --config sweep.toml -o sw2 --rates 8,16
       loadgen sweep trace.parquet --base-url http://localhost:8000/v1 -o sw --rates 1x --dry-run
+      loadgen sweep trace.parquet --base-url URL -o sw --rates 1x,2x --extra-body '{"seed": 1}'
     """
     refuse_redacted(click.get_current_context())
     from loadgen.run.sweep import SweepOptions, parse_concurrency, parse_rates, run_sweep
@@ -199,6 +203,8 @@ def sweep(
             overwrite=overwrite,
             api=api,
             embed_batch=embed_batch,
+            extra_body=extra_body,
+            stream=not no_stream,
         ),
         steps=steps,
         cooldown_s=cooldown_s,

@@ -135,3 +135,20 @@ def test_sampling_columns_outside_what_engines_take_are_refused_by_row(
     assert info.value.row == bad
     assert info.value.column == column
     assert says in str(info.value)
+
+
+def test_a_sweep_sends_the_extra_body_and_no_stream_as_replay_does(tmp_path: Path) -> None:
+    """``--extra-body`` and ``--no-stream`` are the replay's and the sweep's alike: the dry
+    run's first body carries both (no connection is made: port 9 is closed)."""
+    trace = _trace(tmp_path / "t.parquet")
+    args = ["--base-url", "http://127.0.0.1:9/v1", "--extra-body", '{"top_k": 20}']
+    result = CliRunner().invoke(
+        cli,
+        ["sweep", str(trace), *args, "-o", str(tmp_path / "sw"), "--rates", "1x", "--dry-run",
+         "--no-stream"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    body = next(line for line in result.output.splitlines() if line.startswith("{"))
+    assert '"top_k":20' in body
+    assert '"stream":false' in body
+    assert not (tmp_path / "sw").exists()
