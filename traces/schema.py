@@ -208,3 +208,8 @@ RUN_LOCK: Final = "run.lock"
 analysing commands recover a run only when no process holds it."""
 RUN_JSON: Final = "run.json"
 SERVER_METRICS_FILE: Final = "server_metrics.parquet"
+SWEEP_JSON: Final = "sweep.json"
+"""A sweep directory's description: the trace, the mode and one entry per step (run
+directory); written by ``loadgen sweep`` and by the offline engine's sweeps."""
+SWEEP_KIND: Final = "llm-loadgen sweep"
+SWEEP_VERSION: Final = 1

@@ -30,10 +30,8 @@ from loadgen.redact import redact_url
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.schedule import mean_rate
 from traces.io import file_sha256, read_trace
+from traces.schema import SWEEP_JSON, SWEEP_KIND, SWEEP_VERSION
 
-SWEEP_JSON: Final = "sweep.json"
-SWEEP_KIND: Final = "llm-loadgen sweep"
-SWEEP_VERSION: Final = 1
 Mode = Literal["scale", "rate", "concurrency"]
 _MULTIPLE: Final = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*[xX]\s*$")
 
