@@ -104,9 +104,10 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
 @click.option(
     "--server-time-scale",
     type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="Record the simulator's --time-scale so analyses use its model clock.",
+    default=None,
+    help="The server's time scale (a simulator's --time-scale), so analyses use its model "
+    "clock [default: what the steps' run.json deployment recorded (the simulator publishes "
+    "it), else 1].",
 )
 @click.option(
     "--api-key-env",
@@ -129,7 +130,7 @@ def sweep(
     duration_s: float | None,
     warmup_requests: int,
     timeout_s: float,
-    server_time_scale: float,
+    server_time_scale: float | None,
     api_key_env: str,
     overwrite: bool,
 ) -> None:

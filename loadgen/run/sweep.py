@@ -96,13 +96,15 @@ class SweepOptions:
     """A sweep: the steps, the cool-down, and the session every step starts from.
 
     ``session.run_dir`` is the sweep directory; each step's run goes to ``step-N``.
-    ``server_time_scale`` is recorded for the analysis (a simulator's ``--time-scale``).
+    ``server_time_scale`` is recorded for the analysis (a simulator's ``--time-scale``);
+    None records none, and the analysis takes the time scale each step's ``run.json``
+    deployment recorded (the simulator publishes its own), else 1.
     """
 
     session: SessionOptions
     steps: tuple[LoadStep, ...]
     cooldown_s: float = 5.0
-    server_time_scale: float = 1.0
+    server_time_scale: float | None = None
     labels: dict[str, str] | None = None
 
 

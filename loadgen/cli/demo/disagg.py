@@ -251,7 +251,7 @@ def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | N
     from analyzers.slo.parse import SLOSet, scale_slos
     from loadgen.cli.demo.offline import SIDES, check_loads, find_crossover, grid, offline_checks
     from loadgen.sim.launch import start_sim
-    from reports.compare import comparison_renderables, sweep_comparison_renderables
+    from reports.compare import comparison_renderables, sweep_comparison_renderables, verdict_text
 
     console = Console(soft_wrap=False, width=140)
     plan = QUICK if quick else FULL
@@ -309,6 +309,7 @@ def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | N
     ]
     console.print(checks_table(checks))
     verdict = confirm(offline.verdict, checks, tie=options.tie)
+    console.print(verdict_text(verdict), soft_wrap=True)
     result = replace(
         offline.comparison,
         verdict=verdict,
