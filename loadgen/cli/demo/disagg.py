@@ -197,7 +197,7 @@ def checks_table(checks: Sequence[CheckPoint]) -> Table:
                 fmt.percent(http.goodput),
                 fmt.ms(off.ttft_p99_ms),
                 fmt.ms(http.ttft_p99_ms),
-                "valid" if http.valid else "; ".join(f.kind for f in http.flags),
+                "valid" if http.valid else "; ".join(dict.fromkeys(f.kind for f in http.flags)),
             )
     return table
 
