@@ -419,6 +419,7 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=self._scrubber.scrub_optional(timings.instance),
             server_slip_ms=timings.slip_ms,
+            server_decode_wait_ms=timings.decode_wait_ms,
         )
 
 

@@ -150,6 +150,7 @@ class RequestRecord:
     server_decode_ms: float | None = None
     server_instance: str | None = None
     server_slip_ms: float | None = None
+    server_decode_wait_ms: float | None = None
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))

@@ -97,6 +97,10 @@ SERVER_INSTANCE: Final = "server_instance"
 SERVER_SLIP_MS: Final = "server_slip_ms"
 """The simulator's own lateness: how much later than planned it wrote this response's
 chunks (wall ms, the worst chunk); null from servers that do not say."""
+SERVER_DECODE_WAIT_MS: Final = "server_decode_wait_ms"
+"""Disaggregated serving: from the KV cache's arrival on the decode instance to that
+instance's first step with the request (0 for a monolith); null from servers that do not
+say (their ``server_first_token_ms`` then includes it)."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
@@ -170,6 +174,7 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(SERVER_DECODE_MS, pa.float64()),
         pa.field(SERVER_INSTANCE, pa.string()),
         pa.field(SERVER_SLIP_MS, pa.float64()),
+        pa.field(SERVER_DECODE_WAIT_MS, pa.float64()),
     ]
 )
 
