@@ -44,12 +44,14 @@ from loadgen.http.stamping import (
     read_head,
     stamped_body,
 )
+from loadgen.openai.chunks import reply_text
 from loadgen.openai.refusals import is_admission_rejected, is_context_exceeded
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
 from loadgen.stream.feed import NATIVE, EventFeed
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from loadgen.stream.state import StreamState
+from loadgen.stream.whole import WholeBody
 from traces import schema as s
 from traces.errors import shown
 from traces.records import RequestRecord, TraceRequest
@@ -67,6 +69,12 @@ class PreparedRequest:
     path: str
     body: bytes
     warmup: bool = False
+    context_tokens: int | None = None
+    """Tokens of the prompt carried over from the trace's ``parent`` turn (the run table's
+    ``context_tokens``); None without a parent."""
+    keep_reply: bool = False
+    """Keep the response body and return its content text from ``execute`` (a live
+    session history); nothing is kept otherwise."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +105,7 @@ class StreamingClient:
         native_feed: bool = NATIVE,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         dispatched: DispatchLog | None = None,
+        stream: bool = True,
     ) -> None:
         """``transport``, when given, must be the one ``http`` was built with: requests are
         then built by ``http`` (headers, timeouts) but sent by the transport directly (the
@@ -111,7 +120,11 @@ class StreamingClient:
         reference, which installs without a compiler use (the tests run both).
 
         ``dispatched``: where each request's trace index is recorded as it goes to the
-        wire (``loadgen.dispatched``; the replay's crash record)."""
+        wire (``loadgen.dispatched``; the replay's crash record).
+
+        ``stream=False`` (``--no-stream``): the bodies were built with ``"stream": false``
+        and each response is one JSON object (``loadgen.stream.whole``), read whole."""
+        self._stream = stream
         self._dispatched = dispatched
         self._native_feed = native_feed
         self._max_event_bytes = max_event_bytes  # beyond it, a stream is a protocol_error
@@ -126,7 +139,7 @@ class StreamingClient:
         self._worker = worker
         self._headers = dict(headers or {})
         self._headers.setdefault("content-type", "application/json")
-        self._headers.setdefault("accept", "text/event-stream")
+        self._headers.setdefault("accept", "text/event-stream" if stream else "application/json")
         self._headers.setdefault("accept-encoding", "identity")
         # The server's strings are stored (error bodies, in-stream errors): never with the
         # credentials sent to it, whatever it echoes.
@@ -195,8 +208,9 @@ class StreamingClient:
         job: PreparedRequest | ReadyRequest,
         due_ns: int,
         sink: Callable[[RequestRecord], None],
-    ) -> None:
-        """Send ``job`` now, stream the response, and give its record to ``sink``.
+    ) -> str | None:
+        """Send ``job`` now, stream the response, and give its record to ``sink``. Returns
+        the reply's content text when the job asks to keep it (``keep_reply``), else None.
 
         The record's ``sent_ns`` (the TTFT origin, and what the chunk offsets count from)
         is the request's first action on the wire: its first byte written, or the start of
@@ -210,8 +224,9 @@ class StreamingClient:
         error: str | None = None
         sent = now_ns()
         state = StreamState(sent)
+        body: list[bytes] | None = [] if job.keep_reply else None
         try:
-            header_timings, error = await self._exchange(ready.send, progress, state)
+            header_timings, error = await self._exchange(ready.send, progress, state, body)
             if error is not None:
                 if is_context_exceeded(progress.status, error):
                     outcome = s.OUTCOME_CONTEXT_EXCEEDED
@@ -272,12 +287,18 @@ class StreamingClient:
             self._deferred.submit(lambda: sink(make()))
         else:
             sink(make())
+        return reply_text(b"".join(body)) if body is not None else None
 
     async def _exchange(
-        self, send: Outgoing | httpx.Request, progress: Progress, state: StreamState
+        self,
+        send: Outgoing | httpx.Request,
+        progress: Progress,
+        state: StreamState,
+        body: list[bytes] | None = None,
     ) -> tuple[ServerTimings | None, str | None]:
-        """Send the request and read its response into ``state``. Returns the timings the
-        headers carried and, for an HTTP error status, the error text."""
+        """Send the request and read its response into ``state`` (and its body's reads into
+        ``body``, when given). Returns the timings the headers carried and, for an HTTP
+        error status, the error text."""
         if isinstance(send, Outgoing):
             fast = self._fast
             assert fast is not None  # ready() encodes an Outgoing only for it
@@ -292,10 +313,9 @@ class StreamingClient:
                     head = await read_head(exchange)
                     note = error_note(exchange.status, exchange.headers, head)
                     return header_timings, _error_text(exchange.status, head.data).rstrip() + note
-                feed = EventFeed(
-                    state, native=self._native_feed, max_event_bytes=self._max_event_bytes
-                )
-                await exchange.drain(feed.take)  # the transport notes the first byte
+                feed = self._feed(state)
+                # the transport notes the first byte
+                await exchange.drain(_keeping(body, feed.take) if body is not None else feed.take)
                 feed.finish(self._now_ns())
             finally:
                 exchange.close()
@@ -319,24 +339,35 @@ class StreamingClient:
                     head = await read_head(stamped_body(response, self._now_ns))
                     note = error_note(status, response.headers, head)
                     return header_timings, _error_text(status, head.data).rstrip() + note
-                await self._read_events(response, state, progress)
+                await self._read_events(response, state, progress, body)
             finally:
                 await response.aclose()
             return header_timings, None
 
+    def _feed(self, state: StreamState) -> EventFeed | WholeBody:
+        """What reads a response body into ``state``: SSE events, or one JSON object."""
+        if not self._stream:
+            return WholeBody(state, max_bytes=self._max_event_bytes)
+        return EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
+
     async def _read_events(
-        self, response: httpx.Response, state: StreamState, progress: Progress
+        self,
+        response: httpx.Response,
+        state: StreamState,
+        progress: Progress,
+        body: list[bytes] | None = None,
     ) -> None:
         """Read the body of an httpx response into ``state``, stamping each read (when the
         transport offers no stamped stream) and noting the first byte."""
-        feed = EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
+        feed = self._feed(state)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
+            feed_take = feed.take if body is None else _keeping(body, feed.take)
 
             def take(ts: int, data: bytes) -> bool:
                 if progress.first_byte_ns is None:
                     progress.first_byte_ns = ts
-                return feed.take(ts, data)
+                return feed_take(ts, data)
 
             await stamped.drain(take)
         else:
@@ -345,6 +376,8 @@ class StreamingClient:
                 ts = now_ns()
                 if progress.first_byte_ns is None:
                     progress.first_byte_ns = ts
+                if body is not None:
+                    body.append(data)
                 feed.take(ts, data)
         feed.finish(self._now_ns())
 
@@ -419,8 +452,22 @@ class StreamingClient:
             server_decode_ms=timings.decode_ms,
             server_instance=self._scrubber.scrub_optional(timings.instance),
             server_slip_ms=timings.slip_ms,
+            server_inference_ms=timings.inference_ms,
+            turn=req.turn,
+            parent=req.parent,
+            context_tokens=job.context_tokens,
             server_decode_wait_ms=timings.decode_wait_ms,
         )
+
+
+def _keeping(body: list[bytes], take: Callable[[int, bytes], bool]) -> Callable[[int, bytes], bool]:
+    """``take`` that also keeps each read in ``body`` (a live session's reply)."""
+
+    def keep(ts: int, data: bytes) -> bool:
+        body.append(data)
+        return take(ts, data)
+
+    return keep
 
 
 def _error_text(status: int, body: bytes) -> str:

@@ -7,10 +7,13 @@ image at send time; requests carrying images are prepared in a worker thread.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from loadgen.client import PreparedRequest
-from loadgen.openai.bodies import build_body, endpoint_path
+from loadgen.openai.bodies import build_body, endpoint_path, row_fields
 from traces.prompts.maker import PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
@@ -25,13 +28,27 @@ class Preparer:
     run_id: str
     capabilities: Capabilities
     warmup_requests: int = 0
+    extra_body: Mapping[str, Any] | None = None
+    """``--extra-body``: merged into every body (checked by ``extra_body_problem``)."""
+    stream: bool = True
+    """False with ``--no-stream``: one JSON response per request, no SSE."""
 
     def x_request_id(self, req: TraceRequest) -> str:
         """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
         return f"{self.run_id}-{req.request_id}"
 
-    def prepare(self, req: TraceRequest, ordinal: int) -> PreparedRequest:
-        """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones)."""
+    def prepare(
+        self,
+        req: TraceRequest,
+        ordinal: int,
+        *,
+        warmup: bool = False,
+        context_tokens: int | None = None,
+        keep_reply: bool = False,
+    ) -> PreparedRequest:
+        """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones,
+        and ``warmup`` any other: one due in the warm-up time); ``context_tokens`` goes to
+        its row."""
         prompt = self.prompts.make(req)
         body = build_body(
             api=req.api,
@@ -39,17 +56,33 @@ class Preparer:
             prompt=prompt,
             max_tokens=req.output_tokens,
             caps=self.capabilities,
+            extra=self.extra_body,
+            row=row_fields(req),
+            stream=self.stream,
         )
         return PreparedRequest(
             trace=req,
             x_request_id=self.x_request_id(req),
             path=endpoint_path(req.api),
             body=body,
-            warmup=ordinal < self.warmup_requests,
+            warmup=warmup or ordinal < self.warmup_requests,
+            context_tokens=context_tokens,
+            keep_reply=keep_reply,
         )
 
-    async def prepare_async(self, req: TraceRequest, ordinal: int) -> PreparedRequest:
+    async def prepare_async(
+        self,
+        req: TraceRequest,
+        ordinal: int,
+        *,
+        warmup: bool = False,
+        context_tokens: int | None = None,
+        keep_reply: bool = False,
+    ) -> PreparedRequest:
         """``prepare``, off the event loop when the request carries images."""
+        build = partial(
+            self.prepare, warmup=warmup, context_tokens=context_tokens, keep_reply=keep_reply
+        )
         if req.images:
-            return await asyncio.to_thread(self.prepare, req, ordinal)
-        return self.prepare(req, ordinal)
+            return await asyncio.to_thread(build, req, ordinal)
+        return build(req, ordinal)

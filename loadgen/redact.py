@@ -27,6 +27,10 @@ SECRET_WORDS: Final = ("authorization", "key", "token", "secret", "cookie", "pas
 """A header or query parameter whose name contains one of these holds a credential."""
 _MIN_CUT: Final = 4
 """Characters of a secret's start, at the end of a text, taken for a cut-off secret."""
+_SHORT: Final = 4
+"""A secret shorter than this (a test password such as ``a``) is replaced only where it
+stands alone, not inside words: replaced everywhere, it would cut every message to pieces
+(every ``a``). From this length on, a secret is replaced wherever it appears."""
 _USERINFO: Final = re.compile(r"(//)[^/?#@]*@")
 """User info after the scheme, for URLs ``urlsplit`` cannot take apart."""
 
@@ -142,9 +146,16 @@ class Scrubber:
         its very end too (``_MIN_CUT`` characters or more): stored texts are cut to a
         length, which can cut through an echoed secret."""
         for secret in self.secrets:
-            if secret in text:
+            if secret not in text:
+                continue
+            if len(secret) >= _SHORT:
                 text = text.replace(secret, REDACTED)
+            else:
+                alone = rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])"
+                text = re.sub(alone, REDACTED, text)
         for secret in self.secrets:
+            if len(secret) < _SHORT:
+                continue
             for k in range(min(len(secret) - 1, len(text)), _MIN_CUT - 1, -1):
                 if text.endswith(secret[:k]):
                     return text[:-k] + REDACTED

@@ -184,6 +184,7 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
         "run": d.run,
         "budget": d.budget_source,
         "prediction": d.prediction or None,
+        "chunking": d.chunking or None,
         "percentiles": list(d.options.percentiles),
         "slo_ttft_ms": d.options.slo_ttft_ms,
         "server_timings_hidden": d.options.hide_server_timings,

@@ -162,6 +162,8 @@ def decomposition_renderables(d: Decomposition) -> list[RenderableType]:
     ]
     if d.prediction:
         out.append(f"server terms predicted by {d.prediction}")
+    if d.chunking:
+        out.append(d.chunking)
     cal = d.calibration
     if cal is not None:
         line = f"calibration on {cal.samples} low-load requests (<= {cal.max_in_flight} in flight)"

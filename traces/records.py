@@ -44,6 +44,14 @@ class TraceRequest:
     turn: int | None = None
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    parent: str | None = None
+    branch: str | None = None
+    think_s: float | None = None
 
 
 def _column_values(column: pa.ChunkedArray) -> list[Any]:
@@ -91,6 +99,14 @@ def trace_requests_from_table(table: pa.Table) -> list[TraceRequest]:
                 turn=cols.get(s.TURN, empty)[i],
                 slo_ttft_ms=cols.get(s.SLO_TTFT_MS, empty)[i],
                 slo_tpot_ms=cols.get(s.SLO_TPOT_MS, empty)[i],
+                temperature=cols.get(s.TEMPERATURE, empty)[i],
+                top_p=cols.get(s.TOP_P, empty)[i],
+                seed=cols.get(s.SEED, empty)[i],
+                min_tokens=cols.get(s.MIN_TOKENS, empty)[i],
+                ignore_eos=cols.get(s.IGNORE_EOS, empty)[i],
+                parent=cols.get(s.PARENT, empty)[i],
+                branch=cols.get(s.BRANCH, empty)[i],
+                think_s=cols.get(s.THINK_S, empty)[i],
             )
         )
     return out
@@ -150,6 +166,11 @@ class RequestRecord:
     server_decode_ms: float | None = None
     server_instance: str | None = None
     server_slip_ms: float | None = None
+    server_inference_ms: float | None = None
+    turn: int | None = None
+    parent: str | None = None
+    context_tokens: int | None = None
+    drain: bool = False
     server_decode_wait_ms: float | None = None
 
 

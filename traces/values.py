@@ -228,6 +228,48 @@ def _bad_slo(column: str, values: pa.ChunkedArray | pa.Array) -> BadValue | None
     )
 
 
+def _bad_sampling(table: pa.Table, names: set[str]) -> BadValue | None:
+    """A sampling value no engine takes: a temperature that is negative or not finite, a
+    top_p outside (0, 1], a negative min_tokens or one above the row's output_tokens
+    (its max_tokens: vLLM refuses min_tokens > max_tokens)."""
+    if s.TEMPERATURE in names:
+        values = pc.cast(table.column(s.TEMPERATURE), pa.float64())
+        bad = first_true(pc.invert(pc.and_(pc.greater_equal(values, 0.0), pc.is_finite(values))))
+        if bad is not None:
+            return BadValue(
+                row=bad,
+                column=s.TEMPERATURE,
+                problem=f"temperature must be a finite number >= 0, got {values[bad].as_py()}",
+            )
+    if s.TOP_P in names:
+        values = pc.cast(table.column(s.TOP_P), pa.float64())
+        bad = first_true(pc.invert(pc.and_(pc.greater(values, 0.0), pc.less_equal(values, 1.0))))
+        if bad is not None:
+            return BadValue(
+                row=bad,
+                column=s.TOP_P,
+                problem=f"top_p must be in (0, 1], got {values[bad].as_py()}",
+            )
+    if s.MIN_TOKENS in names:
+        values = table.column(s.MIN_TOKENS)
+        too_big = (
+            pc.greater(values, table.column(s.OUTPUT_TOKENS))
+            if s.OUTPUT_TOKENS in names
+            else pc.greater(values, MAX_TOKENS)
+        )
+        bad = first_true(pc.or_(pc.less(values, 0), too_big))
+        if bad is not None:
+            return BadValue(
+                row=bad,
+                column=s.MIN_TOKENS,
+                problem=(
+                    f"min_tokens must be 0..output_tokens (the request's max_tokens), "
+                    f"got {values[bad].as_py()}"
+                ),
+            )
+    return None
+
+
 def _bad_image_tokens(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
     bad = first_true(pc.or_(pc.less(values, 0), pc.greater(values, MAX_TOKENS)))
     if bad is None:
@@ -354,7 +396,8 @@ def find_bad_value(table: pa.Table) -> BadValue | None:
     request id that is not visible ASCII or longer than ``MAX_ID_CHARS``, ``messages``
     that are not an array of JSON objects, an SLO that is not a positive finite number, image tokens
     outside 0..MAX_TOKENS, an image side outside 1..MAX_SIDE, more than ``MAX_IMAGES``
-    images or ``MAX_IMAGE_PIXELS`` pixels in one request, a null block id. Columns the
+    images or ``MAX_IMAGE_PIXELS`` pixels in one request, a null block id, a sampling value
+    no engine takes (``_bad_sampling``). Columns the
     table lacks are skipped, so an importer's batch with trace columns of any compatible
     type can be checked too."""
     names = set(table.column_names)
@@ -371,6 +414,9 @@ def find_bad_value(table: pa.Table) -> BadValue | None:
             found = _bad_slo(column, table.column(column))
             if found is not None:
                 return found
+    found = _bad_sampling(table, names)
+    if found is not None:
+        return found
     if s.IMAGE_TOKENS in names:
         found = _bad_image_tokens(table.column(s.IMAGE_TOKENS))
         if found is not None:

@@ -41,7 +41,10 @@ def export(run: Path, fmt: str, out: Path | None) -> None:
     import polars as pl
 
     from analyzers.frames import scan_run
+    from loadgen.cli.runstatus import refuse_newer, warn_if_incomplete
 
+    refuse_newer(run)
+    warn_if_incomplete(run)
     frame = scan_run(run).collect()
     if fmt == "csv":
         lists = [n for n, t in frame.schema.items() if isinstance(t, (pl.List, pl.Array))]

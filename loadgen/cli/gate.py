@@ -18,6 +18,7 @@ import click
 from loadgen.cli.echo import echo_json, echo_renderables, write_text
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.bootstrap import bootstrap_options
+from loadgen.cli.options.config import config_option
 from loadgen.cli.options.output import json_option, markdown_option
 from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.selection import selection_options
@@ -41,6 +42,7 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
 @click.command()
 @click.argument("run", type=RUN_PATH)
 @one_line_errors
+@config_option
 @slo_option()
 @click.option(
     "--baseline",
@@ -94,7 +96,13 @@ def gate(
     (also one that did not complete), 4 endpoint or infrastructure failure. See
     docs/gates.md.
 
-    Example: loadgen gate runs/pr --slo slo.toml --baseline runs/main --junit gate.xml
+    The verdict is printed once, on stdout (or in the --json document); stderr carries
+    only errors.
+
+    \b
+    Examples:
+      loadgen gate runs/pr --slo slo.toml --baseline runs/main --junit gate.xml
+      loadgen gate runs/pr --config gate.toml
     """
     from analyzers.errors import InvalidRunError
     from analyzers.slo.gate import GateOptions, verdict_error
@@ -134,4 +142,6 @@ def gate(
         echo_renderables(gate_renderables(report))
     error = verdict_error(report)
     if error is not None:
-        raise error
+        # The verdict is the gate's output, printed once above (stdout, or in the JSON):
+        # only the exit code says it failed; stderr is kept for errors (bad input).
+        click.get_current_context().exit(error.exit_code)

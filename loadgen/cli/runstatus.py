@@ -56,6 +56,25 @@ def _run_info(run: Path) -> tuple[Path, RunInfo] | None:
     return None if info is None else (directory, info)
 
 
+def refuse_newer(run: Path) -> None:
+    """Raise ``NewerRunInfoError`` (exit 2) when RUN's ``run.json`` was written by a newer
+    llm-loadgen, whose files this build may misread: for the commands that read a run's
+    files without the analysis (``export``, ``server-metrics``). A ``run.json`` that cannot
+    be read at all is left to the command, which reports the run as invalid (exit 3)."""
+    from traces.errors import NewerRunInfoError, RunInfoError
+    from traces.io import read_run_info
+
+    directory = _run_dir(run)
+    if directory is None:
+        return
+    try:
+        read_run_info(directory)
+    except NewerRunInfoError:
+        raise
+    except RunInfoError:
+        return
+
+
 def status_problem(run: Path) -> str | None:
     """Why RUN's ``run.json`` says it is not complete, or None (complete, no ``run.json``,
     or one that cannot be read: the analysis reports that itself)."""

@@ -37,13 +37,15 @@ from reports import fmt
 def server_metrics(run: Path, bucket: float, rows: int) -> None:
     """Queue depth, running requests and KV-cache usage the server reported during RUN,
     and how its queue and prefill totals compare with the per-request decomposition."""
-    from analyzers.errors import AnalyzerError
     from analyzers.server_metrics import summarize_server_metrics, timeline
+    from loadgen.cli.runstatus import refuse_newer
+    from traces.errors import UserError
 
     try:
+        refuse_newer(run)
         summary = summarize_server_metrics(run)
         table = timeline(run, bucket_s=bucket)
-    except AnalyzerError as exc:
+    except UserError as exc:
         click.echo(f"error: {exc}", err=True)
         raise click.exceptions.Exit(exc.exit_code) from exc
     click.echo(

@@ -99,15 +99,27 @@ class Progress:
                 self.sent_ns = self.connect_start_ns
         elif event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
             self.connected_ns = self.now_ns()
-        elif event == "http11.send_request_headers.started":
+        elif event in _SEND_HEADERS_STARTED:
             if self.sent_ns is None:
                 self.sent_ns = self.now_ns()
             if self.on_send is not None:
                 self.on_send()
-        elif event == "http11.send_request_body.complete":
+        elif event in _SEND_BODY_COMPLETE:
             self.written_ns = self.now_ns()
-        elif event == "http11.receive_response_headers.complete":
+        elif event in _HEADERS_COMPLETE:
             self.headers_ns = self.now_ns()
+
+
+# httpcore names its trace events after the connection's protocol: ``http11.*``, ``http2.*``.
+_SEND_HEADERS_STARTED = (
+    "http11.send_request_headers.started",
+    "http2.send_request_headers.started",
+)
+_SEND_BODY_COMPLETE = ("http11.send_request_body.complete", "http2.send_request_body.complete")
+_HEADERS_COMPLETE = (
+    "http11.receive_response_headers.complete",
+    "http2.receive_response_headers.complete",
+)
 
 
 class StampedStream(Protocol):
@@ -265,12 +277,25 @@ class StampingTransport(httpx.AsyncBaseTransport):
 
 
 def default_transport(
-    now_ns: Callable[[], int], *, max_connections: int, keepalive_expiry_s: float = 30.0
+    now_ns: Callable[[], int],
+    *,
+    max_connections: int,
+    keepalive_expiry_s: float = 30.0,
+    http2: str | None = None,
 ) -> StampingTransport:
-    """httpx's own HTTP/1.1 transport with a pool sized to the run, stamped on arrival."""
+    """httpx's own transport with a pool sized to the run, stamped on arrival: HTTP/1.1, or
+    with ``http2`` HTTP/2 (the ``h2`` package): ``"prior-knowledge"`` speaks it from the
+    first byte (h2c, for ``http://`` URLs, where nothing negotiates it), ``"alpn"``
+    offers it in the TLS handshake and falls back to HTTP/1.1 when the server declines."""
     limits = httpx.Limits(
         max_connections=max_connections,
         max_keepalive_connections=max_connections,
         keepalive_expiry=keepalive_expiry_s,
     )
-    return StampingTransport(httpx.AsyncHTTPTransport(limits=limits, retries=0), now_ns)
+    inner = httpx.AsyncHTTPTransport(
+        limits=limits,
+        retries=0,
+        http1=http2 != "prior-knowledge",
+        http2=http2 is not None,
+    )
+    return StampingTransport(inner, now_ns)

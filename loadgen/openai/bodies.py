@@ -1,23 +1,83 @@
 """OpenAI-compatible request bodies: ``/v1/chat/completions`` and ``/v1/completions``.
 
-Pure: a prompt and the endpoint's capabilities in, the JSON bytes of one streaming request
-out. Imports ``traces`` only.
+Pure: a prompt and the endpoint's capabilities in, the JSON bytes of one request out
+(streamed unless ``stream=False``). Fields merge in this order, later wins: ours (model,
+prompt, ``max_tokens``, usage options), the probed vLLM-style extras (``ignore_eos``,
+``min_tokens`` = ``max_tokens``), ``--extra-body``, then the trace row's own sampling
+columns. ``--extra-body`` may not set what the client owns (``OWNED_FIELDS``).
+Imports ``traces`` only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
 import orjson
 
 from traces.prompts.maker import Prompt
+from traces.records import TraceRequest
 from traces.runinfo import Capabilities
 from traces.schema import API_CHAT
+
+OWNED_FIELDS: Final = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+    }
+)
+"""Body fields the client sets itself: the model and prompt, streaming (the measurement
+depends on it: ``--no-stream``), the output length (the trace's ``output_tokens``) and
+``n`` (one choice per request, or the token counts mean nothing)."""
 
 
 def endpoint_path(api: str) -> str:
     """The path, relative to the base URL, for an ``api`` value of the trace."""
     return "/chat/completions" if api == API_CHAT else "/completions"
+
+
+def extra_body_problem(extra: object) -> str | None:
+    """Why ``extra`` (the parsed ``--extra-body``) cannot be merged into every body, or
+    None: it must be a JSON object, and none of its keys one the client owns."""
+    if not isinstance(extra, dict):
+        return f"must be a JSON object, got {type(extra).__name__}"
+    owned = sorted(OWNED_FIELDS.intersection(extra))
+    if owned:
+        return (
+            f"sets {', '.join(owned)}, which the client owns (model and prompt from the run, "
+            "max_tokens from the trace's output_tokens, streaming from --no-stream)"
+        )
+    return None
+
+
+def row_fields(req: TraceRequest) -> dict[str, Any] | None:
+    """The trace row's own body fields (its non-null sampling columns), or None."""
+    if (
+        req.temperature is None
+        and req.top_p is None
+        and req.seed is None
+        and req.min_tokens is None
+        and req.ignore_eos is None
+    ):
+        return None
+    out: dict[str, Any] = {}
+    if req.temperature is not None:
+        out["temperature"] = req.temperature
+    if req.top_p is not None:
+        out["top_p"] = req.top_p
+    if req.seed is not None:
+        out["seed"] = req.seed
+    if req.min_tokens is not None:
+        out["min_tokens"] = req.min_tokens
+    if req.ignore_eos is not None:
+        out["ignore_eos"] = req.ignore_eos
+    return out
 
 
 def build_body(
@@ -27,10 +87,13 @@ def build_body(
     prompt: Prompt,
     max_tokens: int,
     caps: Capabilities,
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    row: Mapping[str, Any] | None = None,
+    stream: bool = True,
 ) -> bytes:
-    """The JSON body of one streaming request, ready to send."""
-    body: dict[str, Any] = {"model": model, "stream": True, "max_tokens": max_tokens}
+    """The JSON body of one request, ready to send: ``extra`` is ``--extra-body``, ``row``
+    the trace row's fields (``row_fields``)."""
+    body: dict[str, Any] = {"model": model, "stream": stream, "max_tokens": max_tokens}
     if api == API_CHAT:
         if prompt.messages_json is not None:
             body["messages"] = orjson.loads(prompt.messages_json)
@@ -42,7 +105,7 @@ def build_body(
             body["messages"] = [{"role": "user", "content": prompt.text or ""}]
     else:
         body["prompt"] = prompt.text if prompt.text is not None else ""
-    if caps.include_usage:
+    if stream and caps.include_usage:
         options: dict[str, bool] = {"include_usage": True}
         if caps.continuous_usage:
             options["continuous_usage_stats"] = True
@@ -53,4 +116,6 @@ def build_body(
         body["min_tokens"] = max_tokens
     if extra:
         body.update(extra)
+    if row:
+        body.update(row)
     return orjson.dumps(body)

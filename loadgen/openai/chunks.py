@@ -198,3 +198,30 @@ def classify(payload: bytes) -> Chunk:
         finish_reason=read_finish(finish)[0],
         timings=parse_timings(obj),
     )
+
+
+def reply_text(body: bytes) -> str:
+    """The content text of a whole SSE response body, in order: each event's
+    ``choices[0].delta.content`` (chat) or ``choices[0].text`` (completions). For a live
+    session history (``--history live``), after the response has ended; events that are
+    not JSON objects with such a string are skipped."""
+    parts: list[str] = []
+    for line in body.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if not payload or payload == b"[DONE]":
+            continue
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            continue
+        choices = obj.get("choices") if isinstance(obj, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            continue
+        choice = choices[0]
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str):
+            parts.append(text)
+    return "".join(parts)

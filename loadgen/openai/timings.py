@@ -27,6 +27,8 @@ class ServerTimings:
     instance: str | None = None
     slip_ms: float | None = None
     """The server's own lateness against its plan (the simulator's ``slip_ms``): wall ms."""
+    inference_ms: float | None = None
+    """Prefill and decode together, where a server reports only their sum (TGI)."""
     decode_wait_ms: float | None = None
     """Disaggregated: the KV's arrival to the decode instance's first step with it."""
 
@@ -120,14 +122,20 @@ def _header_ms(headers: Mapping[str, str], name: str) -> float | None:
 
 
 def timings_from_headers(headers: Mapping[str, str]) -> ServerTimings | None:
-    """Server timings from response headers: Hugging Face TGI's ``x-queue-time`` (ms from
-    validation to the start of the batch), ``x-inference-time`` (ms in the batch: prefill
-    and decode together) and ``x-time-per-token`` (inference time / generated tokens).
-    Only the queue maps onto one term; TGI sets these headers on non-streaming responses
-    only (a stream's headers leave before the work is done), so for streams this is None.
-    ``headers`` must look names up case-insensitively (``httpx.Headers``) or be lower-case.
+    """Server timings from response headers: Hugging Face TGI's, which it sets on
+    non-streamed replies only (a stream's headers leave before the work is done), so a
+    streamed run never has them: replay with ``--no-stream`` to join them. TGI
+    (``router/src/server.rs``, ``generate_internal``) sends, in whole milliseconds,
+    ``x-queue-time`` (from validation to the start of the batch), ``x-inference-time``
+    (in the batch: prefill and decode together), ``x-time-per-token`` (inference time /
+    generated tokens), ``x-validation-time`` and ``x-total-time``; ``x-compute-time`` is
+    the total in seconds; ``x-prompt-tokens`` and ``x-generated-tokens`` are counts (the
+    body's ``usage`` carries them too). The queue maps onto ``queue_ms``, the inference
+    time onto ``inference_ms``: TGI does not split prefill from decode. None without
+    ``x-queue-time``. ``headers`` must look names up case-insensitively
+    (``httpx.Headers``) or be lower-case.
     """
     queue = _header_ms(headers, "x-queue-time")
     if queue is None:
         return None
-    return ServerTimings(queue_ms=queue)
+    return ServerTimings(queue_ms=queue, inference_ms=_header_ms(headers, "x-inference-time"))

@@ -4,6 +4,7 @@ it replays. Secrets never leave this object: ``public_config`` is what run.json 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -11,8 +12,10 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.http.headers import header_problem
+from loadgen.openai.bodies import extra_body_problem
 from loadgen.redact import Scrubber, basic_authorization, redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
+from loadgen.sessions import enter_sessions
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
@@ -20,6 +23,8 @@ from traces.runinfo import RunConfig
 from traces.values import ID_CHARS, id_problem
 
 TRANSPORTS = ("fast", "httpx")
+SESSION_MODES = ("open", "closed")
+HISTORIES = ("trace", "live")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +71,24 @@ class SessionOptions:
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     """The longest SSE event a response may send; a longer one makes the request a
     ``protocol_error`` and the rest of its body is not read (``loadgen.stream.sse``)."""
+    extra_body: Mapping[str, Any] | None = None
+    """``--extra-body``: fields merged into every request body (``loadgen.openai.bodies``)."""
+    stream: bool = True
+    """False with ``--no-stream``: one JSON response per request (no TTFT, no ITL)."""
+    http2: bool = False
+    """``--http2``: HTTP/2 with ``--transport httpx`` (needs the ``h2`` package)."""
+    sessions: str = "open"
+    """``open``: every turn at its trace time; ``closed``: a turn is due at the later of its
+    trace time and its parent's end plus think time (``loadgen.sessions``)."""
+    max_sessions: int | None = None
+    """Closed sessions: cap on sessions in progress (a session waits to start)."""
+    history: str = "trace"
+    """Closed sessions: ``trace`` (the trace's history, exact replay) or ``live`` (the
+    server's replies, ``loadgen.history``)."""
+    start_offset_s: float | None = None
+    """Enter each session this many seconds into it (earlier turns are not sent)."""
+    warmup_s: float | None = None
+    """Flag requests due in the first this many seconds as warm-up."""
 
     def request_headers(self) -> dict[str, str]:
         """The headers every request to the endpoint carries: ``--header`` values and the
@@ -80,6 +103,13 @@ class SessionOptions:
             if basic is not None:
                 headers["authorization"] = basic
         return headers
+
+    def http2_mode(self) -> str | None:
+        """httpx's HTTP/2 mode for ``--http2`` (None: HTTP/1.1): prior knowledge (h2c)
+        for an ``http://`` base URL, where nothing negotiates it; ALPN for ``https://``."""
+        if not self.http2:
+            return None
+        return "alpn" if self.base_url.startswith("https://") else "prior-knowledge"
 
     def scrubber(self) -> Scrubber:
         """The run's secrets (the API key, credential headers, the URLs' user info and the
@@ -105,11 +135,33 @@ class SessionOptions:
 
 
 def load_requests(opts: SessionOptions) -> tuple[list[TraceRequest], dict[str, Any]]:
-    """The trace's requests (cut to ``max_requests``) and its provenance metadata."""
+    """The trace's requests (cut to ``max_requests``, then entered ``start_offset_s`` into
+    each session) and its provenance metadata."""
+    return load_schedule(opts).requests, read_metadata(opts.trace_path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """The requests a replay sends, and how many of the trace's it skipped."""
+
+    requests: list[TraceRequest]
+    skipped: int = 0
+
+
+def load_schedule(opts: SessionOptions) -> Schedule:
+    """``load_requests``' requests with the count ``start_offset_s`` skipped."""
     requests = read_trace(opts.trace_path)
     if opts.max_requests is not None:
         requests = requests[: opts.max_requests]
-    return requests, read_metadata(opts.trace_path)
+    if opts.start_offset_s is None:
+        return Schedule(requests=requests)
+    kept = enter_sessions(requests, opts.start_offset_s)
+    if not kept:
+        raise ConfigError(
+            f"--start-offset {opts.start_offset_s:g}: no request is left (every session is "
+            "shorter than the offset)"
+        )
+    return Schedule(requests=kept, skipped=len(requests) - len(kept))
 
 
 def _header_problem(name: str, value: str) -> str | None:
@@ -164,10 +216,45 @@ def check_options(opts: SessionOptions) -> None:
         raise ConfigError(f"--workers must be at least 1, got {opts.workers}")
     if opts.max_event_bytes < 1:
         raise ConfigError(f"--max-event-mib must be positive, got {opts.max_event_bytes} bytes")
+    if opts.extra_body is not None:
+        problem = extra_body_problem(opts.extra_body)
+        if problem is not None:
+            raise ConfigError(f"--extra-body {problem}")
+    if opts.http2 and opts.transport != "httpx":
+        raise ConfigError("--http2 needs --transport httpx (the fast transport is HTTP/1.1)")
+    if opts.http2 and importlib.util.find_spec("h2") is None:
+        raise ConfigError("--http2 needs the h2 package: pip install 'llm-loadgen[http2]'")
     if not opts.scrape_interval_s > 0:
         raise ConfigError(f"--scrape-interval must be positive, got {opts.scrape_interval_s}")
     if opts.scrape_url is not None and not opts.scrape_url.startswith(("http://", "https://")):
         raise ConfigError(f"--scrape-metrics {opts.scrape_url!r}: expected an http(s) URL")
+    if opts.sessions not in SESSION_MODES:
+        raise ConfigError(
+            f"--sessions {opts.sessions!r}: expected one of {', '.join(SESSION_MODES)}"
+        )
+    if opts.sessions == "closed" and opts.concurrency is not None:
+        raise ConfigError("--sessions closed is an open-loop schedule: drop --concurrency")
+    if opts.history not in HISTORIES:
+        raise ConfigError(f"--history {opts.history!r}: expected one of {', '.join(HISTORIES)}")
+    if opts.history == "live" and opts.sessions != "closed":
+        raise ConfigError(
+            "--history live needs --sessions closed: a turn cannot carry a reply it is sent before"
+        )
+    if opts.sessions == "closed" and opts.max_inflight is not None:
+        raise ConfigError(
+            "--max-inflight caps requests of an open loop; closed sessions cap sessions "
+            "(--max-sessions)"
+        )
+    if opts.max_sessions is not None and opts.sessions != "closed":
+        raise ConfigError("--max-sessions applies to --sessions closed only")
+    if opts.max_sessions is not None and opts.max_sessions < opts.workers:
+        raise ConfigError(
+            f"--max-sessions {opts.max_sessions} is below --workers {opts.workers}: "
+            "every worker needs at least one session"
+        )
+    for name, value in (("--start-offset", opts.start_offset_s), ("--warmup-time", opts.warmup_s)):
+        if value is not None and not 0 <= value < float("inf"):
+            raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value}")
     if opts.concurrency is not None and opts.concurrency < opts.workers:
         raise ConfigError(
             f"--concurrency {opts.concurrency} is below --workers {opts.workers}: "

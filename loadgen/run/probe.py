@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import orjson
@@ -71,8 +72,10 @@ async def preflight(
     api: str,
     headers: Mapping[str, str],
     x_request_id: str,
+    extra: Mapping[str, Any] | None = None,
 ) -> EndpointInfo:
-    """Check the endpoint and detect capabilities with a one-token streaming probe."""
+    """Check the endpoint and detect capabilities with a one-token streaming probe, which
+    carries ``extra`` (``--extra-body``) too: a server that refuses it fails here."""
     try:
         return await _preflight(
             http,
@@ -81,6 +84,7 @@ async def preflight(
             api=api,
             headers=headers,
             x_request_id=x_request_id,
+            extra=extra,
         )
     except EndpointError as exc:
         # Not chained: the cause's text may hold what was just scrubbed.
@@ -95,6 +99,7 @@ async def _preflight(
     api: str,
     headers: Mapping[str, str],
     x_request_id: str,
+    extra: Mapping[str, Any] | None,
 ) -> EndpointInfo:
     base = base_url.rstrip("/")
     served: tuple[str, ...] = ()
@@ -127,7 +132,7 @@ async def _preflight(
     )
     last = ""
     for caps in attempts:
-        r = await _probe(http, base, api, model, caps, headers, x_request_id)
+        r = await _probe(http, base, api, model, caps, headers, x_request_id, extra)
         if r.status_code < 400:
             deployment = await discover_deployment(
                 http, base_url=base, card=model_card(models_doc, model), headers=headers
@@ -153,10 +158,13 @@ async def _probe(
     caps: Capabilities,
     headers: Mapping[str, str],
     x_request_id: str,
+    extra: Mapping[str, Any] | None = None,
 ) -> httpx.Response:
     """One one-token probe; retried a few times on 429/5xx or a dropped stream, which are
     the server's transient state rather than a verdict on the request's fields."""
-    body = build_body(api=api, model=model, prompt=Prompt(text="ping"), max_tokens=1, caps=caps)
+    body = build_body(
+        api=api, model=model, prompt=Prompt(text="ping"), max_tokens=1, caps=caps, extra=extra
+    )
     url = base + endpoint_path(api)
     for attempt in range(_PROBE_TRIES):
         # A fresh id per try: servers (and the simulator) may decide faults per request id.

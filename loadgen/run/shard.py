@@ -33,6 +33,7 @@ from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests
 from loadgen.run.recorder import RunRecorder
 from loadgen.run.sharding import select_shard, split_evenly
+from loadgen.sessions import has_sessions, plan_sessions
 from traces.prompts.maker import HFTokenCounter, PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
@@ -96,13 +97,18 @@ class ShardOutcome:
 
 
 def make_transport(
-    kind: str, now_ns: Callable[[], int], *, max_connections: int
+    kind: str,
+    now_ns: Callable[[], int],
+    *,
+    max_connections: int,
+    http2: str | None = None,
 ) -> httpx.AsyncBaseTransport:
-    """The HTTP transport under the client; both stamp every body read on arrival."""
+    """The HTTP transport under the client; both stamp every body read on arrival.
+    ``http2``: httpx's HTTP/2 mode (``loadgen.http.stamping.default_transport``)."""
     if kind == "fast":
         return FastTransport(now_ns, max_connections=max_connections)
     if kind == "httpx":
-        return default_transport(now_ns, max_connections=max_connections)
+        return default_transport(now_ns, max_connections=max_connections, http2=http2)
     raise ConfigError(f"--transport {kind!r}: expected one of {', '.join(TRANSPORTS)}")
 
 
@@ -120,7 +126,9 @@ def http_client(
         pool=None,
     )
     if transport is None:
-        transport = make_transport(opts.transport, clock.now_ns, max_connections=max_connections)
+        transport = make_transport(
+            opts.transport, clock.now_ns, max_connections=max_connections, http2=opts.http2_mode()
+        )
     # ``auth``: no credential of httpx's own. Without it httpx would turn a URL's user info
     # into Basic auth on the requests it sends itself (the preflight), over the header.
     return httpx.AsyncClient(
@@ -158,6 +166,14 @@ def shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) ->
         ),
         duration_s=opts.duration_s,
         grace_s=opts.grace_s,
+        closed_sessions=opts.sessions == "closed",
+        max_sessions=(
+            max(1, split_evenly(opts.max_sessions, shards)[shard])
+            if opts.max_sessions is not None
+            else None
+        ),
+        warmup_s=opts.warmup_s,
+        live_history=opts.history == "live",
     )
 
 
@@ -187,6 +203,8 @@ async def replay_shard(
         run_id=plan.run_id,
         capabilities=plan.capabilities,
         warmup_requests=opts.warmup_requests,
+        extra_body=opts.extra_body,
+        stream=opts.stream,
     )
     loop = asyncio.get_running_loop()
 
@@ -200,7 +218,9 @@ async def replay_shard(
     )
     stats = LiveStats(clock.now_ns)
     installed: list[signal.Signals] = []
-    transport = make_transport(opts.transport, clock.now_ns, max_connections=max_conn)
+    transport = make_transport(
+        opts.transport, clock.now_ns, max_connections=max_conn, http2=opts.http2_mode()
+    )
     error: str | None = None
     try:
         async with http_client(opts, clock, max_conn, transport) as http:
@@ -215,6 +235,7 @@ async def replay_shard(
                 defer_records=True,
                 max_event_bytes=opts.max_event_bytes,
                 dispatched=recorder.dispatched,
+                stream=opts.stream,
             )
             replayer = Replayer(
                 requests=mine,
@@ -227,6 +248,11 @@ async def replay_shard(
                 # Warm-up and due times count from the whole trace, shared by all shards.
                 ordinals=[r.index for r in mine],
                 origin_s=requests[0].arrival_s if requests else None,
+                plan=(
+                    plan_sessions(mine, time_factor=plan.time_factor, block_size=plan.block_size)
+                    if shape.closed_sessions or has_sessions(mine)
+                    else None
+                ),
             )
             if on_start is not None:
                 on_start(stats, len(mine))

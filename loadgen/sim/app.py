@@ -194,6 +194,7 @@ class SimApp:
             headers=id_header,
             drop_after=drop_after,
             malformed_at=malformed_at,
+            tgi_headers=cfg.tgi_headers,
         )
         # Admission control last, right before the engine takes the request: what it lets
         # in is reserved in its queue until submitted.

@@ -144,8 +144,11 @@ class ResponseFormatter:
         chunk["metrics"] = truth.as_json()
         return _event(chunk)
 
-    def full_response(self, text: str, *, completion_tokens: int, truth: GroundTruth) -> bytes:
-        """The whole non-streaming response body."""
+    def full_response(
+        self, text: str, *, completion_tokens: int, truth: GroundTruth, metrics: bool = True
+    ) -> bytes:
+        """The whole non-streaming response body; ``metrics=False`` leaves out the ground
+        truth (TGI-style replies carry their timings in headers)."""
         if self._chat:
             body = self._header("chat.completion")
             choice: dict[str, Any] = {
@@ -170,7 +173,8 @@ class ResponseFormatter:
             completion_tokens=completion_tokens,
             cached_tokens=truth.cached_tokens,
         ).as_json(details=True)
-        body["metrics"] = truth.as_json()
+        if metrics:
+            body["metrics"] = truth.as_json()
         return orjson.dumps(body)
 
 

@@ -145,6 +145,9 @@ class SimConfig:
     malformed_rate: float = 0.0
     accept_delay_ms: float = 0.0
     accept_delay_rate: float = 1.0
+    tgi_headers: bool = False
+    """Non-streamed replies carry TGI's timing headers (``x-queue-time``,
+    ``x-inference-time``, ...) instead of the body's ``metrics``, as TGI sends them."""
     engine: EngineConfig | None = None
 
     def __post_init__(self) -> None:

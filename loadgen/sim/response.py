@@ -50,7 +50,11 @@ class ResponseWriter:
         headers: list[tuple[bytes, bytes]],
         drop_after: int | None,
         malformed_at: int | None = None,
+        tgi_headers: bool = False,
     ) -> None:
+        """``tgi_headers``: a whole response carries TGI's timing headers
+        (``tgi_timing_headers``) in place of the body's ``metrics``."""
+        self._tgi_headers = tgi_headers
         self._engine = engine
         self._metrics = metrics
         self._scale = engine.time_scale
@@ -180,16 +184,20 @@ class ResponseWriter:
         if phases is None:
             raise RuntimeError("the engine emitted no tokens")
         now = time.perf_counter_ns()
+        truth = self._truth(phases, first_ns, now, emitted)
         body = self._fmt.full_response(
             token_text(0, emitted),
             completion_tokens=emitted,
-            truth=self._truth(phases, first_ns, now, emitted),
+            truth=truth,
+            metrics=not self._tgi_headers,
         )
         headers = [
             (b"content-type", JSON_TYPE),
             (b"content-length", str(len(body)).encode()),
             *self._headers,
         ]
+        if self._tgi_headers:
+            headers.extend(tgi_timing_headers(truth, prompt_tokens=self._request.prompt_tokens))
         record.headers_ns = time.perf_counter_ns()
         await self._send({"type": "http.response.start", "status": 200, "headers": headers})
         write_ns = time.perf_counter_ns()
@@ -206,3 +214,25 @@ class ResponseWriter:
         self._record.headers_ns = time.perf_counter_ns()
         await self._send({"type": "http.response.start", "status": 200, "headers": headers})
         await self._send({"type": "http.response.body", "body": b'{"id": "', "more_body": True})
+
+
+def tgi_timing_headers(truth: GroundTruth, *, prompt_tokens: int) -> list[tuple[bytes, bytes]]:
+    """The timing headers TGI sets on a non-streamed reply (``router/src/server.rs``,
+    ``generate_internal``), from the ground truth: whole milliseconds (TGI truncates with
+    ``as_millis``), ``x-compute-time`` in seconds. Validation takes no time here; the
+    inference time is everything after the queue (prefill, transfer, first token, decode)."""
+    inference = truth.ttft_ms - truth.queue_ms + truth.decode_ms
+    total = truth.ttft_ms + truth.decode_ms
+    per_token = inference / truth.completion_tokens if truth.completion_tokens else 0.0
+    values = (
+        (b"x-compute-type", b"gpu+simulated"),
+        (b"x-compute-time", repr(total / 1e3).encode()),
+        (b"x-total-time", b"%d" % int(total)),
+        (b"x-validation-time", b"0"),
+        (b"x-queue-time", b"%d" % int(truth.queue_ms)),
+        (b"x-inference-time", b"%d" % int(inference)),
+        (b"x-time-per-token", b"%d" % int(per_token)),
+        (b"x-prompt-tokens", b"%d" % prompt_tokens),
+        (b"x-generated-tokens", b"%d" % truth.completion_tokens),
+    )
+    return list(values)

@@ -9,4 +9,5 @@ __all__ = [
     "feed",
     "sse",
     "state",
+    "whole",
 ]

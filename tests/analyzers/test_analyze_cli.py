@@ -139,11 +139,21 @@ def test_a_directory_without_rows_exits_3(tmp_path: Path) -> None:
     assert out == ""
 
 
-def test_run_of_a_newer_version_exits_2_in_one_line(run: Path) -> None:
+@pytest.mark.parametrize(
+    "command", ["analyze", "decompose", "report", "export", "server-metrics", "gate"]
+)
+def test_run_of_a_newer_version_exits_2_in_one_line(
+    run: Path, command: str, tmp_path: Path
+) -> None:
     doc = run_info(requests=21).to_json()
     doc["schema_version"] = RUN_INFO_VERSION + 1
     (run / s.RUN_JSON).write_text(json.dumps(doc))
-    result = CliRunner().invoke(cli, ["analyze", str(run)])
+    extra = {
+        "report": ["-o", str(tmp_path / "r.html")],
+        "export": ["-o", str(tmp_path / "r.csv")],
+        "gate": ["--slo", "ttft_ms.p99<=1000"],
+    }.get(command, [])
+    result = CliRunner().invoke(cli, [command, str(run), *extra])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

@@ -70,16 +70,29 @@ def test_a_token_passed_as_the_url_user_is_a_secret() -> None:
 
 
 @given(
-    key=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=16),
+    key=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=4, max_size=16),
     before=st.text(max_size=10),
     after=st.text(max_size=10),
 )
 def test_the_key_never_survives_whatever_surrounds_it(key: str, before: str, after: str) -> None:
     """No occurrence is left outside the markers (a key may be part of the marker's own
-    text, so the markers are blanked out with a character no key holds before looking)."""
+    text, so the markers are blanked out with a character no key holds before looking).
+    Keys of 4 characters or more; shorter ones are the next test's."""
     scrubber = Scrubber.of(headers={"authorization": f"Bearer {key}"})
     scrubbed = scrubber.scrub(before + key + after + key)
     assert key not in scrubbed.replace(REDACTED, "\x00")
+
+
+def test_a_secret_of_one_to_three_characters_goes_only_where_it_stands_alone() -> None:
+    """A one-letter test password must not turn every ``a`` of a message into a marker."""
+    scrubber = Scrubber.of(urls=["http://user:a@host/v1"])
+    text = "bad password a for user at a host: 'a' (a)"
+    assert scrubber.scrub(text) == (
+        f"bad password {REDACTED} for user at {REDACTED} host: '{REDACTED}' ({REDACTED})"
+    )
+    # Inside a word it stays; the cut-off rule (4 characters and up) does not apply.
+    assert scrubber.scrub("a bad apple") == f"{REDACTED} bad apple"
+    assert Scrubber.of(values=["xyz"]).scrub("xyzzy and xy") == "xyzzy and xy"
 
 
 @pytest.mark.parametrize(

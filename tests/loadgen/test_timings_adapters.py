@@ -201,7 +201,9 @@ def test_no_timings_and_malformed_fields_are_not_errors() -> None:
 
 
 def test_tgi_headers() -> None:
-    assert timings_from_headers(TGI_GENERATE_HEADERS) == ServerTimings(queue_ms=41.0)
+    assert timings_from_headers(TGI_GENERATE_HEADERS) == ServerTimings(
+        queue_ms=41.0, inference_ms=480.0
+    )
     assert timings_from_headers(httpx.Headers({"X-Queue-Time": "7"})) == ServerTimings(queue_ms=7.0)
     assert timings_from_headers(TGI_STREAM_HEADERS) is None
     assert timings_from_headers({"x-queue-time": "soon"}) is None

@@ -130,8 +130,20 @@ def test_version_1_of_the_previous_build_is_read() -> None:
     assert info.server_metrics is not None
     assert info.server_metrics.samples == 326
     # Same layout: written again, only the version changes, and the options added since
-    # (``max_event_bytes``) are written as unknown (None).
-    config = {**raw["config"], "max_event_bytes": None}
+    # (``max_event_bytes``; ``extra_body``, ``stream``, ``http2``; the session options of
+    # version 5) are written as unknown (None) or their defaults.
+    config = {
+        **raw["config"],
+        "max_event_bytes": None,
+        "extra_body": None,
+        "stream": True,
+        "http2": False,
+        "sessions": "open",
+        "max_sessions": None,
+        "history": "trace",
+        "start_offset_s": None,
+        "warmup_s": None,
+    }
     assert info.to_json() == {**raw, "config": config, "schema_version": RUN_INFO_VERSION}
 
 

@@ -1,7 +1,7 @@
 """Admission control: refuse, on arrival, a request that cannot meet its TTFT budget.
 
-The policy (``ttft``): when a request arrives at an instance, estimate its time to first
-token from the queue it joins and its own prompt, with the same step model the scheduler
+The policy (``ttft``): when a request arrives at the instance the router picks for it,
+estimate its time to first token from the queue it joins and its own prompt, with the same step model the scheduler
 is timed by, and refuse it at once (the HTTP simulator answers 429 with the reason) when
 the estimate exceeds the budget. The estimate, for an instance whose queue holds ``B``
 prompt tokens still to compute (waiting and partly prefilled sequences, the prefix cache

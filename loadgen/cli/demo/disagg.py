@@ -16,7 +16,7 @@ on one long-prompt/long-output trace (prompts ~4,000 tokens, outputs ~256).
 
 The budget model's predicted break-even (``analyzers.budget.disagg_break_even``) is shown
 next to it, and the two HTTP runs above the crossover are compared in detail. The HTTP
-simulators run at ``--time-scale`` (wall seconds per model second); every load and latency
+simulators run at ``--clock-scale`` (wall seconds per model second); every load and latency
 printed is on the model's clock (``server_time_scale`` in sweep.json).
 """
 
@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from loadgen.cli.options.alias import deprecated_alias
 from loadgen.run.session import SessionOptions
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ against the latencies of a slower clock."""
 def sim_args(topology: str, time_scale: float = TIME_SCALE) -> tuple[str, ...]:
     """The simulator for one layout of the same two GPUs."""
     common = (
-        "--model", MODEL, "--gpu", GPU, "--time-scale", f"{time_scale:g}",
+        "--model", MODEL, "--gpu", GPU, "--clock-scale", f"{time_scale:g}",
         "--no-prefix-cache", "--seed", "1",
     )  # fmt: skip
     if topology == "monolith":
@@ -224,12 +225,16 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 )
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the trace.")
 @click.option(
-    "--time-scale",
+    "--clock-scale",
+    "time_scale",
     type=click.FloatRange(min=0.05, max=10),
     default=None,
     help=f"HTTP simulators' wall seconds per model second [default: {TIME_SCALE:g}, "
     f"{QUICK.time_scale:g} with --quick]; larger is slower and leaves the client more "
     "time per request on a small machine.",
+)
+@deprecated_alias(
+    "--time-scale", "--clock-scale", "time_scale", type_=click.FloatRange(min=0.05, max=10)
 )
 def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | None) -> None:
     """Monolith vs disaggregated serving of the same GPUs, on the simulator.
@@ -242,7 +247,7 @@ def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | N
     \b
     Examples:
       loadgen demo-compare --quick
-      loadgen demo-compare -o runs/dc --time-scale 2
+      loadgen demo-compare -o runs/dc --clock-scale 2
     """
     from analyzers.compare.confirm import CheckPoint, confirm
     from analyzers.compare.runs import CompareOptions, compare_runs

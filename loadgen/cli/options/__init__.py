@@ -15,8 +15,10 @@ are built inside the helpers, when a command runs, so ``--help`` stays fast.
 from __future__ import annotations
 
 __all__ = [
+    "alias",
     "bootstrap",
     "budget",
+    "config",
     "engine",
     "group",
     "loadmode",
