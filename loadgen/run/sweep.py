@@ -96,7 +96,7 @@ class SweepOptions:
     """A sweep: the steps, the cool-down, and the session every step starts from.
 
     ``session.run_dir`` is the sweep directory; each step's run goes to ``step-N``.
-    ``server_time_scale`` is recorded for the analysis (a simulator's ``--time-scale``);
+    ``server_time_scale`` is recorded for the analysis (a simulator's ``--clock-scale``);
     None records none, and the analysis takes the time scale each step's ``run.json``
     deployment recorded (the simulator publishes its own), else 1.
     """
