@@ -19,22 +19,22 @@ def test_demo_compare_bisects_the_crossover_on_offline_sweeps(tmp_path: Path) ->
     write_trace(trace, 40, seed=1)
     loads = grid(5.5, 6.0)
     found = find_crossover(
-        tmp_path / "offline", trace, engines(1.0), loads, OPTIONS, bisect_steps=3
+        tmp_path / "offline", trace, engines(1.0), loads, OPTIONS, bisect_steps=2
     )
     verdict = found.verdict
     # Monolith's mixed batches break the 15 ms TPOT first: disagg wins from between the
-    # grid's 5.5 (both all good) and 6 req/s (monolith 92.5%), bisected to 0.5/8.
+    # grid's 5.5 (both all good) and 6 req/s (monolith 92.5%), bisected to 0.5/4.
     assert (verdict.kind, verdict.winner) == ("crossover", "disagg")
     assert verdict.load is not None
     assert 5.5 < verdict.load <= 6.0
-    assert f"bisected to {verdict.load - 0.5 / 8:.3g}-{verdict.load:.3g}" in verdict.text
-    assert found.simulated == len(loads) + 3
+    assert f"bisected to {verdict.load - 0.5 / 4:.3g}-{verdict.load:.3g}" in verdict.text
+    assert found.simulated == len(loads) + 2
     for side in SIDES:
         # A sweep directory as loadgen sweep writes one: the grid's loads, every step valid.
         analysis = analyze_sweep(tmp_path / "offline" / side, OPTIONS)
         assert [s.offered for s in analysis.steps] == list(loads)
         assert all(s.valid and s.requests == 40 for s in analysis.steps)
         probes = analyze_sweep(tmp_path / "offline" / f"probes-{side}", OPTIONS)
-        assert len(probes.steps) == 3
+        assert len(probes.steps) == 2
     below, above = check_loads(verdict, loads)
     assert below < verdict.load < above
