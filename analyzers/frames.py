@@ -320,6 +320,27 @@ def run_info(directory: Path) -> RunInfo | None:
         raise InvalidRunError(str(exc)) from exc
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordedScale:
+    """The server's time scale (wall seconds per model second) a run recorded, and where
+    its preflight read it (``run.json`` ``deployment``)."""
+
+    time_scale: float
+    source: str
+
+
+def recorded_time_scale(run: Path | str) -> RecordedScale | None:
+    """The time scale in the run's ``run.json`` deployment (a simulator publishes it), or
+    None when the run recorded none."""
+    info = run_info(Path(str(run)))
+    if info is None or info.deployment is None:
+        return None
+    for fact in info.deployment.facts:
+        if fact.key == "time_scale" and isinstance(fact.value, int | float) and fact.value > 0:
+            return RecordedScale(time_scale=float(fact.value), source=fact.source)
+    return None
+
+
 def _run_dirs(run: Path | str) -> list[Path]:
     """The directories holding a run's files (a run directory, or its shards')."""
     dirs: list[Path] = []

@@ -224,6 +224,7 @@ def _request_queue_means(run: Path | str) -> tuple[float | None, float | None]:
         after_write
         - pl.col(s.SERVER_PREFILL_MS)
         - pl.col(s.SERVER_TRANSFER_MS).fill_null(0.0)
+        - pl.col(s.SERVER_DECODE_WAIT_MS).fill_null(0.0)
         - pl.col(s.SERVER_FIRST_TOKEN_MS).fill_null(0.0)
     )
     row = ok.select(

@@ -476,6 +476,7 @@ class StreamingClient:
             parent=req.parent,
             context_tokens=job.context_tokens,
             items=parsed.items,
+            server_decode_wait_ms=timings.decode_wait_ms,
         )
 
 

@@ -172,6 +172,7 @@ class RequestRecord:
     context_tokens: int | None = None
     drain: bool = False
     items: int | None = None
+    server_decode_wait_ms: float | None = None
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))

@@ -143,6 +143,10 @@ reports only that sum: TGI's ``x-inference-time`` header (non-streamed replies o
 ITEMS: Final = "items"
 """Embeddings returned (the length of the response's ``data``); null for the APIs that
 generate text."""
+SERVER_DECODE_WAIT_MS: Final = "server_decode_wait_ms"
+"""Disaggregated serving: from the KV cache's arrival on the decode instance to that
+instance's first step with the request (0 for a monolith); null from servers that do not
+say (their ``server_first_token_ms`` then includes it)."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
@@ -222,6 +226,7 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(CONTEXT_TOKENS, pa.int32()),
         pa.field(DRAIN, pa.bool_(), nullable=False),
         pa.field(ITEMS, pa.int32()),
+        pa.field(SERVER_DECODE_WAIT_MS, pa.float64()),
     ]
 )
 
@@ -260,3 +265,8 @@ RUN_LOCK: Final = "run.lock"
 analysing commands recover a run only when no process holds it."""
 RUN_JSON: Final = "run.json"
 SERVER_METRICS_FILE: Final = "server_metrics.parquet"
+SWEEP_JSON: Final = "sweep.json"
+"""A sweep directory's description: the trace, the mode and one entry per step (run
+directory); written by ``loadgen sweep`` and by the offline engine's sweeps."""
+SWEEP_KIND: Final = "llm-loadgen sweep"
+SWEEP_VERSION: Final = 1

@@ -12,6 +12,7 @@ or polars.
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -145,7 +146,14 @@ def catalog_from_toml(text: str, where: str) -> Catalog:
 
 
 def default_catalog() -> Catalog:
-    """The shipped catalog (read from package data on each call; cheap)."""
+    """The shipped catalog (package data, parsed once per process: a sweep of the offline
+    engine builds the physics for every load, and parsing the TOML each time cost more
+    than a small simulation)."""
+    return _shipped()
+
+
+@functools.cache
+def _shipped() -> Catalog:
     cat = Catalog()
     data = resources.files("analyzers.budget").joinpath("data")
     for name in _DATA_FILES:

@@ -19,8 +19,9 @@ A sweep directory holds ``sweep.json`` and one run directory per step (written b
   "within noise" when the lead at the top of the range is not significant.
 
 Loads are offered mean rates (req/s) or concurrencies; a ``server_time_scale`` in
-``sweep.json`` (a simulator run slower or faster than real time) converts loads and
-latencies to the server's clock. Must not import loadgen or httpx.
+``sweep.json`` (a simulator run slower or faster than real time), or else the time scale
+the first step's ``run.json`` deployment recorded, converts loads and latencies to the
+server's clock. Must not import loadgen or httpx.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from analyzers.compare.verdict import (
     withheld,
 )
 from analyzers.errors import InvalidRunError
-from analyzers.frames import RowSelection
+from analyzers.frames import RowSelection, recorded_time_scale
 from analyzers.goodput import SLOTargets
 from analyzers.metrics import analyze
 from analyzers.slo.evaluate import evaluate
@@ -212,6 +213,16 @@ def _knee(steps: Sequence[StepResult], label: str = "") -> tuple[StepResult | No
     return knee, f"the SLO breaks at the next step ({steps[steps.index(knee) + 1].label})"
 
 
+def sweep_time_scale(sweep: Path, doc: dict[str, Any], steps: Sequence[dict[str, Any]]) -> float:
+    """The server's time scale: ``sweep.json``'s ``server_time_scale`` when it names one,
+    else what the first step's ``run.json`` deployment recorded, else 1."""
+    given = doc.get("server_time_scale")
+    if isinstance(given, int | float) and given > 0:
+        return float(given)
+    recorded = recorded_time_scale(sweep / str(steps[0]["dir"]))
+    return recorded.time_scale if recorded is not None else 1.0
+
+
 def analyze_sweep(
     path: Path | str, options: SweepOptions | None = None, *, label: str | None = None
 ) -> SweepAnalysis:
@@ -219,10 +230,10 @@ def analyze_sweep(
     options = options or SweepOptions()
     sweep = Path(str(path))
     doc = read_sweep_json(sweep)
-    scale = float(doc.get("server_time_scale") or 1.0)
     steps = [s for s in doc["steps"] if (sweep / str(s.get("dir", ""))).is_dir()]
     if not steps:
         raise InvalidRunError(f"{sweep}: the sweep has no finished step")
+    scale = sweep_time_scale(sweep, doc, steps)
     results = sorted(
         (_step_result(sweep, s, scale, options.slos, options) for s in steps),
         key=lambda r: r.offered,

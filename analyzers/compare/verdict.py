@@ -23,10 +23,11 @@ from typing import Final, Literal
 from analyzers.compare.bootstrap import DEFAULT_CONFIDENCE, Interval
 from analyzers.validity import ValidityFlag
 
-VerdictKind = Literal["crossover", "winner", "none", "invalid", "noise"]
+VerdictKind = Literal["crossover", "winner", "none", "invalid", "noise", "unconfirmed"]
 """``crossover``/``winner``: declared; ``none``: nothing to declare (no lead anywhere);
 ``invalid``: withheld, a step or run it rests on is invalid; ``noise``: withheld, the
-lead lies within the bootstrap interval."""
+lead lies within the bootstrap interval; ``unconfirmed``: withheld, a measured check of an
+offline verdict disagrees with it (:mod:`analyzers.compare.confirm`)."""
 
 NO_VERDICT: Final = "no verdict"
 
@@ -46,7 +47,8 @@ class ComparisonVerdict:
 
     @property
     def withheld(self) -> bool:
-        """A winner or crossover may exist but is not declared (invalid step or noise)."""
+        """A winner or crossover may exist but is not declared (invalid step, noise, or an
+        offline verdict its measured checks did not confirm)."""
         return self.withheld_reason is not None
 
     @property

@@ -13,7 +13,7 @@ import polars as pl
 from analyzers import exprs as e
 
 CLIENT_TERMS: Final = ("client_delay", "connect", "write")
-SERVER_TERMS: Final = ("network", "queue", "prefill", "transfer", "first_token")
+SERVER_TERMS: Final = ("network", "queue", "prefill", "transfer", "decode_wait", "first_token")
 TERMS: Final = CLIENT_TERMS + SERVER_TERMS
 """Every term, in chain order; column ``{term}_ms`` holds it, ``budget_{term}_ms`` its budget."""
 

@@ -198,7 +198,9 @@ def fit_chunk(
         joined = replay.frame.join(observed, on=ROW)
         if joined.height == 0:
             continue
-        predicted = pl.sum_horizontal("_l_queue", "_l_prefill", "_l_transfer", "_l_first")
+        predicted = pl.sum_horizontal(
+            "_l_queue", "_l_prefill", "_l_transfer", "_l_wait", "_l_first"
+        )
         error = joined.select(
             (predicted - pl.col("_o")).abs().mean()
             + (pl.col(SECOND_COL) - pl.col("_g")).abs().mean().fill_null(0.0)

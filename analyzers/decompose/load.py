@@ -29,9 +29,10 @@ from traces import schema as s
 
 ROW: Final = "_row"
 """The row number of a request in the scanned run, the key predictions join on."""
-PHASE_COLS: Final = ("_l_queue", "_l_prefill", "_l_transfer", "_l_first", "_l_alone")
-"""Predicted queue, prefill, transfer and first token at the run's load, and the prefill the
-same replay gives the request alone, ms (server clock)."""
+PHASE_COLS: Final = ("_l_queue", "_l_prefill", "_l_transfer", "_l_first", "_l_alone", "_l_wait")
+"""Predicted queue, prefill, transfer and first token at the run's load, the prefill the
+same replay gives the request alone, and the decode-side wait (disaggregated), ms (server
+clock)."""
 SECOND_COL: Final = "_l_second"
 """Predicted time from the first token to the second, ms (when the replay was asked for it)."""
 
@@ -138,6 +139,7 @@ def load_aware_phases(
                 p.transfer_s * 1e3,
                 p.first_token_s * 1e3,
                 alone[(a.prompt_tokens, a.cached_tokens)],
+                p.decode_wait_s * 1e3,
                 None if p.second_token_s is None else p.second_token_s * 1e3,
             )
             for key, p in phases.items()

@@ -9,6 +9,7 @@ For every ok request with a first content token, ``first_token - due`` is split 
     queue         waiting in the server              │ first_token - request_written
     prefill       computing the uncached prompt      │ (the server split)
     transfer      KV transfer (disaggregated)        │
+    decode_wait   KV arrived -> decode step starts   │ (disaggregated)
     first_token   the decode step of the first token ┘
 
 Server terms come from the server's own timings where reported (and not hidden), the
@@ -102,6 +103,7 @@ _SERVER_COLS: Final = {
     "queue": s.SERVER_QUEUE_MS,
     "prefill": s.SERVER_PREFILL_MS,
     "transfer": s.SERVER_TRANSFER_MS,
+    "decode_wait": s.SERVER_DECODE_WAIT_MS,
     "first_token": s.SERVER_FIRST_TOKEN_MS,
     "ttft": s.SERVER_TTFT_MS,
 }
@@ -212,7 +214,7 @@ def _unidentified(frame: pl.DataFrame) -> tuple[Unidentified, ...]:
                 "(first token - request written): the clocks disagree",
             )
         )
-    for term in ("queue", "prefill", "transfer", "first_token"):
+    for term in ("queue", "prefill", "transfer", "decode_wait", "first_token"):
         col = frame.get_column(term_col(term))
         nulls = col.null_count()
         if not nulls:
@@ -332,6 +334,7 @@ def request_terms(
         SourceOf(term="queue", source=_source(counts["queue"], n, "remainder")),
         SourceOf(term="prefill", source=_source(counts["prefill"], n, prefill_fallback)),
         SourceOf(term="transfer", source=_source(counts["transfer"], n, other_fallback)),
+        SourceOf(term="decode_wait", source=_source(counts["decode_wait"], n, other_fallback)),
         SourceOf(term="first_token", source=_source(counts["first_token"], n, other_fallback)),
     )
     return RequestTerms(
@@ -369,8 +372,15 @@ def _server_split(
     prefill = split("prefill", pl.col("_l_prefill"), budget_prefill)
     transfer = split("transfer", pl.col("_l_transfer"), pl.col("_p_transfer"))
     first = split("first_token", pl.col("_l_first"), pl.col("_p_first"))
+    # A server that reports its first token but no decode wait counts the wait in it: 0.
+    wait = (
+        pl.when(pl.col("_s_decode_wait").is_null() & pl.col("_s_first_token").is_not_null())
+        .then(0.0)
+        .otherwise(split("decode_wait", pl.col("_l_wait"), pl.lit(0.0)))
+    )
     remainder = side - network_in_split - pl.col(term_col("prefill"))
     remainder = remainder - pl.col(term_col("transfer")) - pl.col(term_col("first_token"))
+    remainder = remainder - pl.col(term_col("decode_wait"))
     queue_is_remainder = pl.col("_s_queue").is_null()
     tolerance = pl.max_horizontal(
         pl.lit(options.overshoot_tolerance_ms), side * options.overshoot_tolerance
@@ -379,6 +389,7 @@ def _server_split(
         network.alias(term_col("network")),
         prefill.alias(term_col("prefill")),
         transfer.alias(term_col("transfer")),
+        wait.alias(term_col("decode_wait")),
         first.alias(term_col("first_token")),
     ).with_columns(
         pl.when(queue_is_remainder)
@@ -397,6 +408,7 @@ def _server_split(
         pl.lit(network_ms).alias(budget_col("network")),
         budget_prefill.alias(budget_col("prefill")),
         pl.col("_p_transfer").alias(budget_col("transfer")),
+        pl.lit(0.0).alias(budget_col("decode_wait")),
         pl.col("_p_first").alias(budget_col("first_token")),
         pl.col("_l_queue").alias(budget_col("queue")),
     )

@@ -48,10 +48,11 @@ from loadgen.cli.options.slo import load_slos, slo_option
     "--clock-scale",
     "time_scale",
     type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
+    default=None,
     help="The simulator's --clock-scale the runs were made at (wall seconds per model "
-    "second): report latencies on its model clock.",
+    "second): report latencies on its model clock [default: what the first run's run.json "
+    "deployment recorded (the simulator publishes it), else 1; a sweep's own from "
+    "sweep.json].",
 )
 @deprecated_alias(
     "--time-scale", "--clock-scale", "time_scale", type_=click.FloatRange(min=0, min_open=True)
@@ -70,7 +71,7 @@ def compare(
     slo_args: tuple[str, ...],
     resamples: int,
     seed: int,
-    time_scale: float,
+    time_scale: float | None,
     allow_different_traces: bool,
     by: str,
     markdown: Path | None,
@@ -117,6 +118,17 @@ def compare(
     from analyzers.goodput import SLOTargets
     from reports.compare import comparison_markdown, comparison_renderables
 
+    if time_scale is None:
+        from analyzers.frames import recorded_time_scale
+
+        recorded = recorded_time_scale(runs[0])
+        if recorded is not None:
+            click.echo(
+                f"time scale {recorded.time_scale:g} from {runs[0]}'s run.json deployment "
+                f"({recorded.source})",
+                err=True,
+            )
+        time_scale = recorded.time_scale if recorded is not None else 1.0
     comparison = compare_runs(
         list(runs),
         CompareOptions(

@@ -110,10 +110,10 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
     "--clock-scale",
     "server_time_scale",
     type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
-    show_default=True,
+    default=None,
     help="The simulator's --clock-scale (wall seconds per model second), recorded so that "
-    "analyses use its model clock.",
+    "analyses use its model clock [default: what the steps' run.json deployment recorded "
+    "(the simulator publishes it), else 1].",
 )
 @deprecated_alias(
     "--server-time-scale",
@@ -149,7 +149,7 @@ def sweep(
     duration_s: float | None,
     warmup_requests: int,
     timeout_s: float,
-    server_time_scale: float,
+    server_time_scale: float | None,
     api_key_env: str,
     overwrite: bool,
     dry_run: bool,

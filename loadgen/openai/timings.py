@@ -29,6 +29,8 @@ class ServerTimings:
     """The server's own lateness against its plan (the simulator's ``slip_ms``): wall ms."""
     inference_ms: float | None = None
     """Prefill and decode together, where a server reports only their sum (TGI)."""
+    decode_wait_ms: float | None = None
+    """Disaggregated: the KV's arrival to the decode instance's first step with it."""
 
 
 def _float(value: Any) -> float | None:
@@ -50,6 +52,7 @@ def _sim_timings(metrics: dict[str, Any]) -> ServerTimings:
         decode_ms=_float(metrics.get("decode_ms")),
         instance=str(instance) if instance is not None else None,
         slip_ms=_float(metrics.get("slip_ms")),
+        decode_wait_ms=_float(metrics.get("decode_wait_ms")),
     )
 
 

@@ -30,10 +30,8 @@ from loadgen.redact import redact_url
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.schedule import mean_rate
 from traces.io import file_sha256, read_trace
+from traces.schema import SWEEP_JSON, SWEEP_KIND, SWEEP_VERSION
 
-SWEEP_JSON: Final = "sweep.json"
-SWEEP_KIND: Final = "llm-loadgen sweep"
-SWEEP_VERSION: Final = 1
 Mode = Literal["scale", "rate", "concurrency"]
 _MULTIPLE: Final = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*[xX]\s*$")
 
@@ -98,13 +96,15 @@ class SweepOptions:
     """A sweep: the steps, the cool-down, and the session every step starts from.
 
     ``session.run_dir`` is the sweep directory; each step's run goes to ``step-N``.
-    ``server_time_scale`` is recorded for the analysis (a simulator's ``--time-scale``).
+    ``server_time_scale`` is recorded for the analysis (a simulator's ``--clock-scale``);
+    None records none, and the analysis takes the time scale each step's ``run.json``
+    deployment recorded (the simulator publishes its own), else 1.
     """
 
     session: SessionOptions
     steps: tuple[LoadStep, ...]
     cooldown_s: float = 5.0
-    server_time_scale: float = 1.0
+    server_time_scale: float | None = None
     labels: dict[str, str] | None = None
 
 

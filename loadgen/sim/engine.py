@@ -53,11 +53,15 @@ class Phases:
     cached_tokens: int = 0
     instance: str | None = None
     prefill_instance: str | None = None
+    decode_wait_ns: int = 0
+    """Disaggregated: the KV's arrival on the decode instance to its first step with the
+    request (``first_token_ns`` is then that step)."""
 
     @property
     def planned_ttft_ns(self) -> int:
         """Received to first token, as the engine planned it."""
-        return self.queue_ns + self.prefill_ns + self.transfer_ns + self.first_token_ns
+        before = self.queue_ns + self.prefill_ns + self.transfer_ns + self.decode_wait_ns
+        return before + self.first_token_ns
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,12 +221,13 @@ class FixedDelayEngine:
 class GroundTruth:
     """What the simulator reports as a response's top-level ``metrics`` object.
 
-    Our keys, floats in ms: ``queue_ms``, ``prefill_ms``, ``transfer_ms`` and ``first_token_ms``
-    add up to ``ttft_ms``, the *measured* time from the request body's receipt to the write of
-    the first content chunk (stamped as its ``send`` starts; ``first_token_ms`` absorbs
-    whatever the write trailed the plan by, and ``slip_ms`` states the worst chunk's
-    lateness, to its ``send``'s return, on its own); ``decode_ms`` is first to last content
-    chunk write.
+    Our keys, floats in ms: ``queue_ms``, ``prefill_ms``, ``transfer_ms``, ``decode_wait_ms``
+    (disaggregated: the KV's arrival to the decode instance's first step with the request)
+    and ``first_token_ms`` add up to ``ttft_ms``, the *measured* time from the request
+    body's receipt to the write of the first content chunk (stamped as its ``send``
+    starts; ``first_token_ms`` absorbs whatever the write trailed the plan by, and
+    ``slip_ms`` states the worst chunk's lateness, to its ``send``'s return, on its own);
+    ``decode_ms`` is first to last content chunk write.
     vLLM's per-request keys (``--enable-per-request-metrics``, vLLM PR #46768) are derived:
     ``time_to_first_token_ms`` = ttft, ``queue_time_ms`` = queue, ``generation_time_ms`` =
     decode, ``mean_itl_ms`` = decode / (completion_tokens - 1), ``tokens_per_second`` =
@@ -239,6 +244,7 @@ class GroundTruth:
     instance: str
     cached_tokens: int = 0
     prefill_instance: str | None = None
+    decode_wait_ms: float = 0.0
     slip_ms: float = 0.0
     """The simulator's own lateness: the worst chunk's ``send`` completion after its planned
     time, in *wall* ms (not model time). The other terms are the plan and the measured
@@ -259,11 +265,14 @@ class GroundTruth:
     ) -> GroundTruth:
         """Combine the engine's planned phases with the measured first and last writes."""
         ttft_ns = (first_ns - received_ns) / time_scale
-        before_first = phases.queue_ns + phases.prefill_ns + phases.transfer_ns
+        before_first = (
+            phases.queue_ns + phases.prefill_ns + phases.transfer_ns + phases.decode_wait_ns
+        )
         return cls(
             queue_ms=phases.queue_ns / 1e6,
             prefill_ms=phases.prefill_ns / 1e6,
             transfer_ms=phases.transfer_ns / 1e6,
+            decode_wait_ms=phases.decode_wait_ns / 1e6,
             first_token_ms=(ttft_ns - before_first) / 1e6,
             ttft_ms=ttft_ns / 1e6,
             decode_ms=(last_ns - first_ns) / time_scale / 1e6,
@@ -285,6 +294,7 @@ class GroundTruth:
             "queue_ms": self.queue_ms,
             "prefill_ms": self.prefill_ms,
             "transfer_ms": self.transfer_ms,
+            "decode_wait_ms": self.decode_wait_ms,
             "first_token_ms": self.first_token_ms,
             "ttft_ms": self.ttft_ms,
             "decode_ms": self.decode_ms,

@@ -90,6 +90,7 @@ class _Ticket:
         "back",
         "cached",
         "closed",
+        "decode_start_ns",
         "first_step_ns",
         "front",
         "prefill_end_ns",
@@ -110,6 +111,7 @@ class _Ticket:
         self.first_step_ns: int | None = None
         self.prefill_end_ns: int | None = None
         self.transfer_end_ns: int | None = None
+        self.decode_start_ns: int | None = None
         self.cached = 0
         self.times: list[int] = []
         self.waiter: asyncio.Future[None] | None = None
@@ -132,12 +134,14 @@ class _Ticket:
         first_step = self.first_step_ns if self.first_step_ns is not None else received
         prefill_end = self.prefill_end_ns if self.prefill_end_ns is not None else first_step
         ready = self.transfer_end_ns if self.transfer_end_ns is not None else prefill_end
+        decode = self.decode_start_ns if self.decode_start_ns is not None else ready
         disagg = self.back is not None
         return Phases(
             queue_ns=round((first_step - received) / scale),
             prefill_ns=round((prefill_end - first_step) / scale),
             transfer_ns=round((ready - prefill_end) / scale),
-            first_token_ns=round((self.times[0] - ready) / scale),
+            decode_wait_ns=round((decode - ready) / scale),
+            first_token_ns=round((self.times[0] - decode) / scale),
             cached_tokens=self.cached,
             instance=self.back.name if self.back is not None else self.front.name,
             prefill_instance=self.front.name if disagg else None,
@@ -336,6 +340,11 @@ class PhysicsEngine:
                     ticket.prefill_end_ns = end_ns
                     if inst.role == "prefill":
                         self._handoff(ticket, inst, end_ns)
+        else:
+            for adm in result.admitted:
+                ticket = tickets.get(adm.seq_id)
+                if ticket is not None and ticket.decode_start_ns is None:
+                    ticket.decode_start_ns = start_ns
         for seq_id in result.sampled:
             ticket = tickets.get(seq_id)
             if ticket is not None:

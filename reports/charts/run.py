@@ -23,7 +23,13 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-TERM_COLOURS: Final = dict(zip(TERMS, OKABE_ITO[::-1], strict=True))
+_NINTH: Final = {"decode_wait": "#AA4499"}
+"""Okabe-Ito has eight colours for nine terms: the decode-side wait takes Paul Tol's
+purple (of his colour-blind-safe set), the others keep theirs."""
+TERM_COLOURS: Final = {
+    **dict(zip((t for t in TERMS if t not in _NINTH), OKABE_ITO[::-1], strict=True)),
+    **_NINTH,
+}
 """One Okabe-Ito colour per TTFT term (grey for the client delay, the rarest term)."""
 
 _TAIL_TICKS: Final = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999)

@@ -153,6 +153,7 @@ def test_hidden_timings_use_budget_and_remainder(
         "queue": "remainder",
         "prefill": predicted,
         "transfer": predicted,
+        "decode_wait": predicted,
         "first_token": predicted,
     }
     assert t.prediction.startswith("schedule replay of 40" if load_aware else "batch-1")

@@ -82,9 +82,10 @@ TRUTH = {
     "queue": s.SERVER_QUEUE_MS,
     "prefill": s.SERVER_PREFILL_MS,
     "transfer": s.SERVER_TRANSFER_MS,
+    "decode_wait": s.SERVER_DECODE_WAIT_MS,
     "first_token": s.SERVER_FIRST_TOKEN_MS,
 }
-CHECKED = ("queue", "prefill", "first_token")
+CHECKED = ("queue", "prefill", "decode_wait", "first_token")
 TEXT = (512, 768, 1024, 1536)  # compute-bound on an H100 (calibration fits FLOP/s)
 LONG = (8192, 16384)
 
@@ -255,7 +256,7 @@ def test_decomposition_accuracy(tmp_path: Path, sim: SimFactory, topology: str, 
 
     # Hidden, on the client's own stamps: the parts add up to its server-side time, on the
     # server's clock, whatever this machine's jitter put into them.
-    server_sum = [term_col(t) for t in ("queue", "prefill", "transfer", "first_token")]
+    server_sum = [term_col(t) for t in TRUTH]
     stamped = request_terms(
         run_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=SCALE)
     ).frame
@@ -285,6 +286,7 @@ def test_decomposition_accuracy(tmp_path: Path, sim: SimFactory, topology: str, 
         - planned["queue"]
         - planned["prefill"]
         - planned["transfer"]
+        - planned["decode_wait"]
     )
     hidden = request_terms(
         plan_dir, budget, DecomposeOptions(hide_server_timings=True, time_scale=SCALE)
@@ -299,7 +301,7 @@ def test_decomposition_accuracy(tmp_path: Path, sim: SimFactory, topology: str, 
     tail_truth = {t: float(tail.get_column(f"truth_{t}").mean()) for t in TRUTH}  # type: ignore[arg-type]
     report = {t: (round(inferred[t], 2), round(actual[t], 2)) for t in TRUTH}
     work = hidden.select(pl.sum_horizontal(server_sum)).to_series()
-    true_work = planned["queue"] + planned["prefill"] + planned["transfer"] + planned["first_token"]
+    true_work = sum((planned[t] for t in TRUTH), pl.Series([0.0] * plan.height))
     print(
         f"\n{topology}/{load.name}: p99 (inferred, truth) {report}; tail {tail_mean} "
         f"{tail_truth}; largest error per request {errors}"

@@ -109,19 +109,27 @@ def test_demo_compare_quick(tmp_path: Path) -> None:
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
     assert "predicted break-even" in out.output
-    # The last word is the crossover against the prediction, or the verdict as is (withheld
-    # with its reason, or a winner); the same text as verdict.json and the page.
+    # The offline crossover, then both numbers at each HTTP check.
+    assert "offline engine: " in out.output
+    assert "Offline engine vs HTTP simulator" in out.output
+    # The last word is the confirmed crossover against the prediction, or the verdict as
+    # is (withheld with its reason); the same text as verdict.json and the page.
     doc = json.loads((tmp_path / "d" / "verdict.json").read_text())
-    verdict = doc["sweeps"]["verdict"]
+    verdict = doc["verdict"]
+    assert doc["offline"]["verdict"] == verdict
+    assert len(doc["checks"]) == 2
     lines = out.output.splitlines()
     if verdict["kind"] == "crossover":
-        assert any(line.startswith("crossover: measured") for line in lines)
+        assert "confirmed over HTTP at" in verdict["text"]
+        assert any(line.startswith("crossover: ") and "confirmed" in line for line in lines)
     else:
+        assert verdict["withheld"]
         assert f"verdict: {verdict['text']}" in "\n".join(lines)
     assert f"• {verdict['text']}" in lines
     assert (verdict["withheld_reason"] is not None) == verdict["withheld"]
+    assert (tmp_path / "d" / "offline" / "monolith" / "sweep.json").is_file()
     assert (tmp_path / "d" / "monolith" / "sweep.json").is_file()
-    assert (tmp_path / "d" / "disagg" / "step-2" / "requests.parquet").is_file()
+    assert (tmp_path / "d" / "disagg" / "step-1" / "requests.parquet").is_file()
     report = tmp_path / "d" / "report.html"
     assert report.is_file()
     assert "report:" in out.output

@@ -82,13 +82,14 @@ def test_usage_chunk_has_no_choices_and_carries_the_truth() -> None:
     }
     metrics = usage["metrics"]
     assert set(metrics) >= {
-        "queue_ms", "prefill_ms", "transfer_ms", "first_token_ms", "ttft_ms", "decode_ms",
+        "queue_ms", "prefill_ms", "transfer_ms", "decode_wait_ms", "first_token_ms", "ttft_ms",
+        "decode_ms",
         "instance", "time_to_first_token_ms", "queue_time_ms", "generation_time_ms",
         "mean_itl_ms", "tokens_per_second",
     }  # fmt: skip
     assert metrics["instance"] == "r0"
     assert metrics["mean_itl_ms"] == 10.0
-    parts = ("queue_ms", "prefill_ms", "transfer_ms", "first_token_ms")
+    parts = ("queue_ms", "prefill_ms", "transfer_ms", "decode_wait_ms", "first_token_ms")
     assert abs(sum(metrics[k] for k in parts) - metrics["ttft_ms"]) < 1e-9
 
 

@@ -82,7 +82,7 @@ def test_first_tokens_agree_with_the_load_replay_of_the_decomposition() -> None:
     )
     for row in result.records:
         p = phases[row.trace_index]
-        ttft = p.queue_s + p.prefill_s + p.transfer_s + p.first_token_s
+        ttft = p.queue_s + p.prefill_s + p.transfer_s + p.decode_wait_s + p.first_token_s
         assert row.server_ttft_ms == pytest.approx(ttft * 1e3, rel=1e-9)
 
 

@@ -98,6 +98,9 @@ class PredictedPhases:
     transfer_s: float
     first_token_s: float
     instance: str
+    decode_wait_s: float = 0.0
+    """Disaggregated: from the KV's arrival to the decode instance's first step with the
+    request (``first_token_s`` is then that step); 0 for a monolith."""
     second_token_s: float | None = None
     """From the first token to the second (the next step's length), when asked for and the
     request has one."""
@@ -139,6 +142,7 @@ class VirtualTrack:
         "arrival",
         "back",
         "cached",
+        "decode_start",
         "first_step",
         "front",
         "prefill_end",
@@ -156,21 +160,25 @@ class VirtualTrack:
         self.cached = 0
         self.prefill_end: float | None = None
         self.transfer_end: float | None = None
+        self.decode_start: float | None = None
         self.sample: float | None = None
         self.second: float | None = None
         self.times: list[float] = []
         """Every sampled token's time (only when the cluster records tokens)."""
 
     def phases(self) -> PredictedPhases | None:
-        """Queue, prefill, transfer and first token, once the first token is sampled."""
+        """Queue, prefill, transfer, decode wait and first token, once the first token is
+        sampled."""
         if self.first_step is None or self.prefill_end is None or self.sample is None:
             return None
         ready = self.transfer_end if self.transfer_end is not None else self.prefill_end
+        decode = self.decode_start if self.decode_start is not None else ready
         return PredictedPhases(
             queue_s=self.first_step - self.arrival,
             prefill_s=self.prefill_end - self.first_step,
             transfer_s=ready - self.prefill_end,
-            first_token_s=self.sample - ready,
+            decode_wait_s=decode - ready,
+            first_token_s=self.sample - decode,
             instance=self.front,
             second_token_s=None if self.second is None else self.second - self.sample,
         )
@@ -317,6 +325,11 @@ class VirtualCluster:
                 tracks[key].prefill_end = end
                 if role == "prefill":
                     self._handoff(inst, key, end)
+        else:
+            for adm in result.admitted:
+                track = tracks[adm.seq_id]
+                if track.decode_start is None:
+                    track.decode_start = start
         record = self.record_tokens
         for key in result.sampled:
             track = tracks[key]

@@ -1,6 +1,7 @@
 """The demos on the built-in simulator: ``harness`` (``loadgen demo``, the whole harness
 end to end) and ``disagg`` (``loadgen demo-compare``, monolith against prefill/decode
-disaggregation). Part of the composition root: nothing outside ``loadgen.cli`` may import it.
+disaggregation; its offline half in ``offline``). Part of the composition root: nothing
+outside ``loadgen.cli`` may import it.
 """
 
-__all__ = ["disagg", "harness"]
+__all__ = ["disagg", "harness", "offline"]

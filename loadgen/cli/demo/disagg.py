@@ -1,35 +1,46 @@
 """``loadgen demo-compare``: does prefill/decode disaggregation pay off for this traffic?
 
-End to end on the engine simulator: the same two H100s run llama-3.1-8b once as a
-monolith (two 1-GPU replicas) and once disaggregated (one prefill and one decode GPU,
-400 Gbit/s link). One long-prompt/long-output trace (prompts ~4,000 tokens, outputs ~256)
-is swept at the same offered loads against both (one simulator process each), then:
-the comparison at the predicted break-even load, both goodput curves, the knees, the
-measured crossover, and the budget model's predicted break-even
-(``analyzers.budget.disagg_break_even``) next to it.
+On the engine simulator: the same two H100s run llama-3.1-8b once as a monolith (two
+1-GPU replicas) and once disaggregated (one prefill and one decode GPU, 400 Gbit/s link),
+on one long-prompt/long-output trace (prompts ~4,000 tokens, outputs ~256).
 
-The simulators run at ``--clock-scale`` 0.25 (four times faster than real time) to keep
-the demo under three minutes; every load and latency printed is on the model's clock
-(``server_time_scale`` in sweep.json). Loads are in requests per model second.
+1. The crossover comes from the offline engine (``loadgen simulate``'s, in virtual time):
+   both deployments over a grid of loads, then a bisection on the load
+   (:mod:`loadgen.cli.demo.offline`). Exact, seconds, the same on any machine.
+2. Two loads, a quarter below and above it, are run against the HTTP simulator (one
+   process per deployment), and both numbers are printed side by side.
+3. The verdict is the offline crossover confirmed by those checks
+   (``analyzers.compare.confirm``): withheld, with the reason, when a check is invalid
+   (client-bound, simulator slip) or disagrees. A busy machine then yields "no verdict",
+   never a different winner.
+
+The budget model's predicted break-even (``analyzers.budget.disagg_break_even``) is shown
+next to it, and the two HTTP runs above the crossover are compared in detail. The HTTP
+simulators run at ``--clock-scale`` (wall seconds per model second); every load and latency
+printed is on the model's clock (``server_time_scale`` in sweep.json).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from loadgen.cli.options.alias import deprecated_alias
 from loadgen.run.session import SessionOptions
 
 if TYPE_CHECKING:
+    from analyzers.compare.confirm import CheckPoint
     from analyzers.compare.verdict import ComparisonVerdict
+    from loadgen.sim.config import EngineConfig
 
 MODEL = "llama-3.1-8b"
 GPU = "h100"
@@ -38,12 +49,13 @@ PROMPT_TOKENS = 4000
 OUTPUT_TOKENS = 256
 SLO_TTFT_MS = 1000.0
 SLO_TPOT_MS = 15.0
-TIME_SCALE = 0.25
+TIME_SCALE = 0.5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """How big the demo is: loads (requests per model second) and requests per step."""
+    """How big the demo is: the range of loads (requests per model second), requests per
+    run, the pause between HTTP runs, and the HTTP simulators' time scale."""
 
     rates: tuple[float, ...]
     requests: int
@@ -51,11 +63,13 @@ class Plan:
     time_scale: float = TIME_SCALE
 
 
-FULL = Plan(rates=(2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0), requests=100, cooldown_s=1.0)
-QUICK = Plan(rates=(3.0, 5.0, 7.0), requests=40, cooldown_s=0.5, time_scale=0.5)
-"""Half real time, not a quarter: on a busy 2-core machine the client (5-10% of a core)
-is descheduled, not overworked, and at 0.25 the two processes' denser work left the p99
-schedule lag of a step near 26 ms on average against 9 ms at 0.5 (12 steps each)."""
+FULL = Plan(rates=(2.0, 8.0), requests=100, cooldown_s=1.0)
+QUICK = Plan(rates=(3.0, 7.0), requests=40, cooldown_s=0.5, time_scale=1.0)
+"""``rates`` is the offline grid's range (every ``offline.GRID_STEP``); the HTTP checks run
+two loads only, so they can afford a slower simulator than the old six-step sweeps: on a
+busy 2-core machine the client and the simulator are descheduled, not overworked, and
+their lateness (schedule lag, simulator slip) is in wall milliseconds, which weigh less
+against the latencies of a slower clock."""
 
 
 def sim_args(topology: str, time_scale: float = TIME_SCALE) -> tuple[str, ...]:
@@ -135,17 +149,58 @@ def _sweep(trace: Path, out: Path, base_url: str, plan: Plan) -> None:
     asyncio.run(run_sweep(options, install_signal_handlers=False))
 
 
-def verdict_line(verdict: ComparisonVerdict, predicted: float, plan: Plan) -> str:
-    """The demo's last word, one line: the measured crossover against the prediction, or
-    the verdict as is (withheld, with its reason; a winner over the whole range)."""
+def verdict_line(verdict: ComparisonVerdict, offline: ComparisonVerdict, predicted: float) -> str:
+    """The demo's last word, one line: the crossover against the budget model's prediction,
+    or the verdict as is (withheld, with its reason and the unconfirmed offline crossover;
+    a winner over the whole range)."""
     if verdict.kind == "crossover" and verdict.load is not None:
         gap = verdict.load - predicted
         return (
-            f"crossover: measured {verdict.load:.2f} req/s ({verdict.winner} wins above), "
-            f"predicted {predicted:.2f} req/s ({gap:+.2f} req/s, {gap / predicted:+.0%}); "
-            f"step spacing {plan.rates[1] - plan.rates[0]:g} req/s"
+            f"crossover: {verdict.load:.2f} req/s ({verdict.winner} wins above; offline engine, "
+            f"confirmed over HTTP), predicted {predicted:.2f} req/s ({gap:+.2f} req/s, "
+            f"{gap / predicted:+.0%})"
         )
-    return f"verdict: {verdict.text} (predicted break-even {predicted:.2f} req/s)"
+    unconfirmed = ""
+    if verdict.withheld and offline.kind == "crossover" and offline.load is not None:
+        unconfirmed = f"offline crossover {offline.load:.2f} req/s ({offline.winner}), "
+    return f"verdict: {verdict.text} ({unconfirmed}predicted break-even {predicted:.2f} req/s)"
+
+
+def engines(time_scale: float) -> dict[str, EngineConfig]:
+    """The engine each simulator runs, parsed from ``sim_args`` as ``loadgen sim`` parses
+    them (so the offline engine runs exactly what the HTTP simulator runs)."""
+    from loadgen.cli.options.engine import engine_config, pop_engine_options
+    from loadgen.cli.sim import sim
+
+    out = {}
+    for topology in ("monolith", "disagg"):
+        with sim.make_context("sim", list(sim_args(topology, time_scale))) as ctx:
+            config = engine_config(pop_engine_options(dict(ctx.params)))
+        assert config is not None
+        out[topology] = config
+    return out
+
+
+def checks_table(checks: Sequence[CheckPoint]) -> Table:
+    """Offline against HTTP at each check: goodput and TTFT p99 of both deployments."""
+    from reports import fmt
+
+    table = Table(title="Offline engine vs HTTP simulator", title_justify="left")
+    for column in ("load (req/s)", "deployment", "goodput offline", "goodput HTTP",
+                   "TTFT p99 offline", "TTFT p99 HTTP", "HTTP run"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "HTTP run" else "right")
+    for c in checks:
+        for label, off, http in zip(c.labels, c.offline, c.http, strict=True):
+            table.add_row(
+                f"{c.load:.3g}",
+                label,
+                fmt.percent(off.goodput),
+                fmt.percent(http.goodput),
+                fmt.ms(off.ttft_p99_ms),
+                fmt.ms(http.ttft_p99_ms),
+                "valid" if http.valid else "; ".join(dict.fromkeys(f.kind for f in http.flags)),
+            )
+    return table
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -163,14 +218,18 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     default=None,
     help="Where to put the trace and both sweeps [default: runs/demo-compare-<time>].",
 )
-@click.option("--quick", is_flag=True, help="Three loads, 40 requests each (about a minute).")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="40 requests per run, offline loads 3-7 req/s (about a minute and a half).",
+)
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the trace.")
 @click.option(
     "--clock-scale",
     "time_scale",
     type=click.FloatRange(min=0.05, max=10),
     default=None,
-    help=f"Simulator wall seconds per model second [default: {TIME_SCALE:g}, "
+    help=f"HTTP simulators' wall seconds per model second [default: {TIME_SCALE:g}, "
     f"{QUICK.time_scale:g} with --quick]; larger is slower and leaves the client more "
     "time per request on a small machine.",
 )
@@ -178,18 +237,26 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     "--time-scale", "--clock-scale", "time_scale", type_=click.FloatRange(min=0.05, max=10)
 )
 def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | None) -> None:
-    """Monolith vs disaggregated serving of the same GPUs, swept on the simulator.
+    """Monolith vs disaggregated serving of the same GPUs, on the simulator.
 
-    Prints both load curves, the comparison at the predicted break-even load, the
-    measured crossover and the budget model's prediction. Under three minutes.
+    Finds the crossover with the offline engine (exact, seconds), checks it at two loads
+    against the HTTP simulator (printing both), and declares it only if both checks are
+    valid and agree; otherwise "no verdict" with the reason. Prints the budget model's
+    prediction next to it. About three minutes (--quick: one and a half).
+
+    \b
+    Examples:
+      loadgen demo-compare --quick
+      loadgen demo-compare -o runs/dc --clock-scale 2
     """
-    from analyzers.compare.crossover import compare_sweeps
+    from analyzers.compare.confirm import CheckPoint, confirm
     from analyzers.compare.runs import CompareOptions, compare_runs
-    from analyzers.compare.sweep import SweepOptions
+    from analyzers.compare.sweep import SweepOptions, analyze_sweep
     from analyzers.goodput import SLOTargets
     from analyzers.slo.parse import SLOSet, scale_slos
+    from loadgen.cli.demo.offline import SIDES, check_loads, find_crossover, grid, offline_checks
     from loadgen.sim.launch import start_sim
-    from reports.compare import comparison_renderables, sweep_comparison_renderables
+    from reports.compare import comparison_renderables, sweep_comparison_renderables, verdict_text
 
     console = Console(soft_wrap=False, width=140)
     plan = QUICK if quick else FULL
@@ -211,52 +278,92 @@ def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | N
         f"budget model: monolith meets the SLO up to {mono_max:.2f} req/s, disaggregated up "
         f"to {dis_max:.2f} req/s -> predicted break-even {predicted:.2f} req/s"
     )
-    sweeps = {}
-    for topology in ("monolith", "disagg"):
+    targets = SLOTargets(ttft_ms=SLO_TTFT_MS, tpot_ms=SLO_TPOT_MS)
+    options = SweepOptions(slos=SLOSet(goodput=targets))
+    configs = engines(scale)
+    # 1. The crossover on the offline engine: exact, and the same on any machine.
+    loads = grid(plan.rates[0], plan.rates[-1])
+    clock = time.monotonic()
+    offline = find_crossover(base / "offline", trace, configs, loads, options)
+    console.print(
+        f"offline engine: {offline.simulated} loads x 2 deployments ({plan.requests} requests "
+        f"each, {loads[0]:g}-{loads[-1]:g} req/s) in {time.monotonic() - clock:.1f} s"
+    )
+    for item in sweep_comparison_renderables(offline.comparison)[2:]:  # the curve, verdicts
+        console.print(item, soft_wrap=isinstance(item, Text))
+    # 2. Two checks over HTTP, one below and one above it.
+    points = check_loads(offline.verdict, loads)
+    exact = offline_checks(base / "offline-checks", trace, configs, points, options)
+    measured = {}
+    for topology in SIDES:
         with start_sim(sim_args(topology, scale)) as sim:
             console.print(
-                f"sweeping {topology} at {', '.join(f'{r:g}' for r in plan.rates)} req/s "
-                f"({plan.requests} requests each, simulator time scale {scale:g}) ..."
+                f"checking {topology} over HTTP at {' and '.join(f'{r:g}' for r in points)} "
+                f"req/s ({plan.requests} requests each, simulator time scale {scale:g}) ..."
             )
-            sweeps[topology] = base / topology
-            _sweep(trace, sweeps[topology], sim.base_url, plan)
-    targets = SLOTargets(ttft_ms=SLO_TTFT_MS, tpot_ms=SLO_TPOT_MS)
-    result = compare_sweeps(
-        sweeps["monolith"], sweeps["disagg"], SweepOptions(slos=SLOSet(goodput=targets))
+            _sweep(trace, base / topology, sim.base_url, replace(plan, rates=points))
+        measured[topology] = analyze_sweep(base / topology, options, label=topology)
+    checks = [
+        CheckPoint(
+            load=load,
+            labels=SIDES,
+            offline=(exact[SIDES[0]].steps[i], exact[SIDES[1]].steps[i]),
+            http=(measured[SIDES[0]].steps[i], measured[SIDES[1]].steps[i]),
+        )
+        for i, load in enumerate(points)
+    ]
+    console.print(checks_table(checks))
+    verdict = confirm(offline.verdict, checks, tie=options.tie)
+    console.print(verdict_text(verdict), soft_wrap=True)
+    result = replace(
+        offline.comparison,
+        verdict=verdict,
+        verdicts=(*offline.comparison.verdicts[:-1], verdict.text),
     )
-    for item in sweep_comparison_renderables(result):
-        console.print(item, soft_wrap=isinstance(item, Text))
-    # The two runs at the load nearest the predicted break-even, compared in detail.
-    nearest = min(range(len(plan.rates)), key=lambda i: abs(plan.rates[i] - predicted))
+    # The two HTTP runs above the crossover, compared in detail.
+    above = [measured[side].steps[-1].run_dir for side in SIDES]
     comparison = compare_runs(
-        [sweeps["monolith"] / f"step-{nearest}", sweeps["disagg"] / f"step-{nearest}"],
+        above,
         CompareOptions(
             percentiles=(50.0, 99.0),
             by_workload=False,
             goodput=targets,
             time_scale=scale,
-            labels=("monolith", "disagg"),
+            labels=SIDES,
             resamples=500,
         ),
     )
-    console.print(f"\nAt {plan.rates[nearest]:g} req/s (nearest step to the predicted break-even):")
+    console.print(f"\nAt {points[-1]:g} req/s over HTTP (the check above the crossover):")
     for item in comparison_renderables(comparison):
         console.print(item, soft_wrap=isinstance(item, Text))
     from reports.html.report import write_report
     from reports.html.run import ReportOptions
-    from reports.jsondoc import comparison_json, sweep_comparison_json
+    from reports.jsondoc import comparison_json, sweep_comparison_json, verdict_json
 
-    console.print(f"\n{verdict_line(result.verdict, predicted, plan)}", soft_wrap=True)
+    console.print(f"\n{verdict_line(verdict, offline.verdict, predicted)}", soft_wrap=True)
     write_json(
         base / "verdict.json",
-        {"sweeps": sweep_comparison_json(result), "at_break_even": comparison_json(comparison)},
+        {
+            "verdict": verdict_json(verdict),
+            "offline": sweep_comparison_json(result),
+            "checks": [
+                {
+                    "load": c.load,
+                    "lead_offline": c.lead(http=False),
+                    "lead_http": c.lead(http=True),
+                    "http_flags": [f.reason for step in c.http for f in step.flags],
+                }
+                for c in checks
+            ],
+            "above_crossover": comparison_json(comparison),
+        },
     )
     # The page shows the comparisons printed above (one verdict, not a second computation);
     # its run sections are on the client's clock, so their goodput targets are scaled.
     report = write_report(
         base / "report.html",
-        runs=[sweeps["monolith"] / f"step-{nearest}", sweeps["disagg"] / f"step-{nearest}"],
-        labels=["monolith", "disagg"],
+        runs=[Path(r) for r in above],
+        labels=list(SIDES),
         options=ReportOptions(slos=scale_slos(SLOSet(goodput=targets), scale), time_scale=scale),
         markdown=base / "report.md",
         comparison=comparison,
@@ -265,4 +372,4 @@ def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | N
     console.print(
         f"report: {report} (summary: {base / 'report.md'}; verdict: {base / 'verdict.json'})"
     )
-    console.print(f"done in {time.monotonic() - started:.0f} s; sweeps in {base}")
+    console.print(f"done in {time.monotonic() - started:.0f} s; runs in {base}")

@@ -373,6 +373,7 @@ def _record(
     first, last = _ns(track.times[0]), _ns(track.times[-1])
     prefill_end = track.prefill_end if track.prefill_end is not None else track.first_step
     ready = track.transfer_end if track.transfer_end is not None else prefill_end
+    decode = track.decode_start if track.decode_start is not None else ready
     sample = track.times[0]
     return replace(
         refusal,
@@ -391,7 +392,8 @@ def _record(
         server_queue_ms=(track.first_step - track.arrival) * 1e3,
         server_prefill_ms=(prefill_end - track.first_step) * 1e3,
         server_transfer_ms=(ready - prefill_end) * 1e3,
-        server_first_token_ms=(sample - ready) * 1e3,
+        server_decode_wait_ms=(decode - ready) * 1e3,
+        server_first_token_ms=(sample - decode) * 1e3,
         server_ttft_ms=(sample - track.arrival) * 1e3,
         server_decode_ms=(last - first) / 1e6,
         server_instance=track.back if track.back is not None else track.front,
