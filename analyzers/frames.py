@@ -320,7 +320,7 @@ def run_info(directory: Path) -> RunInfo | None:
         raise InvalidRunError(str(exc)) from exc
 
 
-def _run_dirs(run: Path | str) -> list[Path]:
+def run_dirs(run: Path | str) -> list[Path]:
     """The directories holding a run's files (a run directory, or its shards')."""
     dirs: list[Path] = []
     for f in run_files(run):
@@ -334,7 +334,7 @@ def run_health(run: Path | str) -> RunHealth:
     """Read the ``health`` section of every ``run.json`` next to the run's files."""
     healths = [
         info.health
-        for info in (run_info(d) for d in _run_dirs(run))
+        for info in (run_info(d) for d in run_dirs(run))
         if info is not None and info.health is not None
     ]
     if not healths:

@@ -18,12 +18,14 @@ import click
 from loadgen.cli.echo import echo_json, echo_renderables, write_text
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.bootstrap import bootstrap_options
+from loadgen.cli.options.cache import cache_options
 from loadgen.cli.options.output import json_option, markdown_option
 from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.selection import selection_options
 from loadgen.cli.options.slo import load_slos, slo_option
 
 if TYPE_CHECKING:
+    from analyzers.cache import CacheOptions
     from analyzers.frames import RowSelection
 
 
@@ -73,6 +75,7 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
 )
 @click.option("--allow-different-traces", is_flag=True, help="Allow a baseline of another trace.")
 @selection_options(window=False)
+@cache_options
 @json_option
 def gate(
     run: Path,
@@ -86,6 +89,7 @@ def gate(
     infra_share: float,
     allow_different_traces: bool,
     selection: RowSelection,
+    cache: CacheOptions,
     as_json: bool,
 ) -> None:
     """Fail CI when a run breaks its SLOs or regresses against a baseline.
@@ -94,7 +98,13 @@ def gate(
     (also one that did not complete), 4 endpoint or infrastructure failure. See
     docs/gates.md.
 
-    Example: loadgen gate runs/pr --slo slo.toml --baseline runs/main --junit gate.xml
+    Prefix cache: 'cache_hit_ratio>=0.8' (reported cached / prompt tokens) and
+    'cache_fidelity>=0.9' (reported / expected cached tokens, the trace from run.json or
+    --trace); no data when the server reports no cached tokens.
+
+    Examples:
+      loadgen gate runs/pr --slo slo.toml --baseline runs/main --junit gate.xml
+      loadgen gate runs/agents --slo 'cache_hit_ratio>=0.6' --slo 'cache_fidelity>=0.9'
     """
     from analyzers.errors import InvalidRunError
     from analyzers.slo.gate import GateOptions, verdict_error
@@ -117,6 +127,7 @@ def gate(
             seed=seed,
             infra_share=infra_share,
             allow_different_traces=allow_different_traces,
+            cache=cache,
         ),
     )
     if junit is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 __all__ = [
     "bootstrap",
     "budget",
+    "cache",
     "engine",
     "group",
     "loadmode",
