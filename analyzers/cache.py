@@ -296,6 +296,17 @@ def cache_expectation(
             f"{path}: {wrong} of the run's requests have another request id at their "
             "trace index: not the trace this run replayed"
         )
+    if not rows.select(pl.col(s.PREFIX_BLOCKS).list.len().fill_null(0).max()).item():
+        # No block ids at all: every prompt is unique to its request, nothing to walk.
+        frame = rows.unique(s.TRACE_INDEX, keep="first", maintain_order=True).select(
+            s.TRACE_INDEX,
+            pl.when(pl.col("_opaque"))
+            .then(None)
+            .otherwise(0)
+            .cast(pl.Int64)
+            .alias(EXPECTED_CACHED),
+        )
+        return frame, basis
     cache = IdealPrefixCache(trace_block=trace_block, kv_block=kv)
     out: dict[int, int | None] = {}
     for index, api, blocks, opaque, filled, prompt, n_in in rows.select(

@@ -76,10 +76,10 @@ def cache_depth_chart(a: Analysis, *, prefix: str = "") -> Chart:
             )
         ax.set_xlabel("turn depth within the session (1: first turn)")
         ax.set_ylabel("cached share of prompt tokens (%)")
-        ax.set_ylim(0, 105)
+        ax.set_ylim(0, 100)
         step = max(1, len(turns) // 20)
         ax.set_xticks(turns[::step])
-        ax.legend(loc="upper left", ncols=2)
+        fig.legend(loc="outside upper center", ncols=2)
 
     basis = a.cache_basis
     caption = (

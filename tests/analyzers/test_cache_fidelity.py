@@ -187,6 +187,22 @@ def test_gate_has_no_data_when_the_server_reports_no_cached_tokens(tmp_path: Pat
         assert "the server reported no cached tokens" in out
 
 
+def test_a_trace_without_prefix_blocks_allows_no_hits(tmp_path: Path) -> None:
+    trace = tmp_path / "plain.parquet"
+    write_trace(
+        pa.table({"request_id": ["q0", "q1"], "arrival_s": [0.0, 1.0],
+                  "input_tokens": [600, 600], "output_tokens": [3, 3]}),
+        trace,
+    )  # fmt: skip
+    run = write_run(tmp_path / "run", [rec(0, cached_tokens=0), rec(1, cached_tokens=32)])
+    a = analyze(run, AnalysisOptions(cache=CacheOptions(trace=str(trace))))
+    x = a.overall.fidelity.expected
+    assert x is not None
+    assert (x.requests, x.expected_tokens, x.cached_tokens, x.fidelity) == (2, 0, 32, None)
+    out = invoke("gate", str(run), "--trace", str(trace), "--slo", "cache_fidelity>=0.5", code=1)
+    assert "allow no cached tokens" in out
+
+
 def test_cache_rules_parse_and_keep_their_scale() -> None:
     assert parse_rule("cache_hit_ratio>=80%").threshold == 0.8
     assert parse_rule("cache_fidelity>=1.1").threshold == pytest.approx(1.1)
