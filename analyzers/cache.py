@@ -141,38 +141,53 @@ class IdealPrefixCache:
 
     def shared(self, blocks: Sequence[int], tokens: int) -> int:
         """Tokens of a ``tokens``-token prompt over ``blocks`` that an added one shares."""
-        node, total, bs = 0, 0, self._bs
-        for j, block in enumerate(blocks):
-            own = min(bs, tokens - j * bs)
-            child = self._child.get((node, block)) if own > 0 else None
-            if child is None:
-                break
-            got = min(own, self._covered[child])
-            total += got
-            if got < bs:
-                break
-            node = child
-        return total
+        return self._walk(blocks, tokens, add=False)
 
-    def expected(self, blocks: Sequence[int], tokens: int, prompt: int) -> int:
-        """Cached tokens a server would report: whole KV blocks, the last token computed."""
-        hit = min(self.shared(blocks, tokens), prompt - 1)
+    def expected(
+        self, blocks: Sequence[int], tokens: int, prompt: int, *, add: bool = False
+    ) -> int:
+        """Cached tokens a server would report for a ``prompt``-token prompt whose text
+        (``tokens`` of them) lies over ``blocks``: whole KV blocks, the last token
+        computed. ``add``: then cache the prompt too (one walk for both)."""
+        hit = min(self._walk(blocks, tokens, add=add), prompt - 1)
         return max(0, hit // self._kv * self._kv)
 
     def add(self, blocks: Sequence[int], tokens: int) -> None:
         """Cache a prefilled prompt of ``tokens`` tokens over ``blocks``."""
-        node, bs = 0, self._bs
-        for j, block in enumerate(blocks):
-            own = min(bs, tokens - j * bs)
-            if own <= 0:
-                break
-            child = self._child.get((node, block))
+        self._walk(blocks, tokens, add=True)
+
+    def _walk(self, blocks: Sequence[int], tokens: int, *, add: bool) -> int:
+        """The tokens shared with what was added before; with ``add``, then add these."""
+        bs = self._bs
+        full, tail = divmod(max(tokens, 0), bs)
+        n = min(len(blocks), full + (1 if tail else 0))
+        children, covered = self._child, self._covered
+        node, shared, matching = 0, 0, True
+        for j in range(n):
+            own = bs if j < full else tail
+            key = (node, blocks[j])
+            child = children.get(key)
             if child is None:
-                child = self._child[(node, block)] = len(self._covered)
-                self._covered.append(own)
-            elif own > self._covered[child]:
-                self._covered[child] = own
+                matching = False
+                if not add:
+                    break
+                child = children[key] = len(covered)
+                covered.append(own)
+            else:
+                seen = covered[child]
+                if matching:
+                    if seen >= own:
+                        shared += own  # a whole (or, the last, partial) block shared
+                    else:
+                        shared += seen  # the part an earlier prompt ended inside
+                        matching = False
+                if add:
+                    if own > seen:
+                        covered[child] = own
+                elif not matching:
+                    break
             node = child
+        return shared
 
 
 def _candidates(info: RunInfo, run_dir: Path) -> list[Path]:
@@ -316,9 +331,7 @@ def cache_expectation(
             continue  # a request sent twice: its first dispatch counts
         tokens = max(0, n_in - template) if api == s.API_CHAT else n_in
         ids = blocks or ()
-        out[index] = None if opaque else cache.expected(ids, tokens, prompt)
-        if filled and ids and not opaque:
-            cache.add(ids, tokens)
+        out[index] = None if opaque else cache.expected(ids, tokens, prompt, add=filled)
     frame = pl.DataFrame(
         {s.TRACE_INDEX: list(out), EXPECTED_CACHED: list(out.values())},
         schema={s.TRACE_INDEX: pl.Int64, EXPECTED_CACHED: pl.Int64},
