@@ -96,6 +96,7 @@ def analyze(
     KV blocks), overall and per session turn depth; the trace is the one run.json names
     (or --trace).
 
+    \b
     Examples:
       loadgen analyze runs/today --percentiles 50,99,99.9 --slo-ttft-ms 200
       loadgen analyze runs/agents --trace agents.parquet --kv-block-size 16

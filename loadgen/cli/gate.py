@@ -102,6 +102,7 @@ def gate(
     'cache_fidelity>=0.9' (reported / expected cached tokens, the trace from run.json or
     --trace); no data when the server reports no cached tokens.
 
+    \b
     Examples:
       loadgen gate runs/pr --slo slo.toml --baseline runs/main --junit gate.xml
       loadgen gate runs/agents --slo 'cache_hit_ratio>=0.6' --slo 'cache_fidelity>=0.9'

@@ -177,6 +177,13 @@ def test_gate_checks_the_cache_hit_ratio_and_fidelity(tmp_path: Path) -> None:
     assert "cache_fidelity >= 60%: 50% breaks" in out  # 256 / 512
     out = invoke("gate", str(run), "--slo", "cache_fidelity>=0.5", code=1)
     assert "no run.json names the trace" in out
+    stranger = tmp_path / "stranger.parquet"
+    write_trace(
+        pa.table({"request_id": ["x0", "x1"], "arrival_s": [0.0, 1.0],
+                  "input_tokens": [600, 600], "output_tokens": [3, 3]}),
+        stranger,
+    )  # fmt: skip
+    assert "not the trace" in invoke("analyze", str(run), "--trace", str(stranger), code=2)
 
 
 def test_gate_has_no_data_when_the_server_reports_no_cached_tokens(tmp_path: Path) -> None:
