@@ -39,7 +39,7 @@ from typing import Final
 
 import polars as pl
 
-from analyzers.errors import DifferentTracesError
+from analyzers.errors import AnalyzerError, DifferentTracesError
 from analyzers.frames import run_dirs, run_info, scan_run
 from traces import schema as s
 from traces.errors import TraceError
@@ -236,7 +236,7 @@ def resolve_trace(
     if options.trace is not None:
         path = Path(options.trace)
         if not path.is_file():
-            raise DifferentTracesError(f"--trace {path}: no such trace file")
+            raise AnalyzerError(f"--trace {path}: no such trace file")
         if info is not None and file_sha256(path) != info.trace.sha256:
             raise DifferentTracesError(
                 f"--trace {path} is not the trace {run} replayed (its sha256 differs from "
@@ -278,33 +278,41 @@ def cache_expectation(
     kv, kv_source, note = _kv_block(info, options)
     if path is None:
         basis = CacheBasis(
-            trace=None, trace_block_size=None, kv_block_size=kv, kv_block_source=kv_source,
-            unavailable=why, note=note,
-        )  # fmt: skip
+            trace=None,
+            trace_block_size=None,
+            kv_block_size=kv,
+            kv_block_source=kv_source,
+            unavailable=why,
+            note=note,
+        )
         return None, basis
     trace_block = block_size_of(read_metadata(path), str(path))
     template = info.config.template_tokens if info is not None else 0
-    rows = (
+    n_in = pl.col(s.INPUT_TOKENS).cast(pl.Int64)
+    sent = (
         scan_run(run)
         .select(
             pl.col(s.TRACE_INDEX).cast(pl.Int64),
             pl.col(s.REQUEST_ID).cast(pl.String),
             pl.coalesce(pl.col(s.SENT_NS), pl.col(s.DUE_NS)).alias("_at"),
-            (pl.col(s.FIRST_TOKEN_NS).is_not_null() | (pl.col(s.OUTCOME) == s.OUTCOME_OK))
-            .alias("_filled"),
-            pl.col(s.PROMPT_TOKENS).cast(pl.Int64).fill_null(pl.col(s.INPUT_TOKENS).cast(pl.Int64))
-            .alias("_prompt"),
-            pl.col(s.INPUT_TOKENS).cast(pl.Int64).alias("_input"),
+            (pl.col(s.FIRST_TOKEN_NS).is_not_null() | (pl.col(s.OUTCOME) == s.OUTCOME_OK)).alias(
+                "_filled"
+            ),
+            pl.col(s.PROMPT_TOKENS).cast(pl.Int64).fill_null(n_in).alias("_prompt"),
+            n_in.alias("_input"),
         )
         .sort(["_at", s.TRACE_INDEX])
         .collect()
-        .join(_trace_rows(path).with_columns(pl.col(s.TRACE_INDEX).cast(pl.Int64)),
-              on=s.TRACE_INDEX, how="left", maintain_order="left")
-    )  # fmt: skip
+    )
+    trace_rows = _trace_rows(path).with_columns(pl.col(s.TRACE_INDEX).cast(pl.Int64))
+    rows = sent.join(trace_rows, on=s.TRACE_INDEX, how="left", maintain_order="left")
     basis = CacheBasis(
-        trace=str(path), trace_block_size=trace_block, kv_block_size=kv,
-        kv_block_source=kv_source, note=note,
-    )  # fmt: skip
+        trace=str(path),
+        trace_block_size=trace_block,
+        kv_block_size=kv,
+        kv_block_source=kv_source,
+        note=note,
+    )
     # A row whose request id is not the trace's at its index (a placeholder `loadgen
     # recover` wrote without the trace) gets no expectation; most of them: another trace.
     stray = pl.col("_trace_id").is_null() | (pl.col("_trace_id") != pl.col(s.REQUEST_ID))
