@@ -139,6 +139,19 @@ class ClassSummary:
     metrics: tuple[MetricStats, ...]
     fidelity: Fidelity
     goodput: g.Goodput | None
+    embeddings: int = 0
+    """Requests sent to ``/v1/embeddings``: no tokens stream back, so TTFT, TPOT and ITL
+    have no samples from them; their latency is E2E, their rate ``items_per_s``."""
+    items: int = 0
+    """Embeddings returned by ok requests (the ``items`` column)."""
+    items_per_s: float = 0.0
+    input_tokens_per_s: float = 0.0
+    """Prompt tokens of ok requests (reported, else requested) per second."""
+
+    @property
+    def embeddings_only(self) -> bool:
+        """Every request of the class went to ``/v1/embeddings``."""
+        return self.requests > 0 and self.embeddings == self.requests
 
     def metric(self, key: str) -> MetricStats:
         """The stats of metric ``key`` (an ``exprs`` column name, e.g. ``exprs.TTFT_MS``)."""

@@ -93,6 +93,8 @@ def request_frame(
         e.cached_fraction(),
         _expected_column(expected),
         pl.col(s.SERVER_SLIP_MS),
+        pl.when(ok).then(pl.col(s.ITEMS).cast(pl.Int64)).alias("_ok_items"),
+        (pl.col(s.API).cast(pl.String) == s.API_EMBEDDINGS).alias("_embed"),
         *g.goodput_columns(slo),
     )
 
@@ -141,6 +143,8 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
         pl.col(s.END_NS).max().alias("_last_end"),
         pl.col(e.CONTENT_TOKENS).sum().alias("_out_tokens"),
         pl.col("_ok_prompt").sum().alias("_ok_prompt"),
+        pl.col("_ok_items").sum().alias("_ok_items"),
+        pl.col("_embed").sum().alias("_embed"),
         ratio.count().alias("_fid_n"),
         pl.col(e.REQUESTED_PROMPT_TOKENS).filter(has_usage).mean().alias("_fid_req"),
         pl.col(s.PROMPT_TOKENS).mean().alias("_fid_rep"),
@@ -276,6 +280,10 @@ def _class_summary(
             tpot_misses=int(row[g.TPOT_MISS] or 0),
             duration_s=duration,
         ),
+        embeddings=int(row["_embed"] or 0),
+        items=int(row["_ok_items"] or 0),
+        items_per_s=int(row["_ok_items"] or 0) * per_s,
+        input_tokens_per_s=prompt_tokens * per_s,
     )
 
 

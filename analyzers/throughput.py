@@ -61,9 +61,9 @@ def window_queries(
 ) -> list[pl.LazyFrame]:
     """Per-window sums, window index ``_w`` from ``t0`` in ``window_ns`` steps: content
     tokens arriving (from ``lf``'s chunks), requests due, ok requests ending and the prompt
-    tokens of ok requests whose first token arrived (from ``req``, ``metrics.request_frame``'s
-    rows: its ``_ok`` and ``_ok_prompt`` columns). Collect them, in this order, for
-    ``windows``."""
+    tokens of ok requests whose first token arrived, or without one whose end came (from
+    ``req``, ``metrics.request_frame``'s rows: its ``_ok`` and ``_ok_prompt`` columns).
+    Collect them, in this order, for ``windows``."""
 
     def idx(col: str) -> pl.Expr:
         return ((pl.col(col) - t0) // window_ns).alias("_w")
@@ -75,9 +75,12 @@ def window_queries(
         .group_by(idx(s.END_NS))
         .agg(pl.len().cast(pl.Int64).alias("_completed"))
     )
+    # An ok request without a first token (embeddings: nothing streams) counts its prompt
+    # at its end.
+    prompted = pl.coalesce(s.FIRST_TOKEN_NS, s.END_NS)
     prompts = (
         req.filter(pl.col("_ok"))
-        .group_by(idx(s.FIRST_TOKEN_NS))
+        .group_by(((prompted - t0) // window_ns).alias("_w"))
         .agg(pl.col("_ok_prompt").sum().cast(pl.Int64).alias("_prompt"))
     )
     return [tokens, arrivals, completed, prompts]

@@ -80,7 +80,7 @@ async def _level(root: str, host: str, port: int, level: int, tokens: int, pid: 
 
 
 async def _bench(levels: list[int], tokens: int, scale: float) -> None:
-    args = ["--model", "llama-3.1-8b", "--gpu", "h100", "--time-scale", str(scale)]
+    args = ["--model", "llama-3.1-8b", "--gpu", "h100", "--clock-scale", str(scale)]
     args += ["--max-num-seqs", str(max(levels) + 1)]
     with start_sim(args) as sim:
         split = urlsplit(sim.root_url)

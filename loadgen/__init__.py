@@ -18,6 +18,7 @@ __all__ = [
     "dispatched",
     "errors",
     "fit",
+    "history",
     "http",
     "live",
     "openai",
@@ -27,8 +28,10 @@ __all__ = [
     "replay",
     "run",
     "schedule",
+    "sessions",
     "sim",
     "stampdelay",
     "stream",
+    "turns",
     "wakeup",
 ]

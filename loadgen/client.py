@@ -44,10 +44,13 @@ from loadgen.http.stamping import (
     read_head,
     stamped_body,
 )
+from loadgen.openai.chunks import reply_text
 from loadgen.openai.refusals import is_admission_rejected, is_context_exceeded
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
+from loadgen.stream.body import BodyFeed
 from loadgen.stream.feed import NATIVE, EventFeed
+from loadgen.stream.responses import ResponsesFeed, ResponsesState
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from loadgen.stream.state import StreamState
 from loadgen.stream.whole import WholeBody
@@ -57,6 +60,10 @@ from traces.records import RequestRecord, TraceRequest
 
 _ERROR_BODY_LIMIT = 2048
 _NO_TIMINGS = ServerTimings()
+_UNFINISHED = {
+    s.API_RESPONSES: "stream ended without response.completed or response.incomplete",
+    s.API_EMBEDDINGS: "the embeddings reply ended before its body",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +75,12 @@ class PreparedRequest:
     path: str
     body: bytes
     warmup: bool = False
+    context_tokens: int | None = None
+    """Tokens of the prompt carried over from the trace's ``parent`` turn (the run table's
+    ``context_tokens``); None without a parent."""
+    keep_reply: bool = False
+    """Keep the response body and return its content text from ``execute`` (a live
+    session history); nothing is kept otherwise."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,8 +214,9 @@ class StreamingClient:
         job: PreparedRequest | ReadyRequest,
         due_ns: int,
         sink: Callable[[RequestRecord], None],
-    ) -> None:
-        """Send ``job`` now, stream the response, and give its record to ``sink``.
+    ) -> str | None:
+        """Send ``job`` now, stream the response, and give its record to ``sink``. Returns
+        the reply's content text when the job asks to keep it (``keep_reply``), else None.
 
         The record's ``sent_ns`` (the TTFT origin, and what the chunk offsets count from)
         is the request's first action on the wire: its first byte written, or the start of
@@ -215,9 +229,11 @@ class StreamingClient:
         outcome = s.OUTCOME_OK
         error: str | None = None
         sent = now_ns()
-        state = StreamState(sent)
+        api = job.trace.api
+        state = ResponsesState(sent) if api == s.API_RESPONSES else StreamState(sent)
+        body: list[bytes] | None = [] if job.keep_reply else None
         try:
-            header_timings, error = await self._exchange(ready.send, progress, state)
+            header_timings, error = await self._exchange(ready.send, progress, state, body, api)
             if error is not None:
                 if is_context_exceeded(progress.status, error):
                     outcome = s.OUTCOME_CONTEXT_EXCEEDED
@@ -278,12 +294,33 @@ class StreamingClient:
             self._deferred.submit(lambda: sink(make()))
         else:
             sink(make())
+        return reply_text(b"".join(body)) if body is not None else None
+
+    def _feed(
+        self, state: StreamState, api: str
+    ) -> EventFeed | ResponsesFeed | BodyFeed | WholeBody:
+        """The sink of a response body's reads: the whole body for embeddings, the typed
+        events of the Responses API (always streamed), one JSON object for a chat or
+        completions request under ``--no-stream``, else chat's and completions' chunks."""
+        if api == s.API_EMBEDDINGS:
+            return BodyFeed(state, max_bytes=self._max_event_bytes)
+        if isinstance(state, ResponsesState):
+            return ResponsesFeed(state, max_event_bytes=self._max_event_bytes)
+        if not self._stream:
+            return WholeBody(state, max_bytes=self._max_event_bytes)
+        return EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
 
     async def _exchange(
-        self, send: Outgoing | httpx.Request, progress: Progress, state: StreamState
+        self,
+        send: Outgoing | httpx.Request,
+        progress: Progress,
+        state: StreamState,
+        body: list[bytes] | None = None,
+        api: str = s.API_CHAT,
     ) -> tuple[ServerTimings | None, str | None]:
-        """Send the request and read its response into ``state``. Returns the timings the
-        headers carried and, for an HTTP error status, the error text."""
+        """Send the request and read its response into ``state`` (and its body's reads into
+        ``body``, when given). Returns the timings the headers carried and, for an HTTP
+        error status, the error text."""
         if isinstance(send, Outgoing):
             fast = self._fast
             assert fast is not None  # ready() encodes an Outgoing only for it
@@ -298,8 +335,9 @@ class StreamingClient:
                     head = await read_head(exchange)
                     note = error_note(exchange.status, exchange.headers, head)
                     return header_timings, _error_text(exchange.status, head.data).rstrip() + note
-                feed = self._feed(state)
-                await exchange.drain(feed.take)  # the transport notes the first byte
+                feed = self._feed(state, api)
+                # the transport notes the first byte
+                await exchange.drain(_keeping(body, feed.take) if body is not None else feed.take)
                 feed.finish(self._now_ns())
             finally:
                 exchange.close()
@@ -323,30 +361,30 @@ class StreamingClient:
                     head = await read_head(stamped_body(response, self._now_ns))
                     note = error_note(status, response.headers, head)
                     return header_timings, _error_text(status, head.data).rstrip() + note
-                await self._read_events(response, state, progress)
+                await self._read_events(response, state, progress, body, api)
             finally:
                 await response.aclose()
             return header_timings, None
 
-    def _feed(self, state: StreamState) -> EventFeed | WholeBody:
-        """What reads a response body into ``state``: SSE events, or one JSON object."""
-        if not self._stream:
-            return WholeBody(state, max_bytes=self._max_event_bytes)
-        return EventFeed(state, native=self._native_feed, max_event_bytes=self._max_event_bytes)
-
     async def _read_events(
-        self, response: httpx.Response, state: StreamState, progress: Progress
+        self,
+        response: httpx.Response,
+        state: StreamState,
+        progress: Progress,
+        body: list[bytes] | None,
+        api: str,
     ) -> None:
         """Read the body of an httpx response into ``state``, stamping each read (when the
         transport offers no stamped stream) and noting the first byte."""
-        feed = self._feed(state)
+        feed = self._feed(state, api)
         stamped: StampedStream | None = response.extensions.get(STAMPED)
         if stamped is not None:
+            feed_take = feed.take if body is None else _keeping(body, feed.take)
 
             def take(ts: int, data: bytes) -> bool:
                 if progress.first_byte_ns is None:
                     progress.first_byte_ns = ts
-                return feed.take(ts, data)
+                return feed_take(ts, data)
 
             await stamped.drain(take)
         else:
@@ -355,6 +393,8 @@ class StreamingClient:
                 ts = now_ns()
                 if progress.first_byte_ns is None:
                     progress.first_byte_ns = ts
+                if body is not None:
+                    body.append(data)
                 feed.take(ts, data)
         feed.finish(self._now_ns())
 
@@ -379,7 +419,9 @@ class StreamingClient:
             elif not parsed.done and parsed.finish_reason is None:
                 outcome, error = (
                     s.OUTCOME_PROTOCOL_ERROR,
-                    "stream ended without [DONE] or a finish_reason",
+                    _UNFINISHED.get(
+                        job.trace.api, "stream ended without [DONE] or a finish_reason"
+                    ),
                 )
         req = job.trace
         usage = fit.usage
@@ -430,7 +472,21 @@ class StreamingClient:
             server_instance=self._scrubber.scrub_optional(timings.instance),
             server_slip_ms=timings.slip_ms,
             server_inference_ms=timings.inference_ms,
+            turn=req.turn,
+            parent=req.parent,
+            context_tokens=job.context_tokens,
+            items=parsed.items,
         )
+
+
+def _keeping(body: list[bytes], take: Callable[[int, bytes], bool]) -> Callable[[int, bytes], bool]:
+    """``take`` that also keeps each read in ``body`` (a live session's reply)."""
+
+    def keep(ts: int, data: bytes) -> bool:
+        body.append(data)
+        return take(ts, data)
+
+    return keep
 
 
 def _error_text(status: int, body: bytes) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from loadgen.client import PreparedRequest
@@ -31,13 +32,25 @@ class Preparer:
     """``--extra-body``: merged into every body (checked by ``extra_body_problem``)."""
     stream: bool = True
     """False with ``--no-stream``: one JSON response per request, no SSE."""
+    embed_batch: int = 1
+    """Inputs per embeddings request (``--embed-batch``)."""
 
     def x_request_id(self, req: TraceRequest) -> str:
         """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
         return f"{self.run_id}-{req.request_id}"
 
-    def prepare(self, req: TraceRequest, ordinal: int) -> PreparedRequest:
-        """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones)."""
+    def prepare(
+        self,
+        req: TraceRequest,
+        ordinal: int,
+        *,
+        warmup: bool = False,
+        context_tokens: int | None = None,
+        keep_reply: bool = False,
+    ) -> PreparedRequest:
+        """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones,
+        and ``warmup`` any other: one due in the warm-up time); ``context_tokens`` goes to
+        its row."""
         prompt = self.prompts.make(req)
         body = build_body(
             api=req.api,
@@ -48,17 +61,31 @@ class Preparer:
             extra=self.extra_body,
             row=row_fields(req),
             stream=self.stream,
+            embed_batch=self.embed_batch,
         )
         return PreparedRequest(
             trace=req,
             x_request_id=self.x_request_id(req),
             path=endpoint_path(req.api),
             body=body,
-            warmup=ordinal < self.warmup_requests,
+            warmup=warmup or ordinal < self.warmup_requests,
+            context_tokens=context_tokens,
+            keep_reply=keep_reply,
         )
 
-    async def prepare_async(self, req: TraceRequest, ordinal: int) -> PreparedRequest:
+    async def prepare_async(
+        self,
+        req: TraceRequest,
+        ordinal: int,
+        *,
+        warmup: bool = False,
+        context_tokens: int | None = None,
+        keep_reply: bool = False,
+    ) -> PreparedRequest:
         """``prepare``, off the event loop when the request carries images."""
+        build = partial(
+            self.prepare, warmup=warmup, context_tokens=context_tokens, keep_reply=keep_reply
+        )
         if req.images:
-            return await asyncio.to_thread(self.prepare, req, ordinal)
-        return self.prepare(req, ordinal)
+            return await asyncio.to_thread(build, req, ordinal)
+        return build(req, ordinal)

@@ -6,7 +6,9 @@ and sent times so a late generator is visible (no coordinated omission). Closed 
 exactly N requests in flight. ``stop()`` (wired to SIGINT/SIGTERM by the CLI) stops
 dispatching, gives in-flight requests a grace period, then cancels them; cancelled
 requests are recorded with outcome ``cancelled``. A closed loop's ``max_rate`` is paced on
-the run's clock with absolute slots (``loadgen.pacer``).
+the run's clock with absolute slots (``loadgen.pacer``). Closed-loop sessions (an open
+loop whose turns wait for their parents' replies) are dispatched by ``loadgen.turns``.
+With a duration, rows still in flight when dispatching ended are flagged ``drain``.
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
-from loadgen.client import ReadyRequest, StreamingClient
+from loadgen.client import PreparedRequest, ReadyRequest, StreamingClient
 from loadgen.clock import Clock
+from loadgen.history import LiveHistory
 from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
 from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
 from loadgen.schedule import due_offsets_ns
+from loadgen.sessions import SessionPlan
 from loadgen.stampdelay import StampDelayProbe
+from loadgen.turns import ClosedSessions
 from loadgen.wakeup import DeadlineTimer, make_deadline_timer
 from traces.health import LagSummary
 from traces.records import RequestRecord, TraceRequest
@@ -60,6 +66,16 @@ class LoadShape:
     """Stop dispatching after this many seconds."""
     grace_s: float = 5.0
     """After a stop, how long in-flight requests may finish before they are cancelled."""
+    closed_sessions: bool = False
+    """Open loop: a session's turn waits for its parent's end plus think time
+    (``loadgen.turns``)."""
+    max_sessions: int | None = None
+    """Closed sessions: cap on sessions in progress."""
+    live_history: bool = False
+    """Closed sessions: a turn's history is what the server replied (``loadgen.history``),
+    not the trace's."""
+    warmup_s: float | None = None
+    """Requests due in the first this many seconds are flagged warm-up."""
 
     @property
     def mode(self) -> str:
@@ -93,6 +109,10 @@ class ReplayResult:
     """Closed loop: the connects of the warm pool opened before the start (one per
     worker; samples: the connections opened), which the first wave's rows then do not
     carry; None for an open loop."""
+    warmup_end_ns: int | None = None
+    """With ``warmup_s``: requests due before it are flagged warm-up."""
+    dispatch_end_ns: int | None = None
+    """With ``duration_s``: when dispatching ended; rows in flight then are ``drain``."""
 
 
 class Replayer:
@@ -111,12 +131,19 @@ class Replayer:
         ordinals: Sequence[int] | None = None,
         origin_s: float | None = None,
         timer: DeadlineTimer | None = None,
+        plan: SessionPlan | None = None,
     ) -> None:
         """``ordinals`` are the requests' places in the whole trace (warm-up counts from
         them; default: their order here); ``origin_s`` is the arrival time that maps to the
         start (default: the first request's), so shards share one time axis. ``timer``:
         what wakes the dispatcher at due times (default: ``loadgen.wakeup``'s most precise;
-        the bench injects others to compare)."""
+        the bench injects others to compare). ``plan``: the requests' sessions
+        (``loadgen.sessions``), needed by ``closed_sessions`` and for ``context_tokens``."""
+        self._plan = plan
+        self._history: LiveHistory | None = None
+        self._warm_end: int | None = None
+        self._dispatch_end: int | None = None
+        self._tg: asyncio.TaskGroup | None = None
         self._timer = timer if timer is not None else make_deadline_timer()
         self._requests = requests
         self._ordinals = list(ordinals) if ordinals is not None else list(range(len(requests)))
@@ -146,8 +173,53 @@ class Replayer:
         self._stop_reason = reason
 
     def _record(self, record: RequestRecord) -> None:
+        end = self._dispatch_end
+        if end is not None and record.end_ns is not None and record.end_ns > end:
+            record = replace(record, drain=True)  # in flight when dispatching ended
         self._sink(record)
         self._stats.on_record(record)
+
+    # -- what ``loadgen.turns.ClosedSessions`` drives (its ``Dispatch``)
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def end_by_duration(self) -> None:
+        self._stop_reason = "duration"
+
+    async def sleep_until(self, due_ns: int) -> bool:
+        return await self._sleep_until(due_ns)
+
+    async def ready(self, position: int, due_ns: int, reply: str | None = None) -> ReadyRequest:
+        """Prepare and encode request ``position`` of this replay, due at ``due_ns``
+        (``reply``: its parent's reply, for a live history)."""
+        return self._client.ready(await self._prepare(position, due_ns, reply))
+
+    async def send(self, job: ReadyRequest, due_ns: int) -> str | None:
+        self._dispatched += 1
+        self._stats.on_dispatch()
+        return await self._client.execute(job, due_ns, self._record)
+
+    def track(self, coro: Coroutine[Any, Any, None]) -> None:
+        assert self._tg is not None
+        task = self._tg.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _prepare(
+        self, position: int, due_ns: int, reply: str | None = None
+    ) -> PreparedRequest:
+        plan, warm, history = self._plan, self._warm_end, self._history
+        req = self._requests[position]
+        if history is not None:
+            req = history.request(self._requests, position, reply)
+        return await self._preparer.prepare_async(
+            req,
+            self._ordinals[position],
+            warmup=warm is not None and due_ns < warm,
+            context_tokens=plan.context_tokens[position] if plan is not None else None,
+            keep_reply=history is not None and history.keeps_reply(position),
+        )
 
     async def run(self, start_ns: int | None = None) -> ReplayResult:
         """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for.
@@ -176,12 +248,18 @@ class Replayer:
             started.start()
             probe = started
         start = start_ns if start_ns is not None else self._clock.now_ns()
+        if self._shape.warmup_s is not None:
+            self._warm_end = start + int(self._shape.warmup_s * 1e9)
+        self._dispatch_end = self._deadline(start)
         try:
             async with asyncio.TaskGroup() as tg:
+                self._tg = tg
                 monitor_task = tg.create_task(monitor.run())
                 try:
                     if self._shape.concurrency is not None:
                         await self._closed_loop(tg, start, self._shape.concurrency)
+                    elif self._shape.closed_sessions:
+                        await self._closed_sessions(start)
                     else:
                         await self._open_loop(tg, start)
                     await self._drain()
@@ -205,6 +283,8 @@ class Replayer:
             held=summarize_us(self._held_us) if capped else None,
             dispatch_lag=summarize_us(self._dispatch_lag_us) if capped else None,
             warm_connect=warm,
+            warmup_end_ns=self._warm_end,
+            dispatch_end_ns=self._dispatch_end,
         )
 
     async def _drain(self) -> None:
@@ -279,19 +359,38 @@ class Replayer:
         self._dispatched += 1
         self._stats.on_dispatch()
 
+    def _due_ns(self, start: int) -> list[int]:
+        offsets = due_offsets_ns(
+            [r.arrival_s for r in self._requests], self._shape.time_factor, self._origin_s
+        )
+        return [start + o for o in offsets]
+
+    async def _closed_sessions(self, start: int) -> None:
+        plan = self._plan
+        if plan is None:
+            raise ValueError("closed sessions need the requests' session plan")
+        if self._shape.live_history:
+            self._history = LiveHistory(self._preparer.prompts, plan)
+        await ClosedSessions(
+            self,
+            plan,
+            self._due_ns(start),
+            now_ns=self._clock.now_ns,
+            deadline_ns=self._deadline(start),
+            max_sessions=self._shape.max_sessions,
+        ).run()
+
     async def _open_loop(self, tg: asyncio.TaskGroup, start: int) -> None:
         """Send every request at its due time. Requests are prepared ahead (up to
         ``_AHEAD``, and only while the earliest prepared one is more than ``_PREP_GUARD_NS``
         away), so that at a due time everything due goes out at once and one yield lets the
         new tasks write their requests before anything else is prepared."""
-        offsets = due_offsets_ns(
-            [r.arrival_s for r in self._requests], self._shape.time_factor, self._origin_s
-        )
+        dues = self._due_ns(start)
         deadline = self._deadline(start)
         cap = self._shape.max_inflight
         slot = asyncio.Semaphore(cap) if cap is not None else None
         now_ns = self._clock.now_ns
-        requests, ordinals = self._requests, self._ordinals
+        requests = self._requests
         ahead: deque[tuple[int, ReadyRequest]] = deque()
         following = 0
         # When the dispatcher last got a slot it had to wait for: a request due before
@@ -303,10 +402,8 @@ class Replayer:
                 and len(ahead) < _AHEAD
                 and (not ahead or ahead[0][0] - now_ns() > _PREP_GUARD_NS)
             ):
-                prepared = await self._preparer.prepare_async(
-                    requests[following], ordinals[following]
-                )
-                ahead.append((start + offsets[following], self._client.ready(prepared)))
+                due = dues[following]
+                ahead.append((due, self._client.ready(await self._prepare(following, due))))
                 following += 1
             if not ahead:
                 return
@@ -338,17 +435,17 @@ class Replayer:
             if max_rate
             else None
         )
-        pending = iter(enumerate(self._requests))
+        pending = iter(range(len(self._requests)))
         now_ns = self._clock.now_ns
 
         async def worker() -> None:
-            for ordinal, req in pending:
+            for ordinal in pending:
                 if self._stopping:
                     return
                 if deadline is not None and now_ns() >= deadline:
                     self._stop_reason = "duration"
                     return
-                prepared = await self._preparer.prepare_async(req, self._ordinals[ordinal])
+                prepared = await self._prepare(ordinal, now_ns())
                 job = self._client.ready(prepared)  # encoded before its slot, not after
                 if pacer is None:
                     due = now_ns()

@@ -73,6 +73,10 @@ def class_json(c: ClassSummary) -> dict[str, Any]:
         "output_tokens": c.output_tokens,
         "output_tokens_per_s": c.output_tokens_per_s,
         "total_tokens_per_s": c.total_tokens_per_s,
+        "embeddings_requests": c.embeddings,
+        "items": c.items,
+        "items_per_s": c.items_per_s,
+        "input_tokens_per_s": c.input_tokens_per_s,
         "metrics": {m.key: _metric_json(m) for m in c.metrics},
         "prompt_fidelity": {
             "requests": c.fidelity.requests,
@@ -219,6 +223,7 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
         "run": d.run,
         "budget": d.budget_source,
         "prediction": d.prediction or None,
+        "chunking": d.chunking or None,
         "percentiles": list(d.options.percentiles),
         "slo_ttft_ms": d.options.slo_ttft_ms,
         "server_timings_hidden": d.options.hide_server_timings,

@@ -64,7 +64,11 @@ def _run(r: RunReport, heading: str) -> list[str]:
                 fmt.number(tpot.value(50.0)),
                 fmt.number(tpot.value(99.0)),
                 fmt.number(e2e.value(99.0)),
-                f"{c.output_tokens_per_s:,.0f}",
+                (
+                    f"{c.items_per_s:,.1f} items/s"
+                    if c.embeddings_only
+                    else f"{c.output_tokens_per_s:,.0f}"
+                ),
                 fmt.percent(None if c.goodput is None else c.goodput.fraction),
             ]
         )

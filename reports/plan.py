@@ -1,7 +1,8 @@
 """The plan as text a person reads: one line per prediction, then its arithmetic chain
 (``loadgen plan``), a claim's verdict (``loadgen plan check-claim``), a calibration's
-residuals (``loadgen plan calibrate``) and admission control's figures (``loadgen plan
-admission``).
+residuals (``loadgen plan calibrate``), admission control's figures (``loadgen plan
+admission``), the chunk-size table (``loadgen plan chunk``) and a pipeline's fleet
+(``loadgen plan fleet``).
 
 Pure string building from a ``BudgetReport`` or ``ClaimVerdict``; the CLI prints what
 this returns. Values are written in the chains' own engineering notation
@@ -17,7 +18,9 @@ from collections.abc import Sequence
 
 from analyzers.budget.admission import AdmissionPlan
 from analyzers.budget.calibrate import ProfileFit, Residual
+from analyzers.budget.chunking import ChunkPlan
 from analyzers.budget.claims import ClaimVerdict
+from analyzers.budget.fleet import FleetLine, FleetPlan
 from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
 from analyzers.budget.report import BudgetReport, Prediction
 from analyzers.budget.specs import Deployment
@@ -148,4 +151,74 @@ def render_admission(plan: AdmissionPlan) -> str:
     for line in plan.lines:
         lines.append(f"{line.label + ':':<29} {line.value}")
         lines.append(f"  {line.chain}")
+    return "\n".join(lines)
+
+
+def _fleet_lines(lines: Sequence[FleetLine], out: list[str]) -> None:
+    for line in lines:
+        out.append(f"  {line.label + ':':<28} {line.value}")
+        out.append(f"      {line.chain}")
+
+
+def render_fleet(plan: FleetPlan) -> str:
+    """``loadgen plan fleet``: the budget split, then each stage's chain from queries/s to
+    nodes, then the answer tier at each cache hit rate and the totals."""
+    out = [
+        f"Fleet for {plan.name} ({plan.path}): {fmt(plan.queries_per_s)} queries/s, "
+        f"end-to-end p99 budget {fmt_s(plan.e2e_p99_s)}",
+        "",
+        "Budget split (p99 per stage; the stages' p99s add up to at most the whole):",
+    ]
+    for share in plan.split:
+        out.append(f"  {share.stage + ':':<28} {fmt_s(share.budget_s):>8}  {share.share:6.1%}")
+    out.append(f"  {'total:':<28} {fmt_s(sum(s.budget_s for s in plan.split)):>8}  100.0%")
+    for stage in plan.stages:
+        out += ["", f"{stage.name} ({stage.kind}, p99 {fmt_s(stage.budget_s)}):"]
+        _fleet_lines(stage.lines, out)
+    out += ["", f"{plan.answer_name} (llm: {plan.answer_where}):"]
+    _fleet_lines(plan.answer_lines, out)
+    for answer in plan.answers:
+        out += ["", f"{plan.answer_name} at cache hit {answer.cache_hit:g}:"]
+        _fleet_lines(answer.lines, out)
+    out += ["", "Nodes:"]
+    upstream = " + ".join(f"{s.name} {s.nodes:,}" for s in plan.stages)
+    for answer in plan.answers:
+        total = sum(s.nodes for s in plan.stages) + answer.nodes
+        out.append(
+            f"  cache hit {answer.cache_hit:<4g} {upstream} + {plan.answer_name} "
+            f"{answer.nodes:,} = {total:,}"
+        )
+    return "\n".join(out)
+
+
+def _mark(ok: bool | None) -> str:
+    return "" if ok is None else ("ok" if ok else "MISS")
+
+
+def render_chunks(plan: ChunkPlan) -> str:
+    """``loadgen plan chunk``: the table per chunk size, each row's arithmetic, the
+    deployment's chunk size against unchunked, and the recommendation."""
+    head = (
+        f"{'chunk':>9}  {'steps/prompt':>12}  {'TTFT p50':>9}  {'TTFT p99':>9}  "
+        f"{'ITL p50':>8}  {'ITL p99':>8}  {'ITL max':>8}  {'capacity tok/s':>14}  "
+        f"{'TTFT':>4}  {'ITL':>4}"
+    )
+    lines = [f"Chunked prefill for {plan.model} ({plan.where}): {plan.load}", head]
+    for row in plan.rows:
+        run = row.run
+        mark = " <-" if row.label == plan.recommended else ""
+        lines.append(
+            f"{row.label:>9}  {row.steps_per_prompt:>12}  {run.ttft_p50_s * 1e3:>6.1f} ms  "
+            f"{run.ttft_p99_s * 1e3:>6.1f} ms  {run.itl_p50_s * 1e3:>5.1f} ms  "
+            f"{run.itl_p99_s * 1e3:>5.1f} ms  {run.itl_max_s * 1e3:>5.1f} ms  "
+            f"{fmt(run.capacity_tokens_per_s, 4):>14}  "
+            f"{_mark(row.meets_ttft):>4}  {_mark(row.meets_itl):>4}{mark}"
+        )
+    lines.append("Arithmetic (closed form beside the engine's p99):")
+    for line in plan.lines:
+        lines.append(f"{line.label + ':':<16} {line.value}")
+        lines.append(f"  {line.chain}")
+    if plan.deployment_line:
+        lines.append(plan.deployment_line[0].upper() + plan.deployment_line[1:])
+    lines.append(plan.verdict[0].upper() + plan.verdict[1:])
     return "\n".join(lines)

@@ -41,10 +41,17 @@ def class_lines(c: ClassSummary) -> list[str]:
     """Outcomes, throughput, prompt fidelity and goodput of one class."""
     outcomes = ", ".join(f"{o.outcome} {o.count}" for o in c.outcomes) or "none"
     lines = [
-        f"requests {c.requests} ({outcomes}; errors {c.error_rate:.1%}) over {c.duration_s:.1f} s",
-        f"throughput {c.requests_per_s:.2f} req/s, {c.output_tokens_per_s:,.0f} output tok/s, "
-        f"{c.total_tokens_per_s:,.0f} total tok/s ({c.output_tokens:,} output tokens)",
+        f"requests {c.requests} ({outcomes}; errors {c.error_rate:.1%}) over {c.duration_s:.1f} s"
     ]
+    if c.embeddings_only:
+        lines.append(embeddings_line(c))
+    else:
+        lines.append(
+            f"throughput {c.requests_per_s:.2f} req/s, {c.output_tokens_per_s:,.0f} output "
+            f"tok/s, {c.total_tokens_per_s:,.0f} total tok/s ({c.output_tokens:,} output tokens)"
+        )
+        if c.embeddings:
+            lines.append(f"of which {c.embeddings} embeddings requests: {embeddings_line(c)}")
     f = c.fidelity
     if f.requests:
         lines.append(
@@ -60,6 +67,17 @@ def class_lines(c: ClassSummary) -> list[str]:
             f"misses: TTFT {g.ttft_misses}, TPOT {g.tpot_misses}, failed {g.failed}"
         )
     return lines
+
+
+def embeddings_line(c: ClassSummary) -> str:
+    """Throughput of embeddings: requests, items and input tokens per second (no output
+    tokens, no TTFT: the latency is E2E)."""
+    ok = c.ok or 1
+    return (
+        f"throughput {c.requests_per_s:.2f} req/s, {c.items_per_s:,.1f} items/s, "
+        f"{c.input_tokens_per_s:,.0f} input tok/s ({c.items:,} items, {c.items / ok:.1f} "
+        "per request; latency is E2E)"
+    )
 
 
 def validity_lines(v: RunValidity) -> list[Text]:
@@ -79,6 +97,7 @@ def analysis_renderables(a: Analysis) -> list[RenderableType]:
         if cache is not None:
             out.append(cache)
     if a.windows:
+    if a.windows and not a.overall.embeddings_only:
         rates = sorted(w.output_tokens_per_s for w in a.windows)
         out.append(
             f"output tok/s over {len(rates)} windows of {a.window_s:g} s: min {rates[0]:,.0f}, "
@@ -181,6 +200,8 @@ def decomposition_renderables(d: Decomposition) -> list[RenderableType]:
     ]
     if d.prediction:
         out.append(f"server terms predicted by {d.prediction}")
+    if d.chunking:
+        out.append(d.chunking)
     cal = d.calibration
     if cal is not None:
         line = f"calibration on {cal.samples} low-load requests (<= {cal.max_in_flight} in flight)"

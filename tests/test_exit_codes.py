@@ -9,7 +9,10 @@ Error classes (README's codes):
 - ``malformed``: an input that is not what the command reads (a text file where a trace
   belongs, a trace where a run belongs, a ``-o`` that is not ``.parquet``): 2
 - ``invalid``: a run directory whose files cannot be analysed: 3
-- ``breach``: an SLO breached (``gate``): 1
+- ``breach``: an SLO breached (``gate``): 1; the verdict is the gate's output, printed once on
+  stdout, so stderr stays empty
+- ``usage`` also covers a ``--config`` file with an unknown key or a bad value: one line
+  naming the key and the file
 - ``down``: the endpoint is unreachable (a closed loopback port) or the port is busy: 4
 - ``interrupted``: Ctrl-C during a replay (its rows kept, one ``interrupted:`` line): 130;
   a real process and signal, so it lives in tests/e2e/test_replay_e2e.py (and
@@ -92,6 +95,13 @@ CASES: list[Case] = [
     _c("replay", "down", "{D}/t.parquet", "--base-url", "{DOWN}", "-o", "{D}/r-down"),
     _c("replay", "usage", "{D}/t.parquet", "--base-url", "notaurl", "-o", "{D}/r-url"),
     _c("replay", "usage", "{D}/t.parquet", "--rate", "0", "-o", "{D}/r-rate"),
+    _c("replay", "usage", "{D}/t.parquet", "--config", "{D}/bad-key.toml", "-o", "{D}/r-cfg"),
+    _c("replay", "usage", "{D}/t.parquet", "--config", "{D}/bad-value.toml", "-o", "{D}/r-v"),
+    _c("replay", "usage", "{D}/t.parquet", "--config", "{D}/no-such.toml", "-o", "{D}/r-nf"),
+    _c("replay", "ok", "{D}/t.parquet", "--base-url", "{DOWN}", "-o", "{D}/r-dry", "--dry-run"),
+    _c("sweep", "usage", "{D}/t.parquet", "--config", "{D}/bad-key.toml", "-o", "{D}/s-cfg"),
+    _c("sim", "usage", "--config", "{D}/bad-key.toml"),
+    _c("gate", "usage", "{D}/run", "--config", "{D}/bad-value.toml"),
     _c(
         "sweep",
         "down",
@@ -128,6 +138,22 @@ CASES: list[Case] = [
     _c("plan check-claim", "usage", "--tokens-per-s", "1000"),  # needs --model, --gpu
     _c("plan admission", "usage", "--model", "llama-3.1-8b", "--prompt-tokens", "2000"),
     _c("plan admission", "missing", "--deployment", "{D}/nope.toml", "--admission-ttft-ms", "5"),
+    _c("plan fleet", "missing", "{D}/nope.toml"),
+    _c("plan fleet", "malformed", "{D}/bad.csv"),
+    _c("plan fleet", "usage", "{D}/bad.csv", "--cache-hit", "2"),
+    _c("plan chunk", "usage", "--model", "llama-3.1-8b"),  # needs --rate
+    _c("plan chunk", "usage", "--model", "llama-3.1-8b", "--rate", "1", "--chunk-sizes", "0"),
+    _c("plan chunk", "missing", "--deployment", "{D}/nope.toml", "--rate", "1"),
+    _c(
+        "plan chunk",
+        "malformed",
+        "--model",
+        "llama-3.1-8b",
+        "--rate",
+        "1",
+        "--trace",
+        "{D}/bad.parquet",
+    ),
     _c("demo", "usage", "--no-such-option"),
     _c("demo-compare", "usage", "--no-such-option"),
 ]
@@ -144,6 +170,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     (d / "broken" / "run.json").write_text("{")
     (d / "bad.parquet").write_text("not parquet")
     (d / "bad.csv").write_text("a,b\n1,2\n")
+    (d / "bad-key.toml").write_text("no_such_option = 1\n")
+    (d / "bad-value.toml").write_text("rate = 0\nslo = [[1]]\n")
     synth = ["trace", "synth", "--requests", "5", "--rate", "50", "-o", str(d / "t.parquet")]
     assert CliRunner().invoke(cli, synth).exit_code == 0
     with socket.socket() as closed:
@@ -175,7 +203,10 @@ def test_exit_code(case: Case, files: dict[str, str]) -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.exit_code == expected, (result.exit_code, result.stderr, result.exception)
     assert "Traceback" not in result.stderr
-    if expected:
+    if case.error == "breach":
+        assert not lines, result.stderr  # the verdict is on stdout, once
+        assert result.stdout.count("SLO BREACH") == 1, result.stdout
+    elif expected:
         assert len(lines) == 1, result.stderr
         assert lines[0].startswith("error: "), result.stderr
 

@@ -49,6 +49,9 @@ class TraceRequest:
     seed: int | None = None
     min_tokens: int | None = None
     ignore_eos: bool | None = None
+    parent: str | None = None
+    branch: str | None = None
+    think_s: float | None = None
 
 
 def _column_values(column: pa.ChunkedArray) -> list[Any]:
@@ -101,6 +104,9 @@ def trace_requests_from_table(table: pa.Table) -> list[TraceRequest]:
                 seed=cols.get(s.SEED, empty)[i],
                 min_tokens=cols.get(s.MIN_TOKENS, empty)[i],
                 ignore_eos=cols.get(s.IGNORE_EOS, empty)[i],
+                parent=cols.get(s.PARENT, empty)[i],
+                branch=cols.get(s.BRANCH, empty)[i],
+                think_s=cols.get(s.THINK_S, empty)[i],
             )
         )
     return out
@@ -161,6 +167,11 @@ class RequestRecord:
     server_instance: str | None = None
     server_slip_ms: float | None = None
     server_inference_ms: float | None = None
+    turn: int | None = None
+    parent: str | None = None
+    context_tokens: int | None = None
+    drain: bool = False
+    items: int | None = None
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))

@@ -15,7 +15,11 @@ under this contract; version 3 adds the optional ``incomplete`` section (a run r
 after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` section
 (what the preflight learnt of the endpoint's deployment, ``traces.deployment``) and
 ``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional,
-false when absent: a lost count inferred from the schedule). A new optional key needs
+false when absent: a lost count inferred from the schedule); version 5 adds the session
+options (``config.sessions``, ``max_sessions``, ``history``, ``start_offset_s``,
+``warmup_s``) and the
+window of a time-bounded run (``result.not_sent``, ``warmup_end_ns``,
+``dispatch_end_ns``, ``skipped``). A new optional key needs
 a new version: a build that reads its own version strictly would refuse the key by name.
 Reading a document of
 
@@ -45,7 +49,7 @@ from traces.errors import NewerRunInfoError, RunInfoError
 from traces.health import OMIT_NONE, Backpressure, GeneratorHealth, LagSummary, WorkerHealth
 from traces.prompts.maker import CalibrationSample, PromptStrategy
 
-RUN_INFO_VERSION: Final = 4
+RUN_INFO_VERSION: Final = 5
 """The ``schema_version`` this build writes and the newest it reads."""
 VERSION_KEY: Final = "schema_version"
 
@@ -137,6 +141,17 @@ class RunConfig:
     stream: bool = True
     """False for a ``--no-stream`` run (True in a run.json from before it existed)."""
     http2: bool = False
+    sessions: str = "open"
+    """``open`` (every turn at its trace time) or ``closed`` (a turn waits for its parent's
+    reply plus think time); ``open`` in a run.json written before the option existed."""
+    max_sessions: int | None = None
+    history: str = "trace"
+    start_offset_s: float | None = None
+    warmup_s: float | None = None
+    api: str | None = None
+    """The API every request was sent to (``--api``); None: each row's own ``api``."""
+    embed_batch: int = 1
+    """Inputs per embeddings request (``--embed-batch``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -237,6 +252,16 @@ class RunResult:
     end_ns: int
     duration_s: float
     by_outcome: Mapping[str, int]
+    not_sent: int | None = field(default=None, metadata=_OMIT_NONE)
+    """Requests of the schedule never sent (after ``--duration``, a stop, or a closed
+    session's turns past the end); absent in run.json written before version 5."""
+    warmup_end_ns: int | None = field(default=None, metadata=_OMIT_NONE)
+    """With ``--warmup-time``: requests due before it are flagged ``warmup``."""
+    dispatch_end_ns: int | None = field(default=None, metadata=_OMIT_NONE)
+    """With ``--duration``: when dispatching ended; rows still in flight then are flagged
+    ``drain``."""
+    skipped: int | None = field(default=None, metadata=_OMIT_NONE)
+    """With ``--start-offset``: the sessions' turns before the offset (never sent)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

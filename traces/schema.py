@@ -28,6 +28,16 @@ PROMPT: Final = "prompt"
 MESSAGES: Final = "messages"
 SESSION_ID: Final = "session_id"
 TURN: Final = "turn"
+PARENT: Final = "parent"
+"""The request id of the turn this one continues (same session) or branches from (a
+sub-agent's first turn); null for a session's first turn and for single requests."""
+BRANCH: Final = "branch"
+"""How a sub-agent's first turn relates to its ``parent``: ``fork`` (continues the parent's
+history, sharing its prefix) or ``spawn`` (starts fresh from a shared preamble); null for a
+turn that continues its own session."""
+THINK_S: Final = "think_s"
+"""Seconds between the parent's reply and this turn (the user's or tool's time), for
+closed-loop sessions (``loadgen replay --sessions closed``); null: 0."""
 SLO_TTFT_MS: Final = "slo_ttft_ms"
 SLO_TPOT_MS: Final = "slo_tpot_ms"
 TEMPERATURE: Final = "temperature"
@@ -41,7 +51,16 @@ run's default); ``min_tokens`` and ``ignore_eos`` are vLLM/SGLang extensions."""
 
 API_CHAT: Final = "chat"
 API_COMPLETIONS: Final = "completions"
-APIS: Final = frozenset({API_CHAT, API_COMPLETIONS})
+API_RESPONSES: Final = "responses"
+"""OpenAI's Responses API (``/v1/responses``), streamed as typed events."""
+API_EMBEDDINGS: Final = "embeddings"
+"""``/v1/embeddings``: not streamed; measured as latency and items per second."""
+APIS: Final = frozenset({API_CHAT, API_COMPLETIONS, API_RESPONSES, API_EMBEDDINGS})
+STREAMED_APIS: Final = frozenset({API_CHAT, API_COMPLETIONS, API_RESPONSES})
+"""The APIs whose responses stream tokens (TTFT, TPOT and ITL apply)."""
+BRANCH_FORK: Final = "fork"
+BRANCH_SPAWN: Final = "spawn"
+BRANCHES: Final = frozenset({BRANCH_FORK, BRANCH_SPAWN})
 
 IMAGE_TYPE: Final = pa.struct([pa.field("width", pa.int32()), pa.field("height", pa.int32())])
 
@@ -67,6 +86,9 @@ TRACE_SCHEMA: Final = pa.schema(
         pa.field(SEED, pa.int64()),
         pa.field(MIN_TOKENS, pa.int32()),
         pa.field(IGNORE_EOS, pa.bool_()),
+        pa.field(PARENT, pa.string()),
+        pa.field(BRANCH, pa.dictionary(pa.int8(), pa.string())),
+        pa.field(THINK_S, pa.float32()),
     ]
 )
 TRACE_REQUIRED: Final = (REQUEST_ID, ARRIVAL_S, INPUT_TOKENS, OUTPUT_TOKENS)
@@ -79,6 +101,11 @@ X_REQUEST_ID: Final = "x_request_id"
 WORKER: Final = "worker"
 N_IMAGES: Final = "n_images"
 WARMUP: Final = "warmup"
+DRAIN: Final = "drain"
+"""True for a request still in flight when ``--duration`` ended dispatching (the drain)."""
+CONTEXT_TOKENS: Final = "context_tokens"
+"""Tokens of the prompt carried over from the ``parent`` turn (the prefix blocks the two
+share, in tokens); null for a request without a parent."""
 DUE_NS: Final = "due_ns"
 SENT_NS: Final = "sent_ns"
 CONNECT_START_NS: Final = "connect_start_ns"
@@ -113,6 +140,9 @@ chunks (wall ms, the worst chunk); null from servers that do not say."""
 SERVER_INFERENCE_MS: Final = "server_inference_ms"
 """The server's time on this request in the batch, prefill and decode together, where it
 reports only that sum: TGI's ``x-inference-time`` header (non-streamed replies only)."""
+ITEMS: Final = "items"
+"""Embeddings returned (the length of the response's ``data``); null for the APIs that
+generate text."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
@@ -187,6 +217,11 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(SERVER_INSTANCE, pa.string()),
         pa.field(SERVER_SLIP_MS, pa.float64()),
         pa.field(SERVER_INFERENCE_MS, pa.float64()),
+        pa.field(TURN, pa.int32()),
+        pa.field(PARENT, pa.string()),
+        pa.field(CONTEXT_TOKENS, pa.int32()),
+        pa.field(DRAIN, pa.bool_(), nullable=False),
+        pa.field(ITEMS, pa.int32()),
     ]
 )
 

@@ -88,7 +88,26 @@ def slice_trace(table: pa.Table, spec: Slice) -> pa.Table:
         out = _set(
             out, s.ARRIVAL_S, pc.subtract(out.column(s.ARRIVAL_S), out.column(s.ARRIVAL_S)[0])
         )
-    return out
+    return drop_dangling_parents(out)
+
+
+def drop_dangling_parents(table: pa.Table) -> pa.Table:
+    """``parent`` (and ``branch``) nulled where the parent is no longer a row of ``table``:
+    a turn whose parent was cut starts its session (its prompt still carries the history)."""
+    if s.PARENT not in table.column_names:
+        return table
+    parent = table.column(s.PARENT)
+    if parent.null_count == table.num_rows:
+        return table
+    kept = pc.is_in(parent, value_set=table.column(s.REQUEST_ID).combine_chunks())
+    cut = pc.and_(pc.is_valid(parent), pc.invert(kept))
+    if not pc.any(cut).as_py():
+        return table
+    table = _set(table, s.PARENT, pc.if_else(cut, pa.scalar(None, parent.type), parent))
+    if s.BRANCH in table.column_names:
+        branch = table.column(s.BRANCH)
+        table = _set(table, s.BRANCH, pc.if_else(cut, pa.scalar(None, branch.type), branch))
+    return table
 
 
 def mean_rate(table: pa.Table) -> float | None:
@@ -161,6 +180,8 @@ def merge_traces(sources: Sequence[Source], *, share_prefix_blocks: bool = False
             t = _set(
                 t, s.SESSION_ID, pc.binary_join_element_wise(label, t.column(s.SESSION_ID), "/")
             )
+            if s.PARENT in t.column_names:
+                t = _set(t, s.PARENT, pc.binary_join_element_wise(label, t.column(s.PARENT), "/"))
         blocks = t.column(s.PREFIX_BLOCKS)
         if not share_prefix_blocks:
             t = _set(t, s.PREFIX_BLOCKS, _offset_blocks(blocks, offset))

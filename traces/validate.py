@@ -138,6 +138,68 @@ def validate_trace(table: pa.Table, where: str) -> None:
             row=found.row,
             column=found.column,
         )
+    check_parents(table, where)
+
+
+def _fail(where: str, row: int, column: str, problem: str) -> ValidationError:
+    return ValidationError(
+        f"{where}: row {row}, column {column!r}: {problem}", row=row, column=column
+    )
+
+
+def check_parents(table: pa.Table, where: str) -> None:
+    """The session links: a ``branch`` is ``fork`` or ``spawn`` and has a ``parent``; a
+    ``parent`` is the request id of an earlier row, of the same session unless the row
+    branches (a sub-agent's first turn starts a session of its own); ``think_s`` is a
+    finite number of seconds >= 0."""
+    names = set(table.column_names)
+    if s.THINK_S in names:
+        think = table.column(s.THINK_S)
+        bad = first_true(pc.or_(pc.less(think, 0.0), pc.invert(pc.is_finite(think))))
+        if bad is not None:
+            problem = f"think time {think[bad].as_py()} is not a finite number >= 0"
+            raise _fail(where, bad, s.THINK_S, problem)
+    if s.BRANCH in names and table.column(s.BRANCH).null_count < table.num_rows:
+        branch = pc.cast(table.column(s.BRANCH), pa.string())
+        known = pc.is_in(branch, value_set=pa.array(sorted(s.BRANCHES)))
+        bad = first_true(pc.and_(pc.is_valid(branch), pc.invert(known)))
+        if bad is not None:
+            problem = (
+                f"unknown branch {branch[bad].as_py()!r} "
+                f"(expected one of {', '.join(sorted(s.BRANCHES))}, or null)"
+            )
+            raise _fail(where, bad, s.BRANCH, problem)
+        if s.PARENT not in names:
+            raise _fail(where, first_true(pc.is_valid(branch)) or 0, s.BRANCH, "no parent")
+        bad = first_true(pc.and_(pc.is_valid(branch), pc.is_null(table.column(s.PARENT))))
+        if bad is not None:
+            raise _fail(where, bad, s.BRANCH, "a branching turn needs a parent")
+    if s.PARENT not in names or table.column(s.PARENT).null_count == table.num_rows:
+        return
+    parent = table.column(s.PARENT)
+    at = pc.index_in(parent, value_set=table.column(s.REQUEST_ID).combine_chunks())
+    rows = pa.array(range(table.num_rows), type=pa.int32())
+    # A parent that is no row, or not an earlier one (null ``at`` where ``parent`` is set).
+    earlier = pc.fill_null(pc.less(at, rows), False)
+    bad = first_true(pc.and_(pc.is_valid(parent), pc.invert(earlier)))
+    if bad is not None:
+        problem = (
+            f"parent {show_value(str(parent[bad].as_py()))} is not the request id of an earlier row"
+        )
+        raise _fail(where, bad, s.PARENT, problem)
+    continues = pc.is_valid(parent)
+    if s.BRANCH in names:
+        continues = pc.and_(continues, pc.is_null(table.column(s.BRANCH)))
+    sessions = table.column(s.SESSION_ID).combine_chunks()
+    theirs = pc.take(sessions, pc.fill_null(at, 0))
+    same = pc.fill_null(pc.equal(sessions, theirs), False)
+    bad = first_true(pc.and_(continues, pc.invert(same)))
+    if bad is not None:
+        problem = (
+            f"parent {show_value(str(parent[bad].as_py()))} is of another session (or none): "
+            "a turn continues its own session unless its branch is fork or spawn"
+        )
+        raise _fail(where, bad, s.PARENT, problem)
 
 
 DEFAULT_BLOCK_SIZE: Final = 512

@@ -2,8 +2,8 @@
 disaggregation costs, the model/GPU catalog they draw on, and the planning report.
 
 Pure Python arithmetic on frozen dataclasses, importable by the engine simulator
-(``loadgen.sim``) and the analyzers. Only ``catalog`` and ``budgetfile`` read files; nothing
-here prints (``reports.plan`` writes a report as text). Must not import ``loadgen``,
+(``loadgen.sim``) and the analyzers. Only ``catalog``, ``budgetfile`` and ``fleetfile`` read
+files; nothing here prints (``reports.plan`` writes a report as text). Must not import ``loadgen``,
 ``reports``, httpx, polars or pyarrow; of ``traces`` only its errors and the image-token
 rules.
 
@@ -30,10 +30,14 @@ if TYPE_CHECKING:
         budgetfile,
         calibrate,
         catalog,
+        chunking,
+        chunksteps,
         claims,
         decode,
         disagg,
         engine,
+        fleet,
+        fleetfile,
         formatting,
         images,
         kv,
@@ -111,6 +115,8 @@ __all__ = [
     "calibrated",
     "catalog",
     "check_claim",
+    "chunking",
+    "chunksteps",
     "claims",
     "cross_attention_kv_bytes",
     "decode",
@@ -122,6 +128,8 @@ __all__ = [
     "engine",
     "fit_profiles",
     "fits",
+    "fleet",
+    "fleetfile",
     "formatting",
     "image_encoder_flops",
     "image_encoder_time_s",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from analyzers.budget.decode import tpot_s
 from analyzers.budget.kv import kv_transfer_exposed_s, max_concurrent_requests
 from analyzers.budget.prefill import prefill_time_s
-from analyzers.budget.queueing import mdc_wait_s
+from analyzers.budget.queueing import mdc_wait_quantile_s, mdc_wait_s
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
 from analyzers.errors import BudgetError
 
@@ -117,6 +117,13 @@ class _Load:
     capacity: int
     slo_ttft_s: float
     slo_tpot_s: float
+    wait_quantile: float | None = None
+
+    def wait_s(self, rho: float, servers: int = 1) -> float:
+        """The prefill queue's mean wait, or its ``wait_quantile`` when one is set."""
+        if self.wait_quantile is None:
+            return mdc_wait_s(rho, self.prefill_s, servers)
+        return mdc_wait_quantile_s(rho, self.prefill_s, servers, self.wait_quantile)
 
 
 def _decode_tpot(load: _Load, rate_per_replica: float, slowdown: float) -> float | None:
@@ -142,7 +149,7 @@ def _monolith_ok(load: _Load, rate: float, replicas: int) -> bool:
     tpot = _decode_tpot(load, per, 1 - rho)
     if tpot is None or tpot > load.slo_tpot_s:
         return False
-    ttft = load.prefill_s + mdc_wait_s(rho, load.prefill_s) + tpot
+    ttft = load.prefill_s + load.wait_s(rho) + tpot
     return ttft <= load.slo_ttft_s
 
 
@@ -153,7 +160,7 @@ def _disagg_ok(load: _Load, rate: float, prefill_replicas: int, decode_replicas:
     tpot = _decode_tpot(load, rate / decode_replicas, 1.0)
     if tpot is None or tpot > load.slo_tpot_s:
         return False
-    wait = mdc_wait_s(rho, load.prefill_s, prefill_replicas)
+    wait = load.wait_s(rho, prefill_replicas)
     return load.prefill_s + wait + load.transfer_s + tpot <= load.slo_ttft_s
 
 
@@ -166,6 +173,47 @@ def _max_rate(ok: Callable[[float], bool], upper: float) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
+
+
+def monolith_capacity(
+    model: ModelSpec,
+    deploy: Deployment,
+    *,
+    prompt_tokens: int,
+    output_tokens: int,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    cached_tokens: int = 0,
+    wait_quantile: float | None = None,
+) -> float:
+    """The highest arrival rate (requests/s) one monolithic replica serves within both SLOs.
+
+    The break-even's monolith (:func:`disagg_break_even`) for one replica: prefill
+    utilisation ``rho = r t_p`` with ``t_p = prefill(prompt - cached, cached)``, TPOT =
+    ``tpot(b) / (1 - rho)`` at the Little's-law batch (capped by KV capacity), TTFT =
+    ``t_p + W(rho) + TPOT`` with ``W`` the M/D/1 mean wait, or its ``wait_quantile``
+    (e.g. 0.99 for a p99 TTFT budget). Found by bisection.
+    """
+    if prompt_tokens <= 0 or output_tokens <= 0:
+        raise BudgetError("prompt and output lengths must be positive")
+    if not 0 <= cached_tokens < prompt_tokens:
+        raise BudgetError(
+            f"cached tokens must be in [0, prompt), got {cached_tokens} of {prompt_tokens}"
+        )
+    prefill_s = prefill_time_s(model, deploy, prompt_tokens - cached_tokens, cached_tokens)
+    load = _Load(
+        model=model,
+        deploy=deploy,
+        prompt=prompt_tokens,
+        output=output_tokens,
+        prefill_s=prefill_s,
+        transfer_s=0.0,
+        capacity=max_concurrent_requests(model, deploy, prompt_tokens + output_tokens),
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
+        wait_quantile=wait_quantile,
+    )
+    return _max_rate(lambda r: _monolith_ok(load, r, 1), 1 / prefill_s)
 
 
 def disagg_break_even(

@@ -85,6 +85,46 @@ def max_utilisation(
     return lo
 
 
+def mdc_wait_quantile_s(
+    utilisation: float, service_s: float, servers: int = 1, quantile: float = 0.99
+) -> float:
+    """The ``quantile`` of the wait in queue of an M/D/c system, approximated like the mean.
+
+    M/M/c: ``P(W > t) = C(c, rho) exp(-c (1 - rho) t / S)``, so the ``q`` quantile is
+    ``ln(C / (1 - q)) S / (c (1 - rho))`` (0 when ``C <= 1 - q``: that share never
+    waits); halved for fixed service time, as :func:`mdc_wait_s` halves the mean.
+    """
+    _check(utilisation, service_s)
+    if not 0 < quantile < 1:
+        raise BudgetError(f"quantile must be in (0, 1), got {quantile}")
+    waits = erlang_c(servers, utilisation)
+    tail = 1 - quantile
+    if waits <= tail:
+        return 0.0
+    return 0.5 * math.log(waits / tail) * service_s / (servers * (1 - utilisation))
+
+
+def max_utilisation_quantile(
+    service_s: float, budget_s: float, *, servers: int = 1, quantile: float = 0.99
+) -> float:
+    """The highest utilisation at which ``service + wait quantile <= budget`` (0 if none):
+    the ``quantile`` analogue of :func:`max_utilisation`, by bisection (the wait grows
+    with rho)."""
+    if service_s <= 0:
+        raise BudgetError(f"service time must be positive, got {service_s}")
+    room = budget_s - service_s
+    if room <= 0:
+        return 0.0
+    lo, hi = 0.0, 1.0 - 1e-12
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mdc_wait_quantile_s(mid, service_s, servers, quantile) <= room:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def littles_law_in_flight(rate_per_s: float, duration_s: float) -> float:
     """Mean number in the system: ``L = lambda x W``."""
     if rate_per_s < 0 or duration_s < 0 or math.isnan(rate_per_s + duration_s):

@@ -13,8 +13,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from analyzers.budget import decode, disagg, images, kv, longctx, prefill, queueing, weights
-from analyzers.budget.engine.step import StepCost
+from analyzers.budget import (
+    chunksteps,
+    decode,
+    disagg,
+    images,
+    kv,
+    longctx,
+    prefill,
+    queueing,
+    weights,
+)
+from analyzers.budget.engine.step import StepCost, step_time_s
 from analyzers.budget.formatting import fmt, fmt_bytes, fmt_count, fmt_s
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec, dtype_bytes
 from analyzers.errors import BudgetError
@@ -444,6 +454,15 @@ def build_report(
     _prefill(lines, model, deploy, inputs)
     _images(lines, model, deploy, inputs)
     batch = _decode(lines, model, deploy, inputs)
+    if deploy.chunk_tokens is not None and weights.fits(model, deploy):
+        for step in chunksteps.chunk_step_lines(
+            lambda work: step_time_s(model, deploy, work),
+            deploy.chunk_tokens,
+            prompt_tokens=max(1, inputs.prompt_tokens - inputs.cached_tokens),
+            output_tokens=inputs.output_tokens,
+            batch=batch,
+        ):
+            lines.add(step.key, step.title, step.value_s, "s", step.chain)
     _transfer(lines, model, inputs, links)
     _slo(lines, model, deploy, inputs)
     if weights.fits(model, deploy):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from analyzers.decompose import (
+        chunking,
         columns,
         deployment,
         fits,
@@ -69,6 +70,7 @@ __all__ = [
     "TailComposition",
     "TermStat",
     "Unidentified",
+    "chunking",
     "columns",
     "decompose",
     "deployment",

@@ -79,6 +79,27 @@ def _served(lf: pl.LazyFrame) -> pl.DataFrame:
     )
 
 
+def served_arrivals(lf: pl.LazyFrame, *, network_ms: float, time_scale: float) -> list[Arrival]:
+    """Every request of ``lf`` (which carries ``ROW``) that reached the engine, at its
+    arrival on the server's clock (``request_written`` plus half the round trip, over the
+    time scale, from the first), with its reported token counts, in arrival order."""
+    rows = _served(lf)
+    if rows.height == 0:
+        return []
+    t0 = int(rows.get_column(s.REQUEST_WRITTEN_NS).min())  # type: ignore[arg-type]
+    one_way_s = max(0.0, network_ms) / 2e3
+    return [
+        Arrival(
+            key=int(row),
+            arrival_s=(written - t0) / 1e9 / time_scale + one_way_s,
+            prompt_tokens=max(1, int(prompt)),
+            output_tokens=int(out),
+            cached_tokens=max(0, int(cached)),
+        )
+        for row, written, prompt, cached, out in rows.iter_rows()
+    ]
+
+
 def load_aware_phases(
     lf: pl.LazyFrame,
     budget: BudgetModel,
@@ -93,21 +114,9 @@ def load_aware_phases(
     run's own load; ``deployment`` overrides the budget's (a calibrated one); with
     ``second_token`` also ``SECOND_COL`` (first to second token, ms; null: none). Raises
     ``BudgetError`` when the replay is too long (``max_steps``) or the shape is invalid."""
-    rows = _served(lf)
-    if rows.height == 0:
+    arrivals = served_arrivals(lf, network_ms=network_ms, time_scale=time_scale)
+    if not arrivals:
         return LoadAwareResult(frame=empty_phases(), requests=0, description="no served request")
-    t0 = int(rows.get_column(s.REQUEST_WRITTEN_NS).min())  # type: ignore[arg-type]
-    one_way_s = max(0.0, network_ms) / 2e3
-    arrivals = [
-        Arrival(
-            key=int(row),
-            arrival_s=(written - t0) / 1e9 / time_scale + one_way_s,
-            prompt_tokens=max(1, int(prompt)),
-            output_tokens=int(out),
-            cached_tokens=max(0, int(cached)),
-        )
-        for row, written, prompt, cached, out in rows.iter_rows()
-    ]
     by_key = {a.key: a for a in arrivals}
     deploy = deployment or budget.deployment
     shape = EngineShape(

@@ -140,6 +140,9 @@ class Decomposition:
     validity: RunValidity
     unidentified: tuple[Unidentified, ...] = ()
     """Terms the run does not identify for some requests (null there), and why."""
+    chunking: str = ""
+    """What the deployment's chunk size does to ITL and TTFT p99 at the run's load ("":
+    not computed: no budget, no load replay, or disaggregated)."""
 
 
 def _f(value: Any) -> float | None:

@@ -2,14 +2,19 @@
 
 ``decompose(run, budget, options)`` splits every ok request's ``first_token - due`` into
 its terms (:mod:`analyzers.decompose.terms`), judges the run's validity on the same rows,
-and aggregates per class and percentile (:mod:`analyzers.decompose.report`). Polars, like
+aggregates per class and percentile (:mod:`analyzers.decompose.report`) and, with a budget
+and the load replay, says what the deployment's chunk size does to ITL and TTFT p99
+(:mod:`analyzers.decompose.chunking`). Polars, like
 the rest of the package; must not import loadgen or httpx.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from analyzers.decompose.chunking import chunking_line
+from analyzers.decompose.load import ROW
 from analyzers.decompose.model import BudgetModel
 from analyzers.decompose.options import DecomposeOptions
 from analyzers.decompose.report import Decomposition, build_decomposition
@@ -41,4 +46,14 @@ def decompose(
         percentiles=options.percentiles,
         thresholds=options.thresholds,
     )
-    return build_decomposition(str(run), terms, options, window_s=window_s, validity=validity)
+    result = build_decomposition(str(run), terms, options, window_s=window_s, validity=validity)
+    if budget is None or not options.load_aware:
+        return result
+    line = chunking_line(
+        scan_run(run).with_row_index(ROW),
+        budget,
+        network_ms=terms.network.value_ms,
+        time_scale=options.time_scale,
+        max_steps=options.max_replay_steps,
+    )
+    return replace(result, chunking=line)

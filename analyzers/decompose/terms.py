@@ -244,7 +244,13 @@ def request_terms(
     first_due = lf.select(pl.col(s.DUE_NS).min()).collect().item()
     frame = _base(lf, options).collect()
     if frame.height == 0:
-        raise AnalyzerError(f"{run}: no ok request with a first token to decompose")
+        embeddings = lf.select((pl.col(s.API).cast(pl.String) == s.API_EMBEDDINGS).all())
+        hint = (
+            " (embeddings requests stream no token: their latency is E2E, see loadgen analyze)"
+            if embeddings.collect().item()
+            else ""
+        )
+        raise AnalyzerError(f"{run}: no ok request with a first token to decompose{hint}")
     keys = frame.select(UNCACHED, s.CACHED_TOKENS, PROMPT).unique()
     needs_prediction = any(
         frame.get_column(f"_s_{t}").null_count() > 0 for t in ("prefill", "first_token")

@@ -9,8 +9,8 @@ Must not import loadgen, httpx or polars.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Final, Literal
 
 from analyzers import exprs as e
 from analyzers.analysis import Analysis, ClassSummary
@@ -80,6 +80,8 @@ def run_metric_value(summary: ClassSummary, metric: str) -> tuple[float | None, 
         "requests_per_s": summary.requests_per_s,
         "output_tokens_per_s": summary.output_tokens_per_s,
         "total_tokens_per_s": summary.total_tokens_per_s,
+        "items_per_s": summary.items_per_s,
+        "input_tokens_per_s": summary.input_tokens_per_s,
     }
     return values[metric], summary.requests
 
@@ -168,12 +170,28 @@ def evaluate(analysis: Analysis, slos: SLOSet) -> tuple[ObjectiveResult, ...]:
     out = []
     for objective in slos.objectives:
         observed, samples = observe(analysis, objective)
-        why = None
         summary = class_of(analysis, objective.workload)
+        why = None
         if summary is not None and observed is None and objective.metric in CACHE_METRICS:
             why = cache_no_data(analysis, summary, objective.metric)
-        out.append(check(objective, observed, samples, why))
+        result = check(objective, observed, samples, why)
+        if (
+            result.status == "no_data"
+            and objective.metric in _STREAMED_METRICS
+            and summary is not None
+            and summary.embeddings_only
+        ):
+            result = replace(
+                result,
+                message=f"no samples: embeddings stream no tokens ({objective.metric} does "
+                "not apply; the latency is e2e_ms, the rate items_per_s)",
+            )
+        out.append(result)
     return tuple(out)
+
+
+_STREAMED_METRICS: Final = frozenset({e.TTFT_MS, e.TTFT_FROM_DUE_MS, e.TPOT_MS, e.ITL_MS})
+"""Metrics that only streamed APIs give samples of."""
 
 
 def validity_problems(analysis: Analysis, slos: SLOSet) -> tuple[str, ...]:

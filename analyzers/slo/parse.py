@@ -64,6 +64,8 @@ RUN_METRICS: Final = {
     "requests_per_s": ("req/s", "ok requests per second"),
     "output_tokens_per_s": ("tokens/s", "content tokens received per second"),
     "total_tokens_per_s": ("tokens/s", "output plus prompt tokens per second"),
+    "items_per_s": ("items/s", "embeddings returned per second (/v1/embeddings)"),
+    "input_tokens_per_s": ("tokens/s", "prompt tokens of ok requests per second"),
     "cache_hit_ratio": ("fraction", "reported cached / prompt tokens, token-weighted"),
     "cache_fidelity": ("fraction", "reported / expected cached tokens (the trace's prefixes)"),
 }

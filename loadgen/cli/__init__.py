@@ -11,6 +11,7 @@ __all__ = [
     "compare",
     "decompose",
     "demo",
+    "dryrun",
     "echo",
     "errors",
     "export",

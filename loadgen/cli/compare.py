@@ -14,6 +14,7 @@ import click
 
 from loadgen.cli.echo import echo_json, echo_renderables, write_text
 from loadgen.cli.errors import one_line_errors
+from loadgen.cli.options.alias import deprecated_alias
 from loadgen.cli.options.bootstrap import bootstrap_options
 from loadgen.cli.options.output import (
     by_option,
@@ -44,11 +45,16 @@ from loadgen.cli.options.slo import load_slos, slo_option
 @slo_option()
 @bootstrap_options
 @click.option(
-    "--time-scale",
+    "--clock-scale",
+    "time_scale",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="The simulator's --time-scale: report latencies on its model clock.",
+    help="The simulator's --clock-scale the runs were made at (wall seconds per model "
+    "second): report latencies on its model clock.",
+)
+@deprecated_alias(
+    "--time-scale", "--clock-scale", "time_scale", type_=click.FloatRange(min=0, min_open=True)
 )
 @click.option(
     "--allow-different-traces", is_flag=True, help="Compare runs of different traces anyway."

@@ -16,6 +16,7 @@ import click
 
 from loadgen.cli.echo import echo_json, echo_renderables
 from loadgen.cli.errors import one_line_errors
+from loadgen.cli.options.alias import deprecated_alias
 from loadgen.cli.options.budget import BudgetChoice, budget_options
 from loadgen.cli.options.output import by_option, json_option, percentiles_option
 from loadgen.cli.options.runpath import RUN_PATH
@@ -86,11 +87,15 @@ DEFAULT_PERCENTILES = "50,90,99,99.9"
     "[default: the deployment's, else 256].",
 )
 @click.option(
-    "--time-scale",
+    "--clock-scale",
+    "time_scale",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="The server's wall seconds per model second (a simulator's --time-scale) "
+    help="The server's wall seconds per model second (a simulator's --clock-scale) "
     "[default: the deployment's, else 1].",
+)
+@deprecated_alias(
+    "--time-scale", "--clock-scale", "time_scale", type_=click.FloatRange(min=0, min_open=True)
 )
 def decompose(
     run: Path,

@@ -19,6 +19,7 @@ from loadgen.cli.echo import echo_json, echo_renderables, write_text
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.bootstrap import bootstrap_options
 from loadgen.cli.options.cache import cache_options
+from loadgen.cli.options.config import config_option
 from loadgen.cli.options.output import json_option, markdown_option
 from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.selection import selection_options
@@ -43,6 +44,7 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
 @click.command()
 @click.argument("run", type=RUN_PATH)
 @one_line_errors
+@config_option
 @slo_option()
 @click.option(
     "--baseline",
@@ -98,6 +100,9 @@ def gate(
     (also one that did not complete), 4 endpoint or infrastructure failure. See
     docs/gates.md.
 
+    The verdict is printed once, on stdout (or in the --json document); stderr carries
+    only errors.
+
     Prefix cache: 'cache_hit_ratio>=0.8' (reported cached / prompt tokens) and
     'cache_fidelity>=0.9' (reported / expected cached tokens, the trace from run.json or
     --trace); no data when the server reports no cached tokens.
@@ -105,6 +110,7 @@ def gate(
     \b
     Examples:
       loadgen gate runs/pr --slo slo.toml --baseline runs/main --junit gate.xml
+      loadgen gate runs/pr --config gate.toml
       loadgen gate runs/agents --slo 'cache_hit_ratio>=0.6' --slo 'cache_fidelity>=0.9'
     """
     from analyzers.errors import InvalidRunError
@@ -146,4 +152,6 @@ def gate(
         echo_renderables(gate_renderables(report))
     error = verdict_error(report)
     if error is not None:
-        raise error
+        # The verdict is the gate's output, printed once above (stdout, or in the JSON):
+        # only the exit code says it failed; stderr is kept for errors (bad input).
+        click.get_current_context().exit(error.exit_code)

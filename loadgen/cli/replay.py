@@ -13,6 +13,9 @@ import orjson
 from rich.console import Console
 
 from loadgen.cli.echo import cli_console
+from loadgen.cli.options.alias import deprecated_alias
+from loadgen.cli.options.apis import api_options
+from loadgen.cli.options.config import config_option, refuse_redacted, write_config
 from loadgen.cli.options.loadmode import load_mode_options
 from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
@@ -134,6 +137,11 @@ def print_summary(result: SessionResult, console: Console) -> None:
         f"loop lag p99 {health.loop_lag.p99_ms:.2f} ms, {stamp}"
         f"CPU {health.cpu_utilisation:.0%} of a core"
     )
+    if result.not_sent:
+        console.print(
+            f"{result.not_sent} requests of the schedule not sent (run ended: "
+            f"{result.replay.stop_reason})"
+        )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     # The session already warned about a client-bound run; add the analyzers' other flags.
@@ -149,6 +157,7 @@ def print_summary(result: SessionResult, console: Console) -> None:
 
 @click.command()
 @click.argument("trace", type=click.Path(path_type=Path, dir_okay=False))
+@config_option
 @click.option(
     "--base-url",
     default="http://127.0.0.1:8000/v1",
@@ -188,14 +197,54 @@ def print_summary(result: SessionResult, console: Console) -> None:
     "--duration",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Stop dispatching after this many seconds.",
+    help="Stop dispatching after this many seconds: later requests are not sent (run.json "
+    "counts them), rows still in flight are flagged drain.",
 )
 @click.option(
-    "--warmup",
+    "--warmup-requests",
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Flag the first N requests as warm-up (excluded from summaries).",
+)
+@deprecated_alias("--warmup", "--warmup-requests", "warmup_requests", type_=click.IntRange(min=0))
+@click.option(
+    "--warmup-time",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Flag requests due in the first SECONDS as warm-up (excluded from summaries).",
+)
+@click.option(
+    "--sessions",
+    "session_mode",
+    type=click.Choice(["open", "closed"]),
+    default="open",
+    show_default=True,
+    help="open: every turn at its trace time; closed: a turn is due at the later of its "
+    "trace time and its parent's end plus think time (think_s).",
+)
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="--sessions closed: cap on sessions in progress (a new one waits; lateness is recorded).",
+)
+@click.option(
+    "--history",
+    type=click.Choice(["trace", "live"]),
+    default="trace",
+    show_default=True,
+    help="--sessions closed: trace: each turn's history as the trace gives it (exact "
+    "replay); live: the server's own replies as the history.",
+)
+@click.option(
+    "--start-offset",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Enter each session SECONDS into it: earlier turns are not sent, the rest move "
+    "back to the session's start (with --duration: steady state for N seconds).",
 )
 @click.option(
     "--request-timeout",
@@ -322,6 +371,13 @@ def print_summary(result: SessionResult, console: Console) -> None:
     help="Longest SSE event a response may send (MiB; a whole 1M-token response fits); "
     "a longer one makes the request a protocol_error and its body is not read further.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be sent (request count, schedule, classes, the first request's "
+    "body, secrets redacted) and exit 0: no connection, no run directory.",
+)
+@api_options()
 def replay(
     trace: Path,
     base_url: str,
@@ -334,7 +390,12 @@ def replay(
     max_inflight: int | None,
     max_requests: int | None,
     duration: float | None,
-    warmup: int,
+    warmup_requests: int,
+    warmup_time: float | None,
+    session_mode: str,
+    max_sessions: int | None,
+    history: str,
+    start_offset: float | None,
     request_timeout: float,
     grace: float,
     headers: tuple[str, ...],
@@ -357,12 +418,18 @@ def replay(
     http2: bool,
     extra_body: dict[str, Any] | None,
     no_stream: bool,
+    dry_run: bool,
+    api: str | None,
+    embed_batch: int,
 ) -> None:
     """Replay TRACE against an OpenAI-compatible endpoint and record every token's arrival.
 
     Open loop by default, at the trace's own timestamps (--time-scale, --rate to rescale);
-    closed loop with --concurrency. Writes requests.parquet and run.json to the run directory,
-    and server_metrics.parquet when the server exposes Prometheus metrics.
+    closed loop with --concurrency; closed-loop sessions (each turn after its parent's
+    reply) with --sessions closed. Writes requests.parquet, run.json, results.json and
+    config.toml (the resolved options) to the run directory, and server_metrics.parquet
+    when the server exposes Prometheus metrics. Options can come from a TOML file
+    (--config; flags given as well win): RUN/config.toml replays a run again.
 
     \b
     Examples:
@@ -372,7 +439,17 @@ def replay(
       loadgen replay trace.parquet --extra-body '{"temperature": 0, "seed": 1}'
       loadgen replay trace.parquet --no-stream     # TGI: joins its x-*-time headers
       loadgen replay trace.parquet --transport httpx --http2
+      loadgen replay --config run.toml --rate 8         # the file's options, --rate 8
+      loadgen replay --config runs/r1/config.toml -o runs/r2   # runs/r1 again
+      loadgen replay trace.parquet --dry-run            # what would be sent; sends nothing
+      loadgen replay agents.parquet --sessions closed --max-sessions 64
+      loadgen replay chats.parquet --sessions closed --history live
+      loadgen replay agents.parquet --sessions closed --start-offset 600 --duration 300 \\
+          --warmup-time 30
+      loadgen replay trace.parquet --api responses
+      loadgen replay trace.parquet --api embeddings --embed-batch 8
     """
+    refuse_redacted(click.get_current_context())
     opts = SessionOptions(
         trace_path=trace,
         run_dir=out or default_run_dir(trace),
@@ -385,7 +462,12 @@ def replay(
         max_inflight=max_inflight,
         max_requests=max_requests,
         duration_s=duration,
-        warmup_requests=warmup,
+        warmup_requests=warmup_requests,
+        warmup_s=warmup_time,
+        sessions=session_mode,
+        max_sessions=max_sessions,
+        history=history,
+        start_offset_s=start_offset,
         request_timeout_s=request_timeout,
         grace_s=grace,
         headers=parse_headers(headers),
@@ -407,9 +489,18 @@ def replay(
         http2=http2,
         extra_body=extra_body,
         stream=not no_stream,
+        api=api,
+        embed_batch=embed_batch,
     )
+    if dry_run:
+        from loadgen.cli.dryrun import echo_dry_run
+        from loadgen.run.dryrun import plan_dry_run
+
+        echo_dry_run(plan_dry_run(opts))
+        return
     console = cli_console(stderr=False)
     result = run_guarded(opts, progress=not no_progress and console.is_terminal, console=console)
+    write_config(click.get_current_context(), result.run_dir)
     write_results(result)
     print_summary(result, console)
     exit_if_interrupted(result)

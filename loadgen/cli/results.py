@@ -4,6 +4,8 @@ analyzers). It is ``loadgen analyze RUN --json`` with default options (the expec
 included when the trace is where ``run.json`` says), under ``"loadgen"``,
 plus one block per class (``"overall"`` and each workload) keyed as ``vllm bench serve
 --save-result`` keys the same quantities; docs/formats.md says where the definitions differ.
+A class of embeddings requests only has no output, TTFT, TPOT or ITL keys, and has
+``item_throughput`` and ``input_throughput`` instead.
 """
 
 from __future__ import annotations
@@ -36,7 +38,17 @@ def _vllm_block(c: dict[str, Any]) -> dict[str, Any]:
         "output_throughput": out_tps,
         "total_token_throughput": total_tps,
     }
-    for ours, stem in _VLLM_METRICS.items():
+    if c.get("embeddings_requests") and c["embeddings_requests"] == c["requests"]:
+        # Embeddings only: nothing streams back. No output, TTFT, TPOT nor ITL keys (they
+        # would read 0 or null); the latency is E2E, the rate items and input tokens.
+        for key in ("total_output_tokens", "output_throughput"):
+            del block[key]
+        block["item_throughput"] = c.get("items_per_s")
+        block["input_throughput"] = c.get("input_tokens_per_s")
+        metrics = {"e2e_ms": "e2el"}
+    else:
+        metrics = _VLLM_METRICS
+    for ours, stem in metrics.items():
         m = c["metrics"].get(ours, {})
         block[f"mean_{stem}_ms"] = m.get("mean")
         block[f"median_{stem}_ms"] = m.get("p50")

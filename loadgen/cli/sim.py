@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from loadgen.cli.options.config import config_option
 from loadgen.cli.options.engine import engine_config, engine_options, pop_engine_options
 from loadgen.errors import ConfigError
 from loadgen.sim.config import DEFAULT_MODEL_NAME, DEFAULT_PORT, SimConfig
@@ -40,6 +41,7 @@ class _OneLineErrors(click.Command):
 
 
 @click.command(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@config_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
     "--port",
@@ -145,7 +147,10 @@ def sim(**options: Any) -> None:
 
     Prints one line "READY http://HOST:PORT" once serving; stops on SIGTERM or SIGINT.
 
-    Example: loadgen sim --deployment examples/deployments/vllm-monolith.toml --port 0
+    \b
+    Examples:
+      loadgen sim --deployment examples/deployments/vllm-monolith.toml --port 0
+      loadgen sim --config sim.toml --port 0     # e.g. ttft_ms = 50, itl_ms = 5
     """
     engine = pop_engine_options(options)
     try:

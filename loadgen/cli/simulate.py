@@ -78,6 +78,12 @@ def simulate(trace: Path, out: Path, **options: Any) -> None:
         requests = requests[: options["max_requests"]]
     if not requests:
         raise ConfigError(f"{trace}: no request to simulate")
+    embeddings = sum(1 for r in requests if r.api == "embeddings")
+    if embeddings:
+        raise ConfigError(
+            f"{trace}: {embeddings} rows are embeddings requests, which loadgen simulate does "
+            "not model (it generates tokens); replay them against loadgen sim instead"
+        )
     factor = time_factor([r.arrival_s for r in requests], time_scale=time_scale, rate=rate)
     run = OfflineRun(
         trace_path=trace,

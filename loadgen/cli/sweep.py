@@ -16,6 +16,9 @@ import click
 from rich.console import Console
 
 from loadgen.cli.echo import cli_console
+from loadgen.cli.options.alias import deprecated_alias
+from loadgen.cli.options.apis import api_options
+from loadgen.cli.options.config import config_option, refuse_redacted, write_config
 from loadgen.cli.options.slo import load_slos, slo_option
 from loadgen.cli.options.url import check_base_url
 from loadgen.run.session import SessionOptions
@@ -43,6 +46,7 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
 
 @click.command()
 @click.argument("trace", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@config_option
 @click.option(
     "--base-url",
     required=True,
@@ -102,11 +106,19 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
     help="Per-request deadline in seconds.",
 )
 @click.option(
-    "--server-time-scale",
+    "--clock-scale",
+    "server_time_scale",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="Record the simulator's --time-scale so analyses use its model clock.",
+    help="The simulator's --clock-scale (wall seconds per model second), recorded so that "
+    "analyses use its model clock.",
+)
+@deprecated_alias(
+    "--server-time-scale",
+    "--clock-scale",
+    "server_time_scale",
+    type_=click.FloatRange(min=0, min_open=True),
 )
 @click.option(
     "--api-key-env",
@@ -115,6 +127,13 @@ def _stop_on_breach(slo_args: tuple[str, ...], console: Console) -> Callable[[Pa
     help="Environment variable holding the API key (sent as a Bearer token).",
 )
 @click.option("--overwrite", is_flag=True, help="Reuse a non-empty sweep directory.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the steps and what the first would send (secrets redacted) and exit 0: "
+    "no connection, no sweep directory.",
+)
+@api_options()
 def sweep(
     trace: Path,
     base_url: str,
@@ -132,14 +151,26 @@ def sweep(
     server_time_scale: float,
     api_key_env: str,
     overwrite: bool,
+    dry_run: bool,
+    api: str | None,
+    embed_batch: int,
 ) -> None:
     """Replay TRACE at successively higher load: one run directory per step in OUT.
 
     Then `loadgen analyze OUT` (load curves and the knee) or `loadgen compare OUT_A OUT_B`
     (the crossover of two deployments).
 
-    Example: loadgen sweep trace.parquet --base-url http://localhost:8000/v1 -o sw --rates 1x,2x,4x
+    Writes config.toml (the resolved options) to OUT: `loadgen sweep --config
+    OUT/config.toml -o NEW` sweeps again. Options can come from a TOML file (--config;
+    flags given as well win).
+
+    \b
+    Examples:
+      loadgen sweep trace.parquet --base-url http://localhost:8000/v1 -o sw --rates 1x,2x,4x
+      loadgen sweep --config sweep.toml -o sw2 --rates 8,16
+      loadgen sweep trace.parquet --base-url http://localhost:8000/v1 -o sw --rates 1x --dry-run
     """
+    refuse_redacted(click.get_current_context())
     from loadgen.run.sweep import SweepOptions, parse_concurrency, parse_rates, run_sweep
 
     if rates is not None and concurrencies is not None:
@@ -166,16 +197,23 @@ def sweep(
             request_timeout_s=timeout_s,
             api_key=os.environ.get(api_key_env) or None,
             overwrite=overwrite,
+            api=api,
+            embed_batch=embed_batch,
         ),
         steps=steps,
         cooldown_s=cooldown_s,
         server_time_scale=server_time_scale,
     )
 
+    if dry_run:
+        _dry_run(options.session, steps)
+        return
+
     def on_step(index: int, step: LoadStep, run_dir: Path) -> None:
         console.print(f"step {index}: {step.label} -> {run_dir}")
 
     result = asyncio.run(run_sweep(options, stop_after=stop, on_step=on_step))
+    write_config(click.get_current_context(), result.sweep_dir)
     from loadgen.cli.results import write_run_results
 
     for step_dir in sorted(p for p in result.sweep_dir.glob("step-*") if p.is_dir()):
@@ -184,6 +222,27 @@ def sweep(
     if result.steps:
         console.print(_knee_line(result.sweep_dir, slo_args), soft_wrap=True)
     console.print(f"next: loadgen analyze {result.sweep_dir}")
+
+
+def _dry_run(session: SessionOptions, steps: tuple[LoadStep, ...]) -> None:
+    """Print the steps and the first request, as ``replay --dry-run`` does; sends nothing."""
+    from loadgen.cli.dryrun import echo_dry_run
+    from loadgen.run.dryrun import plan_dry_run
+
+    plan = plan_dry_run(session)
+    base = plan.mean_rate
+    shown = []
+    for step in steps:
+        if step.concurrency is not None:
+            shown.append(f"{step.label} ({step.concurrency} in flight)")
+        elif step.rate is not None:
+            shown.append(f"{step.label} ({step.rate:.3g} req/s)")
+        elif step.multiple is not None and base is not None:
+            shown.append(f"{step.label} ({base * step.multiple:.3g} req/s)")
+        else:
+            shown.append(step.label)
+    echo_dry_run(plan)
+    click.echo(f"steps: {len(steps)}: " + ", ".join(shown))
 
 
 def _knee_line(sweep_dir: Path, slo_args: tuple[str, ...]) -> str:

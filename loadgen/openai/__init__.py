@@ -6,6 +6,8 @@ Sans-IO and pure: imports ``traces`` and orjson only; no httpx, no other ``loadg
 __all__ = [
     "bodies",
     "chunks",
+    "embeddings",
+    "events",
     "refusals",
     "timings",
 ]

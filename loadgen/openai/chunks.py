@@ -63,9 +63,29 @@ def parse_usage(raw: Any) -> Usage | None:
     return read_usage(raw)[0]
 
 
-def read_usage(raw: Any) -> tuple[Usage | None, str | None]:
+CHAT_USAGE_NAMES: tuple[str, str, str, str] = (
+    "prompt_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+)
+"""The keys of an OpenAI chat, completions or embeddings ``usage`` object: input count,
+output count, and the two detail objects (``cached_tokens``, ``reasoning_tokens``)."""
+RESPONSES_USAGE_NAMES: tuple[str, str, str, str] = (
+    "input_tokens",
+    "output_tokens",
+    "input_tokens_details",
+    "output_tokens_details",
+)
+"""The same keys in the Responses API's ``usage`` object."""
+
+
+def read_usage(
+    raw: Any, names: tuple[str, str, str, str] = CHAT_USAGE_NAMES
+) -> tuple[Usage | None, str | None]:
     """An OpenAI ``usage`` object's counts (``prompt_tokens``, ``completion_tokens``,
-    ``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``)
+    ``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``;
+    ``names`` gives the keys, the Responses API's are ``RESPONSES_USAGE_NAMES``)
     and, when one is not an integer, ``"usage.<path> = <value>: not an integer"`` for the
     first such (that count reads as None). Null or absent is None; a float with an integral
     value is that integer; a bool, string, list or object is not a count. The counts are
@@ -73,20 +93,21 @@ def read_usage(raw: Any) -> tuple[Usage | None, str | None]:
     an object."""
     if not isinstance(raw, dict):
         return None, None
+    inputs, outputs, in_details, out_details = names
     problems: list[str] = []
-    details = raw.get("prompt_tokens_details")
-    out_details = raw.get("completion_tokens_details")
+    details = raw.get(in_details)
+    more = raw.get(out_details)
     usage = Usage(
-        prompt_tokens=_count(raw, "prompt_tokens", "", problems),
-        completion_tokens=_count(raw, "completion_tokens", "", problems),
+        prompt_tokens=_count(raw, inputs, "", problems),
+        completion_tokens=_count(raw, outputs, "", problems),
         cached_tokens=(
-            _count(details, "cached_tokens", "prompt_tokens_details.", problems)
+            _count(details, "cached_tokens", f"{in_details}.", problems)
             if isinstance(details, dict)
             else None
         ),
         reasoning_tokens=(
-            _count(out_details, "reasoning_tokens", "completion_tokens_details.", problems)
-            if isinstance(out_details, dict)
+            _count(more, "reasoning_tokens", f"{out_details}.", problems)
+            if isinstance(more, dict)
             else None
         ),
     )
@@ -198,3 +219,30 @@ def classify(payload: bytes) -> Chunk:
         finish_reason=read_finish(finish)[0],
         timings=parse_timings(obj),
     )
+
+
+def reply_text(body: bytes) -> str:
+    """The content text of a whole SSE response body, in order: each event's
+    ``choices[0].delta.content`` (chat) or ``choices[0].text`` (completions). For a live
+    session history (``--history live``), after the response has ended; events that are
+    not JSON objects with such a string are skipped."""
+    parts: list[str] = []
+    for line in body.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if not payload or payload == b"[DONE]":
+            continue
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            continue
+        choices = obj.get("choices") if isinstance(obj, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            continue
+        choice = choices[0]
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if isinstance(text, str):
+            parts.append(text)
+    return "".join(parts)

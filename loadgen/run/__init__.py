@@ -9,6 +9,7 @@ Ray and uvloop are optional and imported where used.
 __all__ = [
     "deployment",
     "descriptors",
+    "dryrun",
     "health",
     "options",
     "probe",

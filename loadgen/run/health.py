@@ -68,6 +68,10 @@ def merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
         stamp_delay=worst_of([r.stamp_delay for r in replays]),
         held=merge_held([r.held for r in replays]),
         dispatch_lag=worst_of([r.dispatch_lag for r in replays]),
+        warmup_end_ns=min((r.warmup_end_ns for r in replays if r.warmup_end_ns), default=None),
+        dispatch_end_ns=min(
+            (r.dispatch_end_ns for r in replays if r.dispatch_end_ns), default=None
+        ),
     )
 
 

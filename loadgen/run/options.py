@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,17 @@ from loadgen.http.headers import header_problem
 from loadgen.openai.bodies import extra_body_problem
 from loadgen.redact import Scrubber, basic_authorization, redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
+from loadgen.sessions import enter_sessions
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces.io import read_metadata, read_trace
 from traces.records import TraceRequest
 from traces.runinfo import RunConfig
+from traces.schema import APIS
 from traces.values import ID_CHARS, id_problem
 
 TRANSPORTS = ("fast", "httpx")
+SESSION_MODES = ("open", "closed")
+HISTORIES = ("trace", "live")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +78,22 @@ class SessionOptions:
     """False with ``--no-stream``: one JSON response per request (no TTFT, no ITL)."""
     http2: bool = False
     """``--http2``: HTTP/2 with ``--transport httpx`` (needs the ``h2`` package)."""
+    sessions: str = "open"
+    """``open``: every turn at its trace time; ``closed``: a turn is due at the later of its
+    trace time and its parent's end plus think time (``loadgen.sessions``)."""
+    max_sessions: int | None = None
+    """Closed sessions: cap on sessions in progress (a session waits to start)."""
+    history: str = "trace"
+    """Closed sessions: ``trace`` (the trace's history, exact replay) or ``live`` (the
+    server's replies, ``loadgen.history``)."""
+    start_offset_s: float | None = None
+    """Enter each session this many seconds into it (earlier turns are not sent)."""
+    warmup_s: float | None = None
+    """Flag requests due in the first this many seconds as warm-up."""
+    api: str | None = None
+    """Send every request to this API (``traces.schema.APIS``); None: each row's own."""
+    embed_batch: int = 1
+    """Inputs per embeddings request: each row's prompt cut into this many items."""
 
     def request_headers(self) -> dict[str, str]:
         """The headers every request to the endpoint carries: ``--header`` values and the
@@ -120,11 +140,42 @@ class SessionOptions:
 
 
 def load_requests(opts: SessionOptions) -> tuple[list[TraceRequest], dict[str, Any]]:
-    """The trace's requests (cut to ``max_requests``) and its provenance metadata."""
-    requests = read_trace(opts.trace_path)
+    """The trace's requests (cut to ``max_requests``, then entered ``start_offset_s`` into
+    each session) and its provenance metadata."""
+    return load_schedule(opts).requests, read_metadata(opts.trace_path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """The requests a replay sends, and how many of the trace's it skipped."""
+
+    requests: list[TraceRequest]
+    skipped: int = 0
+
+
+def load_schedule(opts: SessionOptions) -> Schedule:
+    """``load_requests``' requests with the count ``start_offset_s`` skipped."""
+    requests = with_api(read_trace(opts.trace_path), opts.api)
     if opts.max_requests is not None:
         requests = requests[: opts.max_requests]
-    return requests, read_metadata(opts.trace_path)
+    if opts.start_offset_s is None:
+        return Schedule(requests=requests)
+    kept = enter_sessions(requests, opts.start_offset_s)
+    if not kept:
+        raise ConfigError(
+            f"--start-offset {opts.start_offset_s:g}: no request is left (every session is "
+            "shorter than the offset)"
+        )
+    return Schedule(requests=kept, skipped=len(requests) - len(kept))
+
+
+def with_api(requests: list[TraceRequest], api: str | None) -> list[TraceRequest]:
+    """``requests``, each sent to ``api`` (``--api``) when one is given."""
+    if api is None:
+        return requests
+    if api not in APIS:
+        raise ConfigError(f"--api {api}: expected one of {', '.join(sorted(APIS))}")
+    return [r if r.api == api else replace(r, api=api) for r in requests]
 
 
 def _header_problem(name: str, value: str) -> str | None:
@@ -191,6 +242,33 @@ def check_options(opts: SessionOptions) -> None:
         raise ConfigError(f"--scrape-interval must be positive, got {opts.scrape_interval_s}")
     if opts.scrape_url is not None and not opts.scrape_url.startswith(("http://", "https://")):
         raise ConfigError(f"--scrape-metrics {opts.scrape_url!r}: expected an http(s) URL")
+    if opts.sessions not in SESSION_MODES:
+        raise ConfigError(
+            f"--sessions {opts.sessions!r}: expected one of {', '.join(SESSION_MODES)}"
+        )
+    if opts.sessions == "closed" and opts.concurrency is not None:
+        raise ConfigError("--sessions closed is an open-loop schedule: drop --concurrency")
+    if opts.history not in HISTORIES:
+        raise ConfigError(f"--history {opts.history!r}: expected one of {', '.join(HISTORIES)}")
+    if opts.history == "live" and opts.sessions != "closed":
+        raise ConfigError(
+            "--history live needs --sessions closed: a turn cannot carry a reply it is sent before"
+        )
+    if opts.sessions == "closed" and opts.max_inflight is not None:
+        raise ConfigError(
+            "--max-inflight caps requests of an open loop; closed sessions cap sessions "
+            "(--max-sessions)"
+        )
+    if opts.max_sessions is not None and opts.sessions != "closed":
+        raise ConfigError("--max-sessions applies to --sessions closed only")
+    if opts.max_sessions is not None and opts.max_sessions < opts.workers:
+        raise ConfigError(
+            f"--max-sessions {opts.max_sessions} is below --workers {opts.workers}: "
+            "every worker needs at least one session"
+        )
+    for name, value in (("--start-offset", opts.start_offset_s), ("--warmup-time", opts.warmup_s)):
+        if value is not None and not 0 <= value < float("inf"):
+            raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value}")
     if opts.concurrency is not None and opts.concurrency < opts.workers:
         raise ConfigError(
             f"--concurrency {opts.concurrency} is below --workers {opts.workers}: "

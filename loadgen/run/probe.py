@@ -26,7 +26,7 @@ from traces.deployment import DeploymentInfo
 from traces.prompts.maker import CalibrationSample, Prompt, PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
-from traces.schema import API_CHAT
+from traces.schema import API_CHAT, API_EMBEDDINGS, API_RESPONSES
 
 _PROBE_TRIES = 5
 
@@ -237,11 +237,16 @@ async def _calibration_samples(
             input_tokens=words, output_tokens=1,
         )  # fmt: skip
         text = prompts.text(req)
+        payload: dict[str, object] = {"model": model, "max_tokens": 1, "stream": False}
         if api == API_CHAT:
-            payload: dict[str, object] = {"messages": [{"role": "user", "content": text}]}
+            payload["messages"] = [{"role": "user", "content": text}]
+        elif api == API_RESPONSES:
+            payload = {"model": model, "max_output_tokens": 1, "input": text}
+        elif api == API_EMBEDDINGS:
+            payload = {"model": model, "input": text}
         else:
-            payload = {"prompt": text}
-        body = orjson.dumps({"model": model, "max_tokens": 1, "stream": False, **payload})
+            payload["prompt"] = text
+        body = orjson.dumps(payload)
         headers = {"content-type": "application/json", "x-request-id": f"{x_request_id}-{i}"}
         try:
             r = await http.post(base + endpoint_path(api), content=body, headers=headers)
@@ -253,7 +258,7 @@ async def _calibration_samples(
             )
         try:
             usage = orjson.loads(r.content).get("usage") or {}
-            tokens = int(usage["prompt_tokens"])
+            tokens = int(usage["input_tokens" if api == API_RESPONSES else "prompt_tokens"])
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
             raise EndpointError(
                 f"{base}: prompt calibration needs usage.prompt_tokens in the response"

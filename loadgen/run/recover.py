@@ -33,7 +33,7 @@ from loadgen.dispatched import read_dispatched
 from loadgen.errors import RunDirError
 from loadgen.run.recorder import merge_parts
 from loadgen.run.runlock import RunLock
-from loadgen.run.sharding import shard_of
+from loadgen.run.sharding import select_shard
 from loadgen.schedule import due_offsets_ns
 from traces import schema as s
 from traces.errors import TraceError
@@ -257,7 +257,7 @@ def _inferred(
     """Requests shard ``k`` certainly sent, from the schedule (a run without a dispatch
     record): a lower bound."""
     if requests is not None:
-        mine = [r for r in requests if shard_of(r, info.load.workers) == k]
+        mine = select_shard(requests, k, info.load.workers)
         origin = requests[0].arrival_s if requests else None
         offsets = dict(
             zip(

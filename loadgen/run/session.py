@@ -36,7 +36,7 @@ from loadgen.run.health import (
     client_bound_warnings,
     merge_results,
 )
-from loadgen.run.options import SessionOptions, check_options, load_requests
+from loadgen.run.options import SessionOptions, check_options, load_schedule
 from loadgen.run.probe import calibration_samples, preflight
 from loadgen.run.runinfo import versions
 from loadgen.run.runlock import RunLock
@@ -57,7 +57,7 @@ from loadgen.schedule import check_span, time_factor
 from traces import schema as s
 from traces.context import context_overflow_of, deployment_context
 from traces.health import GeneratorHealth, WorkerHealth
-from traces.io import file_sha256, write_run_info
+from traces.io import file_sha256, read_metadata, write_run_info
 from traces.prompts.maker import PromptMaker, fit_calibration
 from traces.records import TraceRequest
 from traces.runinfo import (
@@ -101,6 +101,8 @@ class SessionResult:
     rows: int
     client_bound: bool
     warnings: tuple[str, ...]
+    not_sent: int = 0
+    """Requests of the schedule never sent (after ``--duration`` or a stop)."""
 
 
 def _prepare_run_dir(run_dir: Path, overwrite: bool) -> RunLock:
@@ -147,7 +149,8 @@ async def run_session(
     ``on_notice(text)`` is told, before the first request, what the preflight found that the
     user should know (requests beyond the endpoint's context)."""
     check_options(opts)
-    requests, trace_meta = load_requests(opts)
+    schedule = load_schedule(opts)
+    requests, trace_meta = schedule.requests, read_metadata(opts.trace_path)
     block_size = block_size_of(trace_meta, str(opts.trace_path))
     arrivals = [r.arrival_s for r in requests]
     factor = time_factor(arrivals, time_scale=opts.time_scale, rate=opts.rate)
@@ -165,6 +168,7 @@ async def run_session(
             on_start=on_start,
             install_signal_handlers=install_signal_handlers,
             on_notice=on_notice,
+            skipped=schedule.skipped,
         )
     finally:
         lock.release(unlink=True)
@@ -180,6 +184,7 @@ async def _replay_into(
     on_start: Callable[[StatsView, int], None] | None,
     install_signal_handlers: bool,
     on_notice: Callable[[str], None] | None = None,
+    skipped: int = 0,
 ) -> SessionResult:
     """The session once it holds its run directory (``run.lock``, for the run's lifetime:
     no recovery under its feet)."""
@@ -326,7 +331,9 @@ async def _replay_into(
 
         recover_run(opts.run_dir, cause=str(exc), held=True)
         raise
-    return _finish(opts, replace(base_info, server_metrics=scraped), outcomes)
+    return _finish(
+        opts, replace(base_info, server_metrics=scraped), outcomes, len(requests), skipped
+    )
 
 
 def _ensure_descriptors(opts: SessionOptions, factor: float, requests: list[TraceRequest]) -> None:
@@ -370,7 +377,11 @@ def _scrape_config(opts: SessionOptions) -> ScrapeConfig | None:
 
 
 def _finish(
-    opts: SessionOptions, base_info: RunInfo, outcomes: list[ShardOutcome]
+    opts: SessionOptions,
+    base_info: RunInfo,
+    outcomes: list[ShardOutcome],
+    scheduled: int,
+    skipped: int,
 ) -> SessionResult:
     result = merge_results(outcomes)
     backpressure = backpressure_of(result, opts.max_inflight)
@@ -396,6 +407,10 @@ def _finish(
             end_ns=result.end_ns,
             duration_s=(result.end_ns - result.start_ns) / 1e9,
             by_outcome=by_outcome,
+            not_sent=scheduled - result.dispatched,
+            warmup_end_ns=result.warmup_end_ns,
+            dispatch_end_ns=result.dispatch_end_ns,
+            skipped=skipped if opts.start_offset_s is not None else None,
         ),
         health=GeneratorHealth(
             schedule_lag_ms=result.schedule_lag,
@@ -434,4 +449,5 @@ def _finish(
         rows=rows,
         client_bound=bool(warnings),
         warnings=tuple(warnings + notes),
+        not_sent=scheduled - result.dispatched,
     )

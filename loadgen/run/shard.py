@@ -33,6 +33,7 @@ from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests
 from loadgen.run.recorder import RunRecorder
 from loadgen.run.sharding import select_shard, split_evenly
+from loadgen.sessions import has_sessions, plan_sessions
 from traces.prompts.maker import HFTokenCounter, PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
@@ -165,6 +166,14 @@ def shard_shape(opts: SessionOptions, factor: float, shard: int, shards: int) ->
         ),
         duration_s=opts.duration_s,
         grace_s=opts.grace_s,
+        closed_sessions=opts.sessions == "closed",
+        max_sessions=(
+            max(1, split_evenly(opts.max_sessions, shards)[shard])
+            if opts.max_sessions is not None
+            else None
+        ),
+        warmup_s=opts.warmup_s,
+        live_history=opts.history == "live",
     )
 
 
@@ -196,6 +205,7 @@ async def replay_shard(
         warmup_requests=opts.warmup_requests,
         extra_body=opts.extra_body,
         stream=opts.stream,
+        embed_batch=opts.embed_batch,
     )
     loop = asyncio.get_running_loop()
 
@@ -239,6 +249,11 @@ async def replay_shard(
                 # Warm-up and due times count from the whole trace, shared by all shards.
                 ordinals=[r.index for r in mine],
                 origin_s=requests[0].arrival_s if requests else None,
+                plan=(
+                    plan_sessions(mine, time_factor=plan.time_factor, block_size=plan.block_size)
+                    if shape.closed_sessions or has_sessions(mine)
+                    else None
+                ),
             )
             if on_start is not None:
                 on_start(stats, len(mine))

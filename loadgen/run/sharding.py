@@ -2,7 +2,9 @@
 
 Shard, don't share: worker k of n replays the requests with ``index % n == k``, except that
 a multi-turn session stays whole on one worker (chosen by a stable hash of its id), so its
-turns keep their order and their prefix-cache behaviour.
+turns keep their order and their prefix-cache behaviour; a sub-agent's session (a row whose
+``parent`` is of another session) goes with the session it branched from, so a closed-loop
+replay can make it wait for its parent.
 """
 
 from __future__ import annotations
@@ -26,7 +28,19 @@ def select_shard(requests: Sequence[TraceRequest], shard: int, shards: int) -> l
     """The requests of worker ``shard`` of ``shards``, in trace order."""
     if shards == 1:
         return list(requests)
-    return [r for r in requests if shard_of(r, shards) == shard]
+    if not any(r.parent is not None for r in requests):
+        return [r for r in requests if shard_of(r, shards) == shard]
+    # Follow parent links: a row goes where its parent went (parents come first).
+    owner: dict[str, int] = {}
+    mine: list[TraceRequest] = []
+    for r in requests:
+        k = owner.get(r.parent) if r.parent is not None else None
+        if k is None:
+            k = shard_of(r, shards)
+        owner[r.request_id] = k
+        if k == shard:
+            mine.append(r)
+    return mine
 
 
 def split_evenly(total: int, parts: int) -> list[int]:

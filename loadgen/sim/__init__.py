@@ -31,6 +31,7 @@ __all__ = [
     "records",
     "request",
     "response",
+    "responses",
     "router",
     "server",
     "tokenizer",

@@ -1,7 +1,9 @@
 """The simulator's raw ASGI application: routing, request bodies, response writing.
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
-``POST /v1/chat/completions``, ``GET /metrics``, ``GET /debug/requests/{x_request_id}``.
+``POST /v1/chat/completions``, ``POST /v1/responses`` (the Responses API's typed events,
+:mod:`loadgen.sim.responses`), ``POST /v1/embeddings`` (one step of prefill, then the
+whole reply), ``GET /metrics``, ``GET /debug/requests/{x_request_id}``.
 Unknown paths answer 404, wrong methods 405, bad bodies 400, an unknown model 404, all with
 OpenAI-style ``{"error": {...}}`` bodies. Timing belongs to the engine
 (:mod:`loadgen.sim.engine`); this module stamps each content chunk immediately before its
@@ -33,6 +35,7 @@ from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.records import RequestLog
 from loadgen.sim.request import Api, parse_request
 from loadgen.sim.response import JSON_TYPE, ResponseWriter
+from loadgen.sim.responses import ResponsesFormatter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,7 +44,12 @@ Send = Callable[[Message], Awaitable[None]]
 T = TypeVar("T")
 
 _JSON = JSON_TYPE
-_API_PATHS: dict[str, Api] = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+_API_PATHS: dict[str, Api] = {
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
 _GET_PATHS = frozenset({"/health", "/v1/models", "/metrics"})
 _DEBUG_PREFIX = "/debug/requests/"
 
@@ -188,7 +196,7 @@ class SimApp:
             send=send,
             request=request,
             record=record,
-            formatter=ResponseFormatter(
+            formatter=(ResponsesFormatter if api == "responses" else ResponseFormatter)(
                 request, model=cfg.served_model_name, request_id=request_id
             ),
             headers=id_header,
@@ -207,7 +215,12 @@ class SimApp:
             await _error(send, 429, why, "TooManyRequests", headers)
             return
         emissions = self.engine.generate(request, received_ns=received_ns, stall=stall)
-        write = response.stream(emissions) if request.stream else response.whole(emissions)
+        if api == "embeddings":
+            write = response.embeddings(emissions, cfg.served_model_name)
+        elif request.stream:
+            write = response.stream(emissions)
+        else:
+            write = response.whole(emissions)
         try:
             outcome = await _unless_disconnected(receive, write)
         finally:

@@ -144,6 +144,10 @@ class ResponseFormatter:
         chunk["metrics"] = truth.as_json()
         return _event(chunk)
 
+    def done(self) -> bytes:
+        """The stream's last event: ``data: [DONE]`` (the Responses API sends none)."""
+        return DONE
+
     def full_response(
         self, text: str, *, completion_tokens: int, truth: GroundTruth, metrics: bool = True
     ) -> bytes:

@@ -32,21 +32,29 @@ class PromptContent:
     images: tuple[ImageSize | None, ...] = ()
 
 
-def prompt_content(body: Mapping[str, object], *, chat: bool) -> PromptContent:
-    """The prompt content of an already validated request body."""
+def prompt_content(body: Mapping[str, object], *, api: str) -> PromptContent:
+    """The prompt content of an already validated request body of ``api``: chat's
+    ``messages``, completions' ``prompt``, the Responses API's ``input`` (a string or
+    messages) or the embeddings' ``input`` (as completions' ``prompt``)."""
     texts: list[str] = []
     ids: list[int] = []
     images: list[ImageSize | None] = []
-    if chat:
-        messages = body.get("messages")
+    value = body.get("input")
+    if api == "responses" and isinstance(value, str):
+        texts.append(value)
+    elif api in ("chat", "responses"):
+        messages = body.get("messages") if api == "chat" else value
         for message in messages if isinstance(messages, list) else ():
+            if isinstance(message, str):
+                texts.append(message)
+                continue
             content = message.get("content") if isinstance(message, Mapping) else None
             if isinstance(content, str):
                 texts.append(content)
             elif isinstance(content, list):
                 _parts(content, texts, images)
     else:
-        prompt = body.get("prompt")
+        prompt = body.get("prompt") if api == "completions" else value
         items = prompt if isinstance(prompt, list) else [prompt]
         if items and all(isinstance(x, int) for x in items):
             items = [items]
@@ -64,9 +72,9 @@ def _parts(parts: list[object], texts: list[str], images: list[ImageSize | None]
             texts.append(part)
         elif isinstance(part, Mapping):
             kind = part.get("type")
-            if kind == "text" and isinstance(part.get("text"), str):
+            if kind in ("text", "input_text") and isinstance(part.get("text"), str):
                 texts.append(str(part["text"]))
-            elif kind in ("image_url", "image"):
+            elif kind in ("image_url", "image", "input_image"):
                 ref = part.get("image_url", part.get("image"))
                 url = ref.get("url") if isinstance(ref, Mapping) else ref
                 images.append(image_size(url) if isinstance(url, str) else None)

@@ -1,4 +1,12 @@
-"""Parse an OpenAI completions or chat request body into the one value the engine needs.
+"""Parse an OpenAI completions, chat, responses or embeddings request body into the one
+value the engine needs.
+
+A Responses API request (``/v1/responses``) reads ``input`` (a string, or a list of
+messages whose content is a string or ``input_text``/``input_image`` parts) and
+``max_output_tokens``; its usage always comes with ``response.completed``. An embeddings
+request (``/v1/embeddings``) reads ``input`` (a string, a list of strings, token ids or
+lists of them) and ``dimensions``; it is costed as a prefill of all its inputs with one
+step (``max_tokens`` 1) and never streams.
 
 Only the fields that shape the simulated response are read; unknown fields are ignored, as an
 OpenAI-compatible server does. Must not import the replay client
@@ -12,9 +20,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from loadgen.errors import PromptShapeError, RequestError
-from loadgen.sim.tokens import count_chat_prompt, count_completion_prompt
+from loadgen.sim.tokens import count_chat_prompt, count_completion_prompt, count_words
 
-Api = Literal["chat", "completions"]
+Api = Literal["chat", "completions", "responses", "embeddings"]
+DEFAULT_DIMENSIONS = 16
+"""Length of the simulator's embedding vectors unless the request asks (``dimensions``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +46,10 @@ class SimRequest:
     """Prefix-cache keys of the prompt's full blocks (set by the physics engine)."""
     encoder_s: float = 0.0
     """Vision-encoder model seconds for the prompt's images (set by the physics engine)."""
+    items: int = 1
+    """Embeddings: how many inputs (one embedding each)."""
+    dimensions: int = DEFAULT_DIMENSIONS
+    """Embeddings: the length of each vector."""
 
 
 def parse_request(
@@ -47,15 +61,29 @@ def parse_request(
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("model must be a string", param="model")
+    if api == "embeddings":
+        return _embeddings(body, model)
     try:
         if api == "chat":
             prompt_tokens = count_chat_prompt(body.get("messages"), image_tokens=image_tokens)
+        elif api == "responses":
+            prompt_tokens = _count_input(body.get("input"), image_tokens=image_tokens)
         else:
             if "prompt" not in body:
                 raise PromptShapeError("prompt is required")
             prompt_tokens = count_completion_prompt(body["prompt"])
     except PromptShapeError as exc:
-        raise RequestError(str(exc), param="messages" if api == "chat" else "prompt") from exc
+        raise RequestError(str(exc), param=prompt_param(api)) from exc
+    if api == "responses":
+        return SimRequest(
+            api=api,
+            model=model,
+            stream=_bool(body, "stream", default=False),
+            max_tokens=_max_tokens(body, default_max_tokens, "max_output_tokens"),
+            prompt_tokens=prompt_tokens,
+            include_usage=True,
+            continuous_usage=False,
+        )
 
     stream = _bool(body, "stream", default=False)
     _bool(body, "ignore_eos", default=False)
@@ -84,8 +112,55 @@ def parse_request(
     )
 
 
-def _max_tokens(body: Mapping[str, object], default: int) -> int:
-    value = _int(body, "max_completion_tokens", minimum=1)
+def prompt_param(api: str) -> str:
+    """The body field that holds an ``api`` request's prompt (an error's ``param``)."""
+    return {"chat": "messages", "completions": "prompt"}.get(api, "input")
+
+
+def _count_input(value: object, *, image_tokens: int) -> int:
+    """Prompt tokens of a Responses ``input``: a string, or a list of messages (or of
+    strings)."""
+    if isinstance(value, str):
+        return count_words(value)
+    if not isinstance(value, list) or not value:
+        raise PromptShapeError("input must be a string or a non-empty list of messages")
+    messages = [{"content": m} if isinstance(m, str) else m for m in value]
+    return count_chat_prompt(messages, image_tokens=image_tokens)
+
+
+def _embeddings(body: Mapping[str, object], model: str | None) -> SimRequest:
+    value = body.get("input")
+    try:
+        if value is None or value == [] or value == "":
+            raise PromptShapeError("input must be a non-empty string or list")
+        prompt_tokens = count_completion_prompt(value)
+    except PromptShapeError as exc:
+        raise RequestError(str(exc).replace("prompt", "input"), param="input") from exc
+    items = 1
+    if isinstance(value, list) and not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in value
+    ):
+        items = len(value)
+    dimensions = _int(body, "dimensions", minimum=1)
+    if dimensions is not None and dimensions > 8192:
+        raise RequestError("dimensions must be at most 8192", param="dimensions")
+    return SimRequest(
+        api="embeddings",
+        model=model,
+        stream=False,
+        max_tokens=1,
+        prompt_tokens=prompt_tokens,
+        include_usage=False,
+        continuous_usage=False,
+        items=items,
+        dimensions=dimensions or DEFAULT_DIMENSIONS,
+    )
+
+
+def _max_tokens(
+    body: Mapping[str, object], default: int, name: str = "max_completion_tokens"
+) -> int:
+    value = _int(body, name, minimum=1)
     if value is None:
         value = _int(body, "max_tokens", minimum=1)
     return default if value is None else value

@@ -21,11 +21,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from contextlib import aclosing
 from typing import Any
 
-from loadgen.sim.chunks import DONE, MALFORMED, ResponseFormatter
+from loadgen.sim.chunks import MALFORMED, ResponseFormatter
 from loadgen.sim.engine import Emission, Engine, GroundTruth, Phases
 from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.records import RequestRecord
 from loadgen.sim.request import SimRequest
+from loadgen.sim.responses import MALFORMED_BODY, embeddings_body
 from loadgen.sim.tokens import token_text
 
 Message = MutableMapping[str, Any]
@@ -155,7 +156,7 @@ class ResponseWriter:
             truth = self._truth(phases, writes[0], writes[-1], emitted)
             body = fmt.usage_chunk(completion_tokens=emitted, truth=truth)
             await send({"type": "http.response.body", "body": body, "more_body": True})
-        await send({"type": "http.response.body", "body": DONE, "more_body": False})
+        await send({"type": "http.response.body", "body": fmt.done(), "more_body": False})
         e2e_s = (time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale
         metrics.finished(e2e_s, engine=self._served_by(phases))
         return "ok"
@@ -202,6 +203,40 @@ class ResponseWriter:
         await self._send({"type": "http.response.start", "status": 200, "headers": headers})
         write_ns = time.perf_counter_ns()
         record.chunk(write_ns, emitted)
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        record.sent(time.perf_counter_ns())
+        e2e_s = (time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale
+        metrics.finished(e2e_s, engine=self._served_by(phases))
+        return "ok"
+
+    async def embeddings(self, emissions: AsyncGenerator[Emission, None], model: str) -> str:
+        """Write an embeddings reply once its one step (the prefill of every input) is
+        done; ``ok`` or ``dropped``. No token is generated or counted as one."""
+        record, metrics = self._record, self._metrics
+        phases: Phases | None = None
+        async with aclosing(emissions) as events:
+            async for emission in events:
+                if self._drops_at(0, emission):
+                    await self._partial_body()
+                    return "dropped"
+                phases = emission.phases
+                self._prefilled(phases)
+        if phases is None:
+            raise RuntimeError("the engine emitted no step")
+        now = time.perf_counter_ns()
+        if self._malformed_at is not None:
+            body = MALFORMED_BODY
+        else:
+            truth = self._truth(phases, now, now, 0)
+            body = embeddings_body(self._request, model=model, truth=truth)
+        headers = [
+            (b"content-type", JSON_TYPE),
+            (b"content-length", str(len(body)).encode()),
+            *self._headers,
+        ]
+        record.headers_ns = time.perf_counter_ns()
+        await self._send({"type": "http.response.start", "status": 200, "headers": headers})
+        record.chunk(time.perf_counter_ns(), 0)
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
         record.sent(time.perf_counter_ns())
         e2e_s = (time.perf_counter_ns() - record.received_ns) / 1e9 / self._scale

@@ -8,7 +8,7 @@ import the replay client (loadgen.client/replay/transport/recorder).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, TypeVar
 
 RouterPolicy = Literal["round-robin", "least-loaded"]
@@ -34,10 +34,13 @@ class Router:
         self.policy: RouterPolicy = policy
         self._turn = itertools.count()
 
-    def choose(self, pool: Sequence[T]) -> T:
-        """The instance of ``pool`` for the next request."""
+    def choose(self, pool: Sequence[T], extra: Callable[[T], int] | None = None) -> T:
+        """The instance of ``pool`` for the next request; ``extra`` adds to each
+        instance's load what it has been promised and not yet given (least-loaded)."""
         if len(pool) == 1:
             return pool[0]
         if self.policy == "round-robin":
             return pool[next(self._turn) % len(pool)]
-        return min(pool, key=lambda inst: inst.load())
+        if extra is None:
+            return min(pool, key=lambda inst: inst.load())
+        return min(pool, key=lambda inst: inst.load() + extra(inst))

@@ -7,7 +7,8 @@ tests and the replay harness can predict ``usage.prompt_tokens`` without a token
   integers is a token-id list and counts its length; a list of such lists sums them.
 - chat ``messages``: the sum over messages of the words of string ``content``, or of the
   ``text`` of each ``{"type": "text"}`` content part; each ``image_url`` (or ``image``) part
-  counts ``image_tokens``; other parts count 0. No chat-template overhead is added.
+  counts ``image_tokens``; other parts count 0. No chat-template overhead is added. The
+  Responses API's ``input_text`` and ``input_image`` parts count as ``text`` and images.
 
 Generated text is one deterministic word with a leading space per token, a pure function of
 the token's index in the completion.
@@ -94,11 +95,11 @@ def _count_parts(parts: list[object], *, image_tokens: int) -> int:
         if not isinstance(part, Mapping):
             raise PromptShapeError("each content part must be an object")
         kind = part.get("type")
-        if kind == "text":
+        if kind in ("text", "input_text"):
             text = part.get("text")
             if not isinstance(text, str):
                 raise PromptShapeError("a text content part needs a string 'text'")
             total += count_words(text)
-        elif kind in ("image_url", "image"):
+        elif kind in ("image_url", "image", "input_image"):
             total += image_tokens
     return total

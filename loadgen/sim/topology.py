@@ -44,7 +44,7 @@ from loadgen.sim.instance import Instance
 from loadgen.sim.physics import HardwareChoice, Physics, link_spec, transfer_s
 from loadgen.sim.prefix import block_hashes
 from loadgen.sim.prompt import prompt_content
-from loadgen.sim.request import SimRequest
+from loadgen.sim.request import SimRequest, prompt_param
 from loadgen.sim.router import Router, RouterPolicy
 from loadgen.sim.tokenizer import make_tokenizer
 
@@ -177,10 +177,11 @@ class PhysicsEngine:
             )
         )
         self._tickets: dict[int, _Ticket] = {}
-        self._reserved: dict[int, SeqSpec] = {}
+        self._reserved: dict[int, tuple[SeqSpec, Instance]] = {}
         """Requests admission control let in that ``generate`` has not submitted yet (by
-        ``id`` of the request): later estimates count them, so that a burst is not
-        admitted on one stale view of the queue."""
+        ``id`` of the request), with the front instance the router picked for them: later
+        estimates on that instance count them, so that a burst is not admitted on one
+        stale view of its queue, and ``generate`` submits them there."""
         self._ids = itertools.count(1)
         self._link_free: dict[str, int] = {}
         self._group: asyncio.TaskGroup | None = None
@@ -224,7 +225,7 @@ class PhysicsEngine:
         return [inst.stats() for inst in (*self.front, *self.back)]
 
     def prepare(self, request: SimRequest, body: Mapping[str, object]) -> SimRequest:
-        content = prompt_content(body, chat=request.api == "chat")
+        content = prompt_content(body, api=request.api)
         tokens = [*self._tokenizer.tokenize(content.text), *content.token_ids]
         physics = self.front[0].physics
         fallback = self._config.image_tokens
@@ -239,7 +240,7 @@ class PhysicsEngine:
             prompt_tokens=n, max_tokens=request.max_tokens, max_model_len=self.max_model_len
         )
         if too_long is not None:
-            raise RequestError(too_long, param="messages" if request.api == "chat" else "prompt")
+            raise RequestError(too_long, param=prompt_param(request.api))
         # Image tokens have no text to hash: such prompts are not prefix-cached.
         hashes = () if content.images else block_hashes(tokens, self.spec.kv_block_size)
         images = [img for img in content.images if img is not None]
@@ -260,32 +261,28 @@ class PhysicsEngine:
 
     def admission_refusal(self, request: SimRequest) -> str | None:
         """Why admission control refuses ``request`` now (429), or None (admitted, or no
-        policy): the estimate on the front instance where it is shortest."""
+        policy): the estimate on the front instance the router picks, the one that will
+        serve it (a refusal uses its router turn, as a real balancer's backend's 429)."""
         if self.admission is None:
             return None
         seq = self._seq(request, 0)
         link = 0.0
         if self.back:
             link = transfer_s(self.front[0].physics, request.prompt_tokens, self._link)
+        promised = [where for _, where in self._reserved.values()]
+        inst = self._front_router.choose(self.front, lambda i: promised.count(i))
         now = time.perf_counter_ns()
-        reserved = list(self._reserved.values())
-        estimates = [
-            (
-                estimate_ttft(
-                    inst.scheduler,
-                    [*inst.pending_specs(), *reserved],
-                    seq,
-                    inst.physics.step_s,
-                    extra_s=link + inst.busy_remaining_s(now),
-                ),
-                inst.name,
-            )
-            for inst in self.front
-        ]
-        best, where = min(estimates, key=lambda pair: pair[0].ttft_s)
-        why = refusal(self.admission, best, where=where)
+        reserved = [spec for spec, where in self._reserved.values() if where is inst]
+        estimate = estimate_ttft(
+            inst.scheduler,
+            [*inst.pending_specs(), *reserved],
+            seq,
+            inst.physics.step_s,
+            extra_s=link + inst.busy_remaining_s(now),
+        )
+        why = refusal(self.admission, estimate, where=inst.name)
         if why is None:
-            self._reserved[id(request)] = seq
+            self._reserved[id(request)] = (seq, inst)
         return why
 
     def admission_done(self, request: SimRequest) -> None:
@@ -368,9 +365,9 @@ class PhysicsEngine:
     async def generate(
         self, request: SimRequest, *, received_ns: int, stall: Stall | None = None
     ) -> AsyncGenerator[Emission, None]:
-        self._reserved.pop(id(request), None)
+        pinned = self._reserved.pop(id(request), None)
         seq_id = next(self._ids)
-        front = self._front_router.choose(self.front)
+        front = pinned[1] if pinned is not None else self._front_router.choose(self.front)
         ticket = _Ticket(seq_id, request, received_ns, front)
         self._tickets[seq_id] = ticket
         front.submit(self._seq(request, seq_id), arrival_ns=received_ns)

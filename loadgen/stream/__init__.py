@@ -6,7 +6,9 @@ orjson only: no httpx, no HTTP stack.
 """
 
 __all__ = [
+    "body",
     "feed",
+    "responses",
     "sse",
     "state",
     "whole",

@@ -151,6 +151,10 @@ def event_data(block: bytes) -> bytes | None:
     """The joined data lines of one event block, or None when it has none."""
     if block.startswith(b"data: ") and block.find(b"\n") < 0:
         return block[6:]  # the common case: one `data: ...` line
+    if block.startswith(b"event: "):  # `event: <type>` then one `data: ...` line (typed
+        nl = block.find(b"\n")  # streams: the Responses API); the event name is ignored
+        if nl > 0 and block.startswith(b"data: ", nl + 1) and block.find(b"\n", nl + 1) < 0:
+            return block[nl + 7 :]
     parts: list[bytes] = []
     for line in block.split(b"\n"):
         if not line or line.startswith(b":"):

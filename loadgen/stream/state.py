@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.openai.chunks import (
+    CHAT_USAGE_NAMES,
     Kind,
     Usage,
     chunk_kind,
@@ -41,6 +42,8 @@ class StreamSummary:
     """What made the stream unusable as sent: a malformed chunk, an error event, or a value
     a row stores (``finish_reason``, a usage count) of the wrong JSON type, which then
     reads as None. The first of these, in that order of precedence."""
+    items: int | None = None
+    """Embeddings in the reply (``/v1/embeddings``); None for the streaming APIs."""
 
 
 class StreamState:
@@ -59,6 +62,7 @@ class StreamState:
         "finish",
         "first_reasoning",
         "first_token",
+        "items",
         "last_completion",
         "reasoning",
         "sent_ns",
@@ -83,6 +87,10 @@ class StreamState:
         """The last ``finish_reason`` that was not null, as sent (``summary`` checks it)."""
         self.done = False
         self.error: str | None = None
+        self.items: int | None = None
+
+    usage_names = CHAT_USAGE_NAMES
+    """The keys of the ``usage`` object this API sends (``read_usage``)."""
 
     def add(self, ts: int, payload: bytes) -> None:
         """Classify one event's data, which arrived at ``ts``."""
@@ -146,7 +154,7 @@ class StreamState:
         JSON type here, once, whichever implementation filled the state: a wrong one is
         left out and named in ``error``; the chunks received are kept."""
         content = self.content
-        usage, usage_problem = read_usage(self.usage_raw)
+        usage, usage_problem = read_usage(self.usage_raw, self.usage_names)
         finish, finish_problem = read_finish(self.finish)
         return StreamSummary(
             content_offsets_us=content,
@@ -159,6 +167,7 @@ class StreamState:
             finish_reason=finish,
             done=self.done,
             error=self.error or finish_problem or usage_problem,
+            items=self.items,
         )
 
 

@@ -318,8 +318,10 @@ def itl_chart(series: RunSeries, *, prefix: str = "") -> Chart:
 
 
 def throughput_chart(a: Analysis, *, prefix: str = "") -> Chart:
-    """Output and total tokens per second per window, with completions per second."""
+    """Output and total tokens per second per window, with completions per second (for a
+    run of embeddings only: input tokens per second, with completions)."""
     ws = a.windows
+    embeddings = a.overall.embeddings_only
 
     def draw(fig: Figure) -> None:
         ax = fig.subplots()
@@ -327,17 +329,18 @@ def throughput_chart(a: Analysis, *, prefix: str = "") -> Chart:
             no_data(ax)
             return
         edges = [*(x.start_s for x in ws), ws[-1].end_s]
-        ax.stairs(
-            [x.output_tokens_per_s for x in ws],
-            edges,
-            color=OKABE_ITO[0],
-            label="output tokens/s",
-        )
+        if not embeddings:  # embeddings stream no output token: no flat zero line
+            ax.stairs(
+                [x.output_tokens_per_s for x in ws],
+                edges,
+                color=OKABE_ITO[0],
+                label="output tokens/s",
+            )
         ax.stairs(
             [x.total_tokens_per_s for x in ws],
             edges,
             color=OKABE_ITO[1],
-            label="total tokens/s (with prompts)",
+            label="input tokens/s (embeddings)" if embeddings else "total tokens/s (with prompts)",
         )
         ax.set_ylabel("tokens/s")
         ax.set_xlabel("time since the first due request (s)")

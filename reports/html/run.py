@@ -342,23 +342,27 @@ def classes_table(a: Analysis) -> str:
         "class", "requests", "ok", "errors", "req/s", "output tok/s", "total tok/s",
         "prompt |ratio-1| (median)", "cached share (tokens)", "goodput",
     ]  # fmt: skip
+    embeddings = a.overall.embeddings > 0
+    if embeddings:  # /v1/embeddings rows: items and input tokens, no output tokens
+        header[5:5] = ["items/s", "input tok/s"]
     rows = []
     for c in (a.overall, *a.classes):
         f, g = c.fidelity, c.goodput
-        rows.append(
-            [
-                "all" if c is a.overall else c.workload,
-                f"{c.requests:,}",
-                f"{c.ok:,}",
-                f"{c.error_rate:.1%}",
-                f"{c.requests_per_s:.2f}",
-                f"{c.output_tokens_per_s:,.0f}",
-                f"{c.total_tokens_per_s:,.0f}",
-                fmt.percent(f.abs_error_median),
-                fmt.percent(f.cached_share),
-                fmt.percent(None if g is None else g.fraction),
-            ]
-        )
+        row = [
+            "all" if c is a.overall else c.workload,
+            f"{c.requests:,}",
+            f"{c.ok:,}",
+            f"{c.error_rate:.1%}",
+            f"{c.requests_per_s:.2f}",
+            "-" if c.embeddings_only else f"{c.output_tokens_per_s:,.0f}",
+            f"{c.total_tokens_per_s:,.0f}",
+            fmt.percent(f.abs_error_median),
+            fmt.percent(f.cached_share),
+            fmt.percent(None if g is None else g.fraction),
+        ]
+        if embeddings:
+            row[5:5] = [f"{c.items_per_s:,.1f}", f"{c.input_tokens_per_s:,.0f}"]
+        rows.append(row)
     return html_table("Requests, throughput, fidelity and goodput", header, rows)
 
 

@@ -155,7 +155,7 @@ def make_trace(path: Path, load: Load, budget: BudgetModel) -> Path:
 
 
 def sim_args(topology: str) -> list[str]:
-    args = ["--model", MODEL, "--gpu", GPU, "--gpus", "1", "--time-scale", str(SCALE)]
+    args = ["--model", MODEL, "--gpu", GPU, "--gpus", "1", "--clock-scale", str(SCALE)]
     if topology == "disagg":
         args += [
             "--topology", "disagg", "--prefill-instances", "1", "--prefill-gpus", "1",

@@ -113,7 +113,7 @@ def table(inferred: pl.DataFrame, truth: pl.DataFrame) -> dict[str, list[tuple[f
 @pytest.mark.slow
 def test_calibration_recovers_physics_it_was_not_told(tmp_path: Path, sim: SimFactory) -> None:
     server = sim(
-        "--model", MODEL, "--gpu", GPU, "--gpus", "1", "--time-scale", str(SCALE),
+        "--model", MODEL, "--gpu", GPU, "--gpus", "1", "--clock-scale", str(SCALE),
         "--efficiency-prefill", str(TRUE_EFFICIENCY),
         "--efficiency-decode", str(TRUE_EFFICIENCY),
         "--max-batched-tokens", str(TRUE_CHUNK),

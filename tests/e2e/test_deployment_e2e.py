@@ -69,7 +69,7 @@ def quantiles(column: pl.Series) -> list[float]:
 def test_decompose_with_no_flags_reads_the_simulators_deployment(
     tmp_path: Path, sim: SimFactory, scale: float
 ) -> None:
-    server = sim("--deployment", str(MONOLITH), "--time-scale", str(scale))
+    server = sim("--deployment", str(MONOLITH), "--clock-scale", str(scale))
     run_dir = light_run(tmp_path, server.base_url, scale)
     info = read_run_info(run_dir)
     assert info is not None
@@ -124,7 +124,7 @@ def test_decompose_with_no_flags_reads_the_simulators_deployment(
 def test_a_disaggregated_run_carries_its_kv_link_to_the_budget(
     tmp_path: Path, sim: SimFactory
 ) -> None:
-    server = sim("--deployment", str(DISAGG), "--time-scale", "4")
+    server = sim("--deployment", str(DISAGG), "--clock-scale", "4")
     run_dir = light_run(tmp_path, server.base_url, 4.0, n=4)
     resolved = BudgetChoice().resolve(run_dir)
     budget = resolved.budget

@@ -50,7 +50,7 @@ def _replay(trace: Path, run_dir: Path, base_url: str) -> list[dict[str, object]
 @pytest.mark.slow
 def test_ground_truth_adds_up_to_client_ttft(tmp_path: Path, sim: SimFactory) -> None:
     scale = 4.0
-    server = sim(*ENGINE, "--time-scale", str(scale))
+    server = sim(*ENGINE, "--clock-scale", str(scale))
     trace = _trace(tmp_path / "t.parquet", 12, rate=8.0, inp=1500, out=8)
     rows = _replay(trace, tmp_path / "r", server.base_url)
     info = read_run_info(tmp_path / "r")
@@ -82,7 +82,7 @@ def test_ground_truth_adds_up_to_client_ttft(tmp_path: Path, sim: SimFactory) ->
 @pytest.mark.slow
 def test_batch_one_decode_gaps_match_the_budget(tmp_path: Path, sim: SimFactory) -> None:
     scale, tokens = 2, 80
-    server = sim(*ENGINE, "--time-scale", str(scale))
+    server = sim(*ENGINE, "--clock-scale", str(scale))
     resp = httpx.post(
         f"{server.base_url}/completions",
         json={"prompt": "w " * 2000, "max_tokens": tokens, "stream": True},
@@ -182,7 +182,7 @@ def test_metrics_and_faults(sim: SimFactory) -> None:
 
 @pytest.mark.slow
 def test_kv_capacity_override_makes_requests_wait(tmp_path: Path, sim: SimFactory) -> None:
-    server = sim(*ENGINE, "--kv-capacity-tokens", "2400", "--time-scale", "2")
+    server = sim(*ENGINE, "--kv-capacity-tokens", "2400", "--clock-scale", "2")
     rows = _replay(
         _trace(tmp_path / "t.parquet", 6, rate=100.0, inp=1000, out=30),
         tmp_path / "r",

@@ -105,7 +105,7 @@ def test_sweep_until_breach_cli(tmp_path: Path, sim: SimFactory) -> None:
 
 def test_demo_compare_quick(tmp_path: Path) -> None:
     # A quarter speed keeps the test short (it checks the wiring, not the verdict).
-    args = ["demo-compare", "--quick", "--time-scale", "0.25", "-o", str(tmp_path / "d")]
+    args = ["demo-compare", "--quick", "--clock-scale", "0.25", "-o", str(tmp_path / "d")]
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
     assert "predicted break-even" in out.output

@@ -42,7 +42,7 @@ def _trace(path: Path, n: int) -> Path:
 @needs_h2
 @pytest.mark.parametrize("stream", [True, False])
 def test_http2_replay_against_an_http2_only_server(tmp_path: Path, stream: bool) -> None:
-    from tests.support.h2server import TOKENS, h2_server
+    from h2server import TOKENS, h2_server
 
     n = 4
 

@@ -54,7 +54,7 @@ def test_help_lists_every_option() -> None:
         "--itl-ms", "--tokens-per-chunk", "--image-tokens", "--error-rate", "--rate-429",
         "--drop-rate", "--stall-rate", "--stall-ms", "--seed",
         "--model", "--gpu", "--gpus", "--topology", "--replicas", "--router",
-        "--prefill-gpus", "--decode-gpus", "--link-gbps", "--time-scale", "--max-num-seqs",
+        "--prefill-gpus", "--decode-gpus", "--link-gbps", "--clock-scale", "--max-num-seqs",
         "--max-batched-tokens", "--kv-capacity-tokens", "--no-prefix-cache", "--preempt",
     ):  # fmt: skip
         assert option in result.output

@@ -11,7 +11,7 @@ from loadgen.sim.request import SimRequest, parse_request
 
 
 def _parse(body: object, api: str = "chat") -> SimRequest:
-    assert api in ("chat", "completions")
+    assert api in ("chat", "completions", "responses", "embeddings")
     return parse_request(body, api=api, image_tokens=10, default_max_tokens=16)  # type: ignore[arg-type]
 
 
@@ -82,3 +82,28 @@ def test_rejects_bad_bodies(body: object, param: str | None) -> None:
 def test_completions_requires_a_prompt() -> None:
     with pytest.raises(RequestError, match="prompt is required"):
         _parse({"max_tokens": 3}, api="completions")
+
+
+def test_a_responses_request_reads_input_and_max_output_tokens() -> None:
+    text = _parse({"input": "a b c d", "max_output_tokens": 5, "stream": True}, "responses")
+    assert (text.prompt_tokens, text.max_tokens, text.stream) == (4, 5, True)
+    assert text.include_usage  # usage always rides on response.completed
+    parts = [{"type": "input_text", "text": "a b"}, {"type": "input_image", "image_url": "x"}]
+    messages = _parse({"input": [{"role": "user", "content": parts}, "c"]}, "responses")
+    assert (messages.prompt_tokens, messages.max_tokens) == (2 + 10 + 1, 16)
+    with pytest.raises(RequestError) as err:
+        _parse({"input": 3}, "responses")
+    assert err.value.param == "input"
+
+
+def test_an_embeddings_request_counts_its_items_and_runs_one_step() -> None:
+    batch = _parse({"input": ["a b", "c", "d e f"], "dimensions": 4}, "embeddings")
+    assert (batch.items, batch.prompt_tokens, batch.max_tokens, batch.dimensions) == (3, 6, 1, 4)
+    assert not batch.stream
+    assert _parse({"input": [1, 2, 3]}, "embeddings").items == 1  # one list of token ids
+    assert _parse({"input": "a b"}, "embeddings").items == 1
+    bads: list[dict[str, Any]] = [{"input": []}, {"input": ""}, {}, {"input": [{"x": 1}]}]
+    for bad in bads:
+        with pytest.raises(RequestError) as err:
+            _parse(bad, "embeddings")
+        assert err.value.param == "input"

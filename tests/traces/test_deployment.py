@@ -184,7 +184,7 @@ def test_decompose_flags_override_the_deployment_file(tmp_path: Path) -> None:
     assert resolved.time_scale == 4.0
     assert resolved.provenance is not None
     assert "flag --chunk-tokens" in resolved.provenance
-    assert "flag --time-scale" in resolved.provenance
+    assert "flag --clock-scale" in resolved.provenance
     # --model alone is fine over a file that names the GPU.
     choice = budget_choice(None, path, "llama-3.3-70b", None, 2, None)
     built = choice.resolve()

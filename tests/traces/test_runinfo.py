@@ -130,9 +130,23 @@ def test_version_1_of_the_previous_build_is_read() -> None:
     assert info.server_metrics is not None
     assert info.server_metrics.samples == 326
     # Same layout: written again, only the version changes, and the options added since
-    # are written with their defaults (``max_event_bytes`` as unknown, None).
-    added = {"max_event_bytes": None, "extra_body": None, "stream": True, "http2": False}
-    config = {**raw["config"], **added}
+    # (``max_event_bytes``; ``extra_body``, ``stream``, ``http2``; ``api`` (None: each
+    # row's own) and ``embed_batch``; the session options of version 5) are written as
+    # unknown (None) or their defaults.
+    config = {
+        **raw["config"],
+        "max_event_bytes": None,
+        "extra_body": None,
+        "stream": True,
+        "http2": False,
+        "sessions": "open",
+        "max_sessions": None,
+        "history": "trace",
+        "start_offset_s": None,
+        "warmup_s": None,
+        "api": None,
+        "embed_batch": 1,
+    }
     assert info.to_json() == {**raw, "config": config, "schema_version": RUN_INFO_VERSION}
 
 

@@ -182,6 +182,10 @@ CASES: list[tuple[list[str], Check]] = [
         lambda r: set(_col(r, s.API)) == {"chat", "completions"},
     ),
     (
+        ["--requests", "20", "--api", "embeddings"],
+        lambda r: set(_col(r, s.API)) == {"embeddings"},
+    ),
+    (
         ["--requests", "500", "--sessions", "--turns-mean", "3", "--think-mean", "2"],
         lambda r: max(_col(r, s.TURN)) > 1 and None not in _col(r, s.SESSION_ID),
     ),

@@ -106,6 +106,10 @@ class AgentTurn:
     input_tokens: int
     output_tokens: int
     blocks: tuple[int, ...]
+    branch: str | None = None
+    """A sub-agent's first turn: ``fork`` or ``spawn``; None otherwise."""
+    think_s: float = 0.0
+    """The think time drawn before this turn (0 for a top-level session's first)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -119,6 +123,8 @@ class _State:
     arrival_s: float
     tokens: int
     blocks: list[int]
+    branch: str | None = None
+    think_s: float = 0.0
 
 
 class _Sampler:
@@ -167,6 +173,8 @@ class _Sampler:
                     input_tokens=state.tokens,
                     output_tokens=reply,
                     blocks=tuple(state.blocks),
+                    branch=state.branch,
+                    think_s=state.think_s,
                 )
             )
             last = state.turn >= turns
@@ -179,14 +187,16 @@ class _Sampler:
             grown = state.tokens + reply + spec.tool_result.sample(self.rng)
             if grown > spec.context_max:
                 break
+            think = self.think()
             state = _State(
                 session=state.session,
                 parent=state.parent,
                 fork_turn=state.fork_turn,
                 turn=state.turn + 1,
-                arrival_s=state.arrival_s + self.think(),
+                arrival_s=state.arrival_s + think,
                 tokens=grown,
                 blocks=self.cover(state.blocks, grown),
+                think_s=think,
             )
         return out
 
@@ -197,19 +207,24 @@ class _Sampler:
         task = spec.task.sample(self.rng)
         if self.rng.random() < spec.spawn_fraction:
             base_tokens, base_blocks = len(preamble) * self.bs, preamble  # spawn: preamble only
+            branch = "spawn"
         else:
             base_tokens, base_blocks = at.tokens + reply, at.blocks  # fork: the whole history
+            branch = "fork"
         tokens = base_tokens + task
         if tokens > spec.context_max:
             return []
+        think = self.think()
         state = _State(
             session=f"{at.session}.{index}",
             parent=at.session,
             fork_turn=at.turn,
             turn=1,
-            arrival_s=at.arrival_s + self.think(),
+            arrival_s=at.arrival_s + think,
             tokens=tokens,
             blocks=self.cover(base_blocks, tokens),
+            branch=branch,
+            think_s=think,
         )
         turns = self.rng.randint(2, spec.child_turns_max)
         return self.run(state, turns, horizon_s, branch=False, preamble=preamble)

@@ -50,7 +50,7 @@ from traces.synth.sessions import SessionSpec
 GENERATOR: Final = "llm-loadgen traces.synth.trace 1"
 DEFAULT_BLOCK_SIZE: Final = 512
 DEFAULT_IMAGE_MODEL: Final = "qwen2.5-vl"
-ApiChoice = Literal["chat", "completions", "mixed"]
+ApiChoice = Literal["chat", "completions", "responses", "embeddings", "mixed"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,6 +142,10 @@ class _Draft:
     session: int | None = None
     turn: int | None = None
     session_label: str | None = None
+    parent_key: tuple[str, int] | None = None
+    """Agent turns: (session, turn) of the turn this one continues or branches from."""
+    branch: str | None = None
+    think_s: float | None = None
 
 
 AGENT_WORKLOAD: Final = "agent"
@@ -306,6 +310,17 @@ def _agent_requests(config: SynthConfig, spec: AgentSpec, builder: _Builder) -> 
             blocks=list(t.blocks),
             turn=t.turn,
             session_label=t.session,
+            parent_key=(
+                (t.session, t.turn - 1)
+                if t.turn > 1
+                else (
+                    (t.parent, t.fork_turn)
+                    if t.parent is not None and t.fork_turn is not None
+                    else None
+                )
+            ),
+            branch=t.branch,
+            think_s=t.think_s if t.turn > 1 or t.parent is not None else None,
         )
         for t in turns
     ]
@@ -320,6 +335,13 @@ def _dictionary(values: list[str], order: Sequence[str], index_type: pa.DataType
     lookup = {name: i for i, name in enumerate(order)}
     indices = pa.array([lookup[v] for v in values], type=index_type)
     return pa.DictionaryArray.from_arrays(indices, pa.array(list(order), type=pa.string()))
+
+
+def _api_order(api: str) -> tuple[str, ...]:
+    """The ``api`` dictionary: chat and completions (the bytes of earlier traces), then the
+    one other API asked for."""
+    base = (s.API_CHAT, s.API_COMPLETIONS)
+    return base if api in (*base, "mixed") else (*base, api)
 
 
 def _table(config: SynthConfig, drafts: list[_Draft]) -> pa.Table:
@@ -345,11 +367,12 @@ def _table(config: SynthConfig, drafts: list[_Draft]) -> pa.Table:
     session_ids = [
         d.session_label or (None if d.session is None else f"s{d.session:07d}") for d in drafts
     ]
+    parents = _parent_ids(drafts, session_ids)
     columns: dict[str, pa.Array] = {
         s.REQUEST_ID: pa.array([f"r{i:07d}" for i in range(n)], type=pa.string()),
         s.ARRIVAL_S: pa.array([d.arrival_s for d in drafts], type=pa.float64()),
         s.WORKLOAD: _dictionary([d.workload for d in drafts], class_order, pa.int32()),
-        s.API: _dictionary([d.api for d in drafts], (s.API_CHAT, s.API_COMPLETIONS), pa.int8()),
+        s.API: _dictionary([d.api for d in drafts], _api_order(config.api), pa.int8()),
         s.INPUT_TOKENS: pa.array([d.input_tokens for d in drafts], type=pa.int32()),
         s.OUTPUT_TOKENS: pa.array([d.output_tokens for d in drafts], type=pa.int32()),
         s.PREFIX_BLOCKS: blocks,
@@ -359,8 +382,36 @@ def _table(config: SynthConfig, drafts: list[_Draft]) -> pa.Table:
         s.TURN: pa.array([d.turn for d in drafts], type=pa.int32()),
         s.SLO_TTFT_MS: pa.array(ttft, type=pa.float32()),
         s.SLO_TPOT_MS: pa.array(tpot, type=pa.float32()),
+        s.PARENT: pa.array(parents, type=pa.string()),
+        s.BRANCH: _dictionary_or_null([d.branch for d in drafts], (s.BRANCH_FORK, s.BRANCH_SPAWN)),
+        s.THINK_S: pa.array([d.think_s for d in drafts], type=pa.float32()),
     }
     return pa.table(columns)
+
+
+def _parent_ids(drafts: list[_Draft], session_ids: list[str | None]) -> list[str | None]:
+    """Each row's ``parent`` request id: the session's previous turn, or for a sub-agent's
+    first turn the turn it branched from (``_Draft.parent_key``); None when not a row."""
+    at = {
+        (sid, d.turn): i
+        for i, (d, sid) in enumerate(zip(drafts, session_ids, strict=True))
+        if sid is not None and d.turn is not None
+    }
+    out: list[str | None] = []
+    for d, sid in zip(drafts, session_ids, strict=True):
+        key = d.parent_key
+        if key is None and sid is not None and d.turn is not None and d.turn > 1:
+            key = (sid, d.turn - 1)
+        row = at.get(key) if key is not None else None
+        out.append(None if row is None else f"r{row:07d}")
+    return out
+
+
+def _dictionary_or_null(values: list[str | None], order: Sequence[str]) -> pa.Array:
+    """A dictionary array over a fixed dictionary, nulls kept (deterministic bytes)."""
+    lookup = {name: i for i, name in enumerate(order)}
+    indices = pa.array([None if v is None else lookup[v] for v in values], type=pa.int8())
+    return pa.DictionaryArray.from_arrays(indices, pa.array(list(order), type=pa.string()))
 
 
 def _jsonable(value: Any) -> Any:

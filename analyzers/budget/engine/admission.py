@@ -1,12 +1,12 @@
 """Admission control: refuse, on arrival, a request that cannot meet its TTFT budget.
 
-The policy (``ttft``): when a request arrives at an instance, estimate its time to first
-token from the queue it joins and its own prompt, with the same step model the scheduler
-is timed by, and refuse it at once (the HTTP simulator answers 429 with the reason) when
-the estimate exceeds the budget. The estimate, for an instance whose queue holds ``B``
-prompt tokens still to compute (waiting and partly prefilled sequences, the prefix cache
-not counted) and ``D`` sequences that will be decoding beside it (running and waiting,
-at most ``max_num_seqs - 1``)::
+The policy (``ttft``): when a request arrives at the instance the router picks for it,
+estimate its time to first token from the queue it joins and its own prompt, with the
+same step model the scheduler is timed by, and refuse it at once (the HTTP simulator
+answers 429 with the reason) when the estimate exceeds the budget. The estimate, for an
+instance whose queue holds ``B`` prompt tokens still to compute (waiting and partly
+prefilled sequences, the prefix cache not counted) and ``D`` sequences that will be
+decoding beside it (running and waiting, at most ``max_num_seqs - 1``)::
 
     chunk  = max(1, max_batched_tokens - D)          prompt tokens per step
     steps  = ceil((B + P) / chunk)                   P: this request's prompt tokens

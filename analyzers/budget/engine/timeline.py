@@ -178,9 +178,10 @@ class VirtualTrack:
 
 FinishCallback = Callable[[int, float], None]
 """Told ``(key, t)`` when request ``key`` sampled its last token at ``t`` (closed loops)."""
-AdmitCallback = Callable[[SeqSpec, Sequence["VirtualInstance"], float], str | None]
-"""Asked on each arrival, with the front instances as they are then and the time: why to
-refuse the request (admission control, :mod:`analyzers.budget.engine.admission`), or None."""
+AdmitCallback = Callable[[SeqSpec, "VirtualInstance", float], str | None]
+"""Asked on each arrival, with the front instance the router picked for it (as it is then)
+and the time: why to refuse the request (admission control,
+:mod:`analyzers.budget.engine.admission`), or None."""
 
 
 class VirtualCluster:
@@ -192,7 +193,9 @@ class VirtualCluster:
     (disaggregated; then ``transfer_s(prompt_tokens)`` times one KV transfer on the prefill
     instance's own link, transfers queueing on it). Each pool has its own router turn.
     ``record_tokens``: keep every sampled token's time, not only the first. ``admit``:
-    asked on each arrival whether to refuse it (``refused`` keeps the reasons)."""
+    asked on each arrival whether the instance the router picked refuses it (``refused``
+    keeps the reasons); a refused request has used its router turn, as behind a real
+    round-robin balancer whose backend answers 429."""
 
     def __init__(
         self,
@@ -257,15 +260,15 @@ class VirtualCluster:
         t, _, key, kind = heapq.heappop(self.events)
         spec = self.specs[key]
         if kind == "arrive":
+            inst = self._choose(self.front, self.front_turn)
             if self.admit is not None:
-                why = self.admit(spec, self.front, t)
+                why = self.admit(spec, inst, t)
                 if why is not None:
                     self.refused[key] = why
                     self.waiting_first -= 1
                     if self.second_token and spec.max_tokens > 1:
                         self.waiting_second -= 1
                     return
-            inst = self._choose(self.front, self.front_turn)
             self.tracks[key].front = inst.name
             self.front_of[key] = inst
             inst.pending.append((t, spec))

@@ -8,7 +8,7 @@ the comparison at the predicted break-even load, both goodput curves, the knees,
 measured crossover, and the budget model's predicted break-even
 (``analyzers.budget.disagg_break_even``) next to it.
 
-The simulators run at ``--time-scale`` 0.25 (four times faster than real time) to keep
+The simulators run at ``--clock-scale`` 0.25 (four times faster than real time) to keep
 the demo under three minutes; every load and latency printed is on the model's clock
 (``server_time_scale`` in sweep.json). Loads are in requests per model second.
 """
@@ -25,6 +25,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from loadgen.cli.options.alias import deprecated_alias
 from loadgen.run.session import SessionOptions
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ schedule lag of a step near 26 ms on average against 9 ms at 0.5 (12 steps each)
 def sim_args(topology: str, time_scale: float = TIME_SCALE) -> tuple[str, ...]:
     """The simulator for one layout of the same two GPUs."""
     common = (
-        "--model", MODEL, "--gpu", GPU, "--time-scale", f"{time_scale:g}",
+        "--model", MODEL, "--gpu", GPU, "--clock-scale", f"{time_scale:g}",
         "--no-prefix-cache", "--seed", "1",
     )  # fmt: skip
     if topology == "monolith":
@@ -165,12 +166,16 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
 @click.option("--quick", is_flag=True, help="Three loads, 40 requests each (about a minute).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the trace.")
 @click.option(
-    "--time-scale",
+    "--clock-scale",
+    "time_scale",
     type=click.FloatRange(min=0.05, max=10),
     default=None,
     help=f"Simulator wall seconds per model second [default: {TIME_SCALE:g}, "
     f"{QUICK.time_scale:g} with --quick]; larger is slower and leaves the client more "
     "time per request on a small machine.",
+)
+@deprecated_alias(
+    "--time-scale", "--clock-scale", "time_scale", type_=click.FloatRange(min=0.05, max=10)
 )
 def demo_compare(out: Path | None, quick: bool, seed: int, time_scale: float | None) -> None:
     """Monolith vs disaggregated serving of the same GPUs, swept on the simulator.

@@ -15,9 +15,12 @@ are built inside the helpers, when a command runs, so ``--help`` stays fast.
 from __future__ import annotations
 
 __all__ = [
+    "alias",
+    "apis",
     "bootstrap",
     "budget",
     "cache",
+    "config",
     "engine",
     "group",
     "loadmode",

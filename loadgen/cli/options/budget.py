@@ -182,6 +182,7 @@ _FLAG_NAMES = {
     "pipeline_parallel": "gpus",
     "scheduler.max_batched_tokens": "chunk-tokens",
     "scheduler.max_num_seqs": "max-num-seqs",
+    "time_scale": "clock-scale",
 }
 
 

@@ -2,8 +2,9 @@
 ``loadgen simulate`` (virtual time, offline): ``--model`` and the deployment around it,
 handed to the command as one ``loadgen.sim.config.EngineConfig`` by :func:`engine_config`.
 
-``engine_options(time_scale=...)`` adds them in ``--help`` order; ``--time-scale`` (wall
-seconds per model second) only exists where there is a wall clock (``sim``).
+``engine_options(time_scale=...)`` adds them in ``--help`` order; ``--clock-scale`` (wall
+seconds per model second; parameter ``time_scale``, old spelling ``--time-scale``) only
+exists where there is a wall clock (``sim``).
 ``--deployment FILE`` (docs/deployment.md) fills every engine option not given on the
 command line (:func:`with_deployment`), so both commands read the same file.
 """
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from loadgen.cli.options.alias import deprecated_alias
 from loadgen.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -122,11 +124,22 @@ def _options(*, model_help: str, time_scale: bool) -> list[Decorator]:
     ]
     if time_scale:
         out.append(
-            _engine(
+            click.option(
+                "--clock-scale",
+                "time_scale",
+                type=click.FloatRange(0.0, min_open=True),
+                default=1.0,
+                show_default=True,
+                help=_ENGINE_HELP + "wall seconds per model second (10: a tenth of real speed); "
+                "analyses take the same value as --clock-scale.",
+            )
+        )
+        out.append(
+            deprecated_alias(
                 "--time-scale",
-                click.FloatRange(0.0, min_open=True),
-                1.0,
-                "wall seconds per model second (10: a tenth of real speed).",
+                "--clock-scale",
+                "time_scale",
+                type_=click.FloatRange(0.0, min_open=True),
             )
         )
     out += [
@@ -173,6 +186,9 @@ ENGINE_OPTIONS = (
 )  # fmt: skip
 """The keyword arguments :func:`engine_options` adds (``time_scale`` where it is given)."""
 
+_GIVEN = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.DEFAULT_MAP)
+"""Sources of a value the user gave: the command line, a ``--config`` file, an old spelling."""
+
 
 def pop_engine_options(options: dict[str, Any], *, time_scale: bool = True) -> dict[str, Any]:
     """Remove the engine's options from a command's keyword arguments and return them
@@ -201,7 +217,7 @@ def with_deployment(values: dict[str, Any], path: Path) -> dict[str, Any]:
         flag = "no_prefix_cache" if name == "prefix_cache" else name
         if flag not in out:  # e.g. time_scale where the command has no wall clock
             continue
-        if ctx.get_parameter_source(flag) is click.core.ParameterSource.COMMANDLINE:
+        if ctx.get_parameter_source(flag) in _GIVEN:
             continue
         out[flag] = (not value) if name == "prefix_cache" else value
     return out
@@ -223,10 +239,12 @@ def engine_config(values: dict[str, Any]) -> EngineConfig | None:
         ctx = click.get_current_context()
         given = [
             name for name in (*values, "no_prefix_cache")
-            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+            if ctx.get_parameter_source(name) in _GIVEN
         ]  # fmt: skip
         if given:
-            flag = "--" + given[0].replace("_", "-")
+            params = {p.name: p for p in ctx.command.params if isinstance(p, click.Option)}
+            param = params.get(given[0])
+            flag = param.opts[0] if param is not None else "--" + given[0].replace("_", "-")
             raise ConfigError(f"{flag} needs --model (the physics engine)")
         return None
     config = EngineConfig(model=model, prefix_cache=not no_cache, **values)

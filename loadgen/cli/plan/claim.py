@@ -20,6 +20,7 @@ from loadgen.cli.plan.flags import (
     dtype_option,
     gpu_option,
     gpus_option,
+    inherited,
     json_option,
     model_option,
 )
@@ -76,9 +77,21 @@ def check_claim_cmd(
     """Is TOKENS-PER-S possible for a model on GPUs? Checks the compute and bandwidth bounds.
 
     Exits 0 when the claim is within both bounds, 1 when it is impossible (with the bound).
+    The model, GPU, GPU count, dtype and catalog may also be given to ``plan`` itself.
+
+    \b
+    Examples:
+      loadgen plan check-claim --model llama-3.1-8b --gpu h200 --tokens-per-s 20000
+      loadgen plan --model llama-3.1-8b --gpu h200 check-claim --tokens-per-s 20000
     """
+    model_name = inherited(ctx, "model_name", model_name)
+    gpu_name = inherited(ctx, "gpu_name", gpu_name)
+    gpus = inherited(ctx, "gpus", gpus)
+    dtype = inherited(ctx, "dtype", dtype)
+    catalog_file = inherited(ctx, "catalog_file", catalog_file)
+    as_json = inherited(ctx, "as_json", as_json)
     if model_name is None or gpu_name is None:
-        raise click.UsageError("check-claim needs --model and --gpu")
+        raise click.UsageError("check-claim needs --model and --gpu (on plan or check-claim)")
     cat = load_catalog(catalog_file)
     model = catalog_model(cat, model_name, dtype, None)
     hardware = cat.gpu(gpu_name)

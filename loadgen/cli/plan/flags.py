@@ -6,11 +6,26 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar, cast
 
 import click
 
 from analyzers.budget.catalog import Catalog
 from analyzers.budget.specs import DTYPES, ModelSpec, check_dtype
+
+T = TypeVar("T")
+
+
+def inherited(ctx: click.Context, name: str, value: T) -> T:
+    """A subcommand's option ``name``, or the ``plan`` group's when only the group was given
+    it (``loadgen plan --model M --gpu G check-claim ...``): the subcommand's own flag wins."""
+    source = ctx.get_parameter_source(name)
+    parent = ctx.parent
+    if source is click.core.ParameterSource.COMMANDLINE or parent is None:
+        return value
+    if parent.get_parameter_source(name) is not click.core.ParameterSource.COMMANDLINE:
+        return value
+    return cast(T, parent.params.get(name, value))
 
 
 def catalog_model(cat: Catalog, name: str, dtype: str | None, kv_dtype: str | None) -> ModelSpec:

@@ -1,11 +1,12 @@
 """``loadgen plan``: print (and write) the budget of a model on a GPU; the group of the
-``plan`` subcommands (``calibrate``, ``check-claim``, ``admission``).
+``plan`` subcommands (``calibrate``, ``check-claim``, ``admission``, ``chunk``, ``fleet``).
 
 Thin: parse options, look up the catalog, call ``build_report``, print. User mistakes are
 ``AnalyzerError``s (the root CLI prints them as one line, exit 2); a refused deployment
 exits 1. Reads a trace through ``traces.io`` (pyarrow) only when ``--trace`` is given. Of
-``loadgen``, only the ``admission`` subcommand imports anything (the offline engine, when
-run); the budget itself imports no ``loadgen`` module or httpx.
+``loadgen``, only the ``admission`` and ``chunk`` subcommands import anything (the offline
+engine, the simulator's instance setup, when run); the budget itself imports no
+``loadgen`` module or httpx.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from analyzers.budget.specs import DTYPES, Deployment, LinkSpec, ModelSpec
 from analyzers.errors import BudgetError
 from loadgen.cli.plan.admission import admission_cmd
 from loadgen.cli.plan.calibrate import calibrate_cmd
+from loadgen.cli.plan.chunk import chunk_cmd
 from loadgen.cli.plan.claim import check_claim_cmd
 from loadgen.cli.plan.flags import (
     catalog_model,
@@ -36,6 +38,7 @@ from loadgen.cli.plan.flags import (
     json_option,
     model_option,
 )
+from loadgen.cli.plan.fleet import fleet_cmd
 from reports.plan import render_report
 
 _DEFAULT_LINKS = ("100g", "400g", "mooncake-4x200g", "mooncake-8x400g", "8x400g")
@@ -367,4 +370,6 @@ def plan(
 
 plan.add_command(admission_cmd)
 plan.add_command(calibrate_cmd)
+plan.add_command(chunk_cmd)
 plan.add_command(check_claim_cmd)
+plan.add_command(fleet_cmd)

@@ -235,10 +235,10 @@ _ARRIVAL_OPTIONS: dict[str, tuple[str, ...]] = {
 )  # fmt: skip
 @click.option(
     "--api",
-    type=click.Choice(["chat", "completions", "mixed"]),
+    type=click.Choice(["chat", "completions", "responses", "embeddings", "mixed"]),
     default="chat",
     show_default=True,
-    help="Endpoint of each request (mixed: half each).",
+    help="Endpoint of each request (mixed: half chat, half completions).",
 )
 @click.option("--sessions", is_flag=True, help="Multi-turn conversations with growing context.")
 @click.option(

@@ -179,29 +179,20 @@ class _Cluster:
             )
         )
 
-        def admit(seq: SeqSpec, front: Sequence[VirtualInstance], now_s: float) -> str | None:
+        def admit(seq: SeqSpec, inst: VirtualInstance, now_s: float) -> str | None:
             # As the HTTP simulator's PhysicsEngine.admission_refusal: the estimate on the
-            # front instance where it is shortest.
+            # front instance the router picked, the one that would serve the request.
             assert policy is not None
             extra = transfer(seq.prompt_tokens) if self.back else 0.0
-            best = min(
-                (
-                    (
-                        estimate_ttft(
-                            inst.scheduler,
-                            [p for _, p in inst.pending],
-                            seq,
-                            physics.step_s,
-                            # the step in progress ends before this one can join
-                            extra_s=extra + max(0.0, (inst.busy_until or now_s) - now_s),
-                        ),
-                        inst.name,
-                    )
-                    for inst in front
-                ),
-                key=lambda pair: pair[0].ttft_s,
+            estimate = estimate_ttft(
+                inst.scheduler,
+                [p for _, p in inst.pending],
+                seq,
+                physics.step_s,
+                # the step in progress ends before this one can join
+                extra_s=extra + max(0.0, (inst.busy_until or now_s) - now_s),
             )
-            return refusal(policy, best[0], where=best[1])
+            return refusal(policy, estimate, where=inst.name)
 
         self.cluster = VirtualCluster(
             self.front,
