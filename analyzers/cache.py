@@ -14,10 +14,14 @@ server reported (else the requested ones), and ``kv_block`` the server's KV bloc
 prefix cache hits whole blocks and computes at least the last prompt token (vLLM's rule,
 which the simulator follows). Tokens past a row's block ids are unique to it (the maker
 seeds them by the request id), so a trace without ``prefix_blocks`` allows no hits. Rows
-with images, or with their own text (``prompt``/``messages``), get no expectation (null):
+with images, or with their own text (``prompt``/``messages``), and embeddings requests get
+no expectation (null):
 the text shared is not known in tokens; so do rows whose request id is not the trace's at
 their index (placeholders of a run recovered without its trace). A chat template's fixed
 head is not counted, so the expectation may fall short of a server's hits by up to it.
+
+A run replayed with ``--history live`` sent the server's own replies as each turn's
+history: its text is not the trace's, so it gets no expectation.
 
 Where the numbers come from (``CacheBasis``): the trace is the one ``run.json`` names
 (``config.trace_path``, as given, then relative to where the replay ran), or the one the
@@ -276,6 +280,12 @@ def cache_expectation(
     None, and the basis (see the module doc)."""
     path, why, info = resolve_trace(run, options)
     kv, kv_source, note = _kv_block(info, options)
+    if info is not None and info.config.history != "trace":
+        path = None
+        why = (
+            f"--history {info.config.history}: the history sent was the server's replies, "
+            "which the trace's prefix blocks do not describe"
+        )
     if path is None:
         basis = CacheBasis(
             trace=None,
@@ -288,6 +298,7 @@ def cache_expectation(
         return None, basis
     trace_block = block_size_of(read_metadata(path), str(path))
     template = info.config.template_tokens if info is not None else 0
+    api_sent = info.config.api if info is not None else None
     n_in = pl.col(s.INPUT_TOKENS).cast(pl.Int64)
     sent = (
         scan_run(run)
@@ -327,7 +338,9 @@ def cache_expectation(
         # No block ids at all: every prompt is unique to its request, nothing to walk.
         frame = rows.unique(s.TRACE_INDEX, keep="first", maintain_order=True).select(
             s.TRACE_INDEX,
-            pl.when(pl.col("_opaque"))
+            pl.when(pl.col("_opaque") | (pl.lit(api_sent or "") == s.API_EMBEDDINGS))
+            .then(None)
+            .when(pl.col(s.API) == s.API_EMBEDDINGS)
             .then(None)
             .otherwise(0)
             .cast(pl.Int64)
@@ -341,9 +354,13 @@ def cache_expectation(
     ).iter_rows():
         if index in out:
             continue  # a request sent twice: its first dispatch counts
+        api = api_sent or api
         tokens = max(0, n_in - template) if api == s.API_CHAT else n_in
         ids = blocks or ()
-        out[index] = None if opaque else cache.expected(ids, tokens, prompt, add=filled)
+        if opaque or api == s.API_EMBEDDINGS:
+            out[index] = None
+        else:
+            out[index] = cache.expected(ids, tokens, prompt, add=filled)
     frame = pl.DataFrame(
         {s.TRACE_INDEX: list(out), EXPECTED_CACHED: list(out.values())},
         schema={s.TRACE_INDEX: pl.Int64, EXPECTED_CACHED: pl.Int64},

@@ -96,7 +96,6 @@ def analysis_renderables(a: Analysis) -> list[RenderableType]:
         cache = compared_line(c)
         if cache is not None:
             out.append(cache)
-    if a.windows:
     if a.windows and not a.overall.embeddings_only:
         rates = sorted(w.output_tokens_per_s for w in a.windows)
         out.append(
