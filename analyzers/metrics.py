@@ -297,17 +297,16 @@ def cache_depth_query(lf: pl.LazyFrame) -> pl.LazyFrame:
     """Per turn depth of session rows: requests, summed reported prompt and cached tokens,
     and the ``_cmp_*`` sums beside the expectation where ``lf`` has ``EXPECTED_CACHED``.
 
-    The depth is the run table's ``turn`` column when it has one, else the row's 1-based
+    The depth is the row's ``turn`` where the run table has it, else the row's 1-based
     rank by due time (then trace index) within its session, counted over every row of the
-    session so that a failed turn still takes its place.
+    session so that a failed turn still takes its place (``scan_run`` fills a ``turn``
+    column of nulls into runs that never recorded one: older replays, ``simulate``).
     """
     names = lf.collect_schema().names()
-    rows = lf.filter(pl.col(s.SESSION_ID).is_not_null())
+    rows = lf.filter(pl.col(s.SESSION_ID).is_not_null()).sort([s.DUE_NS, s.TRACE_INDEX])
+    depth = pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(s.SESSION_ID)
     if s.TURN in names:
-        depth = pl.col(s.TURN).cast(pl.Int64)
-    else:
-        rows = rows.sort([s.DUE_NS, s.TRACE_INDEX])
-        depth = pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(s.SESSION_ID)
+        depth = pl.coalesce(pl.col(s.TURN).cast(pl.Int64), depth)
     prompt = pl.col(s.PROMPT_TOKENS).cast(pl.Int64)
     expected = pl.col(EXPECTED_CACHED) if EXPECTED_CACHED in names else pl.lit(None, pl.Int64)
     return (
