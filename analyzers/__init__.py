@@ -8,6 +8,7 @@ Imports ``traces`` and nothing else of ours: never ``loadgen`` (the replay engin
 __all__ = [
     "analysis",
     "budget",
+    "cache",
     "calibration_points",
     "compare",
     "decompose",

@@ -1,6 +1,7 @@
 """What ``analyze`` returns (``Analysis``: the run's and each class's ``ClassSummary``, with
 their ``MetricStats``, outcomes, fidelity and cache depth) and what it is asked
-(``AnalysisOptions``); ``METRICS`` names the latency metrics it reports.
+(``AnalysisOptions``); ``METRICS`` names the latency metrics it reports. The expected
+cached tokens beside the reported ones are :mod:`analyzers.cache`'s.
 
 Computed by :mod:`analyzers.metrics`. Must not import loadgen or httpx.
 """
@@ -12,6 +13,7 @@ from typing import Final
 
 from analyzers import exprs as e
 from analyzers import goodput as g
+from analyzers.cache import CacheBasis, CacheOptions, CacheTokens
 from analyzers.frames import (
     RowSelection,
     RunHealth,
@@ -99,6 +101,11 @@ class Fidelity:
     cached_share: float | None = None
     """Token-weighted: sum of cached tokens / sum of reported prompt tokens (requests with
     a non-empty reported prompt); None without any."""
+    cached_reported: int = 0
+    """Requests whose usage reported cached tokens at all (0: the server does not say)."""
+    expected: CacheTokens | None = None
+    """Expected (the trace's prefixes) against reported cached tokens, over the requests
+    with an expectation (None: not asked, no trace, or no such request)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +118,8 @@ class CacheDepth:
     prompt_tokens: int
     cached_tokens: int
     share: float
+    expected: CacheTokens | None = None
+    """Expected against reported over the depth's requests with an expectation."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +171,8 @@ class AnalysisOptions:
     slo: g.SLOTargets = field(default_factory=g.SLOTargets)
     window_s: float | None = None
     thresholds: ValidityThresholds = field(default_factory=ValidityThresholds)
+    cache: CacheOptions | None = None
+    """Compute each request's expected cached tokens from the trace (None: do not)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,3 +189,5 @@ class Analysis:
     validity: RunValidity
     cache_by_turn: tuple[CacheDepth, ...] = ()
     """Cache reuse per turn depth over requests with a ``session_id`` (empty without any)."""
+    cache_basis: CacheBasis | None = None
+    """What the expected cached tokens rest on, or why there are none (None: not asked)."""

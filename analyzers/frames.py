@@ -341,7 +341,7 @@ def recorded_time_scale(run: Path | str) -> RecordedScale | None:
     return None
 
 
-def _run_dirs(run: Path | str) -> list[Path]:
+def run_dirs(run: Path | str) -> list[Path]:
     """The directories holding a run's files (a run directory, or its shards')."""
     dirs: list[Path] = []
     for f in run_files(run):
@@ -355,7 +355,7 @@ def run_health(run: Path | str) -> RunHealth:
     """Read the ``health`` section of every ``run.json`` next to the run's files."""
     healths = [
         info.health
-        for info in (run_info(d) for d in _run_dirs(run))
+        for info in (run_info(d) for d in run_dirs(run))
         if info is not None and info.health is not None
     ]
     if not healths:

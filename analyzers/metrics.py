@@ -34,6 +34,7 @@ from analyzers.analysis import (
     OutcomeCount,
     PercentileValue,
 )
+from analyzers.cache import EXPECTED_CACHED, CacheBasis, cache_expectation, cache_tokens
 from analyzers.frames import (
     GAP_US,
     TOKENS_IN_CHUNK,
@@ -55,8 +56,11 @@ from traces import schema as s
 _OUTCOME_OTHER: Final = "other"
 
 
-def request_frame(lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool) -> pl.LazyFrame:
-    """Per-request metric columns (latencies null unless ok), ``CLASS`` and goodput flags."""
+def request_frame(
+    lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool, *, expected: bool = False
+) -> pl.LazyFrame:
+    """Per-request metric columns (latencies null unless ok), ``CLASS`` and goodput flags;
+    ``EXPECTED_CACHED`` from ``lf`` when ``expected`` (it holds the column), else null."""
     ok = e.is_ok()
     masked = [
         pl.when(ok).then(expr)
@@ -87,11 +91,28 @@ def request_frame(lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool) -> pl.
         e.prompt_ratio(),
         pl.col(s.CACHED_TOKENS).cast(pl.Int64),
         e.cached_fraction(),
+        _expected_column(expected),
         pl.col(s.SERVER_SLIP_MS),
         pl.when(ok).then(pl.col(s.ITEMS).cast(pl.Int64)).alias("_ok_items"),
         (pl.col(s.API).cast(pl.String) == s.API_EMBEDDINGS).alias("_embed"),
         *g.goodput_columns(slo),
     )
+
+
+def _expected_column(expected: bool) -> pl.Expr:
+    col = pl.col(EXPECTED_CACHED) if expected else pl.lit(None, dtype=pl.Int64)
+    return col.alias(EXPECTED_CACHED)
+
+
+def _compared_aggs(prompt: pl.Expr) -> list[pl.Expr]:
+    """Sums over the requests with a reported prompt and an expectation (``_cmp_*``)."""
+    both = (prompt > 0) & pl.col(EXPECTED_CACHED).is_not_null()
+    return [
+        both.sum().alias("_cmp_n"),
+        prompt.filter(both).sum().alias("_cmp_prompt"),
+        pl.col(EXPECTED_CACHED).filter(both).sum().alias("_cmp_exp"),
+        pl.col(s.CACHED_TOKENS).filter(both).fill_null(0).sum().alias("_cmp_obs"),
+    ]
 
 
 def _masked_names() -> tuple[str, ...]:
@@ -133,6 +154,8 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
         pl.col(e.CACHED_FRACTION).mean().alias("_cached_frac"),
         pl.col(s.CACHED_TOKENS).filter(has_prompt).fill_null(0).sum().alias("_cached_sum"),
         pl.col(s.PROMPT_TOKENS).filter(has_prompt).sum().alias("_prompt_sum"),
+        pl.col(s.CACHED_TOKENS).filter(has_usage).count().alias("_cached_n"),
+        *_compared_aggs(pl.col(s.PROMPT_TOKENS).cast(pl.Int64)),
         e.quantile(e.SCHEDULE_LAG_MS, 99.0).alias("_lag_p99"),
         e.quantile(s.SERVER_SLIP_MS, 99.0).alias("_slip_p99"),
         e.quantile(e.TTFT_MS, 50.0).alias("_ttft_p50"),
@@ -243,6 +266,10 @@ def _class_summary(
             cached_tokens_mean=opt("_cached"),
             cached_fraction_mean=opt("_cached_frac"),
             cached_share=_share(row["_cached_sum"], row["_prompt_sum"]),
+            cached_reported=int(row["_cached_n"] or 0),
+            expected=cache_tokens(
+                row["_cmp_n"], row["_cmp_prompt"], row["_cmp_exp"], row["_cmp_obs"]
+            ),
         ),
         goodput=g.goodput_from_counts(
             requests=n,
@@ -267,29 +294,36 @@ def _share(cached: object, prompt: object) -> float | None:
 
 
 def cache_depth_query(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Per turn depth of session rows: requests, summed reported prompt and cached tokens.
+    """Per turn depth of session rows: requests, summed reported prompt and cached tokens,
+    and the ``_cmp_*`` sums beside the expectation where ``lf`` has ``EXPECTED_CACHED``.
 
-    The depth is the run table's ``turn`` column when it has one, else the row's 1-based
+    The depth is the row's ``turn`` where the run table has it, else the row's 1-based
     rank by due time (then trace index) within its session, counted over every row of the
-    session so that a failed turn still takes its place.
+    session so that a failed turn still takes its place (``scan_run`` fills a ``turn``
+    column of nulls into runs that never recorded one: older replays, ``simulate``).
     """
     names = lf.collect_schema().names()
-    rows = lf.filter(pl.col(s.SESSION_ID).is_not_null())
+    rows = lf.filter(pl.col(s.SESSION_ID).is_not_null()).sort([s.DUE_NS, s.TRACE_INDEX])
+    depth = pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(s.SESSION_ID)
     if s.TURN in names:
-        depth = pl.col(s.TURN).cast(pl.Int64)
-    else:
-        rows = rows.sort([s.DUE_NS, s.TRACE_INDEX])
-        depth = pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(s.SESSION_ID)
+        depth = pl.coalesce(pl.col(s.TURN).cast(pl.Int64), depth)
     prompt = pl.col(s.PROMPT_TOKENS).cast(pl.Int64)
+    expected = pl.col(EXPECTED_CACHED) if EXPECTED_CACHED in names else pl.lit(None, pl.Int64)
     return (
         rows.select(
             depth.alias("_depth"),
             prompt.alias("_prompt"),
-            pl.col(s.CACHED_TOKENS).cast(pl.Int64).fill_null(0).alias("_cached"),
+            pl.col(s.CACHED_TOKENS).cast(pl.Int64).fill_null(0).alias(s.CACHED_TOKENS),
+            expected.alias(EXPECTED_CACHED),
         )
         .filter(pl.col("_prompt") > 0)
         .group_by("_depth")
-        .agg(pl.len().alias("_n"), pl.col("_prompt").sum(), pl.col("_cached").sum())
+        .agg(
+            pl.len().alias("_n"),
+            pl.col("_prompt").sum(),
+            pl.col(s.CACHED_TOKENS).sum().alias("_cached"),
+            *_compared_aggs(pl.col("_prompt")),
+        )
         .sort("_depth")
     )
 
@@ -297,14 +331,15 @@ def cache_depth_query(lf: pl.LazyFrame) -> pl.LazyFrame:
 def _cache_depths(frame: pl.DataFrame) -> tuple[CacheDepth, ...]:
     return tuple(
         CacheDepth(
-            turn=int(d),
-            requests=int(n),
-            prompt_tokens=int(p),
-            cached_tokens=int(c),
-            share=int(c) / int(p),
+            turn=int(r["_depth"]),
+            requests=int(r["_n"]),
+            prompt_tokens=int(r["_prompt"]),
+            cached_tokens=int(r["_cached"]),
+            share=int(r["_cached"]) / int(r["_prompt"]),
+            expected=cache_tokens(r["_cmp_n"], r["_cmp_prompt"], r["_cmp_exp"], r["_cmp_obs"]),
         )
-        for d, n, p, c in frame.select("_depth", "_n", "_prompt", "_cached").iter_rows()
-        if d is not None
+        for r in frame.iter_rows(named=True)
+        if r["_depth"] is not None
     )
 
 
@@ -312,6 +347,12 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     """Analyze a run directory, Parquet file or glob of shards (see ``AnalysisOptions``)."""
     options = options or AnalysisOptions()
     lf = select_rows(scan_run(run), options.selection)
+    basis: CacheBasis | None = None
+    expected = None
+    if options.cache is not None:
+        expected, basis = cache_expectation(run, options.cache)
+    if expected is not None:
+        lf = lf.join(expected.lazy(), on=s.TRACE_INDEX, how="left", maintain_order="left")
     bounds = lf.select(
         pl.len().alias("n"), pl.col(s.DUE_NS).min().alias("t0"), pl.col(s.END_NS).max()
     ).collect()
@@ -320,7 +361,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     span_s = max(((t_end or t0) - t0) / 1e9, 0.0)
     window_s = options.window_s or auto_window_s(span_s)
     pcts = tuple(options.percentiles)
-    req = request_frame(lf, options.slo, options.by_workload)
+    req = request_frame(lf, options.slo, options.by_workload, expected=expected is not None)
     aggs = _request_aggs(pcts)
     itl_aggs = _itl_aggs(pcts)
     queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
@@ -389,6 +430,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         health=health,
         validity=validity,
         cache_by_turn=cache_by_turn,
+        cache_basis=basis,
     )
 
 

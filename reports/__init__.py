@@ -6,6 +6,7 @@ console; matplotlib (the ``report`` extra) only inside ``charts``' functions.
 """
 
 __all__ = [
+    "cache",
     "charts",
     "compare",
     "console",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from analyzers.analysis import Analysis, ClassSummary, MetricStats
+from analyzers.cache import CacheBasis, CacheTokens
 from analyzers.decompose.report import ClassDecomposition, Decomposition
 from analyzers.slo.gate import GateReport
 from analyzers.validity import RunValidity
@@ -25,6 +26,36 @@ def _metric_json(m: MetricStats) -> dict[str, Any]:
         "mean": m.mean,
         "max": m.max,
         **{f"p{pv.percentile:g}": pv.value for pv in m.percentiles},
+    }
+
+
+def cache_tokens_json(x: CacheTokens | None) -> dict[str, Any] | None:
+    """Expected against reported cached tokens over the same requests (None: no such)."""
+    if x is None:
+        return None
+    return {
+        "requests": x.requests,
+        "prompt_tokens": x.prompt_tokens,
+        "expected_tokens": x.expected_tokens,
+        "cached_tokens": x.cached_tokens,
+        "expected_share": x.expected_share,
+        "observed_share": x.observed_share,
+        "fidelity": x.fidelity,
+    }
+
+
+def cache_basis_json(b: CacheBasis | None) -> dict[str, Any] | None:
+    """What the expected cached tokens rest on (None: not asked for)."""
+    if b is None:
+        return None
+    return {
+        "available": b.available,
+        "trace": b.trace,
+        "trace_block_size": b.trace_block_size,
+        "kv_block_size": b.kv_block_size,
+        "kv_block_source": b.kv_block_source,
+        "unavailable": b.unavailable,
+        "note": b.note,
     }
 
 
@@ -56,6 +87,8 @@ def class_json(c: ClassSummary) -> dict[str, Any]:
             "cached_tokens_mean": c.fidelity.cached_tokens_mean,
             "cached_fraction_mean": c.fidelity.cached_fraction_mean,
             "cached_share": c.fidelity.cached_share,
+            "cached_reported": c.fidelity.cached_reported,
+            "cache_expected": cache_tokens_json(c.fidelity.expected),
         },
         "goodput": None
         if gp is None
@@ -134,9 +167,11 @@ def analysis_json(a: Analysis) -> dict[str, Any]:
                 "prompt_tokens": d.prompt_tokens,
                 "cached_tokens": d.cached_tokens,
                 "share": d.share,
+                "expected": cache_tokens_json(d.expected),
             }
             for d in a.cache_by_turn
         ],
+        "cache_basis": cache_basis_json(a.cache_basis),
     }
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from analyzers import exprs as e
 from reports import fmt
+from reports.cache import cache_lines
 from reports.html.report import Report
 from reports.html.run import RunReport, Verdict
 
@@ -72,6 +73,9 @@ def _run(r: RunReport, heading: str) -> list[str]:
             ]
         )
     out += ["Latencies in ms (TPOT in ms/token).", "", *table(header, rows), ""]
+    cache = cache_lines(a)
+    if cache:
+        out += [f"- {line}" for line in cache] + [""]
     return out
 
 

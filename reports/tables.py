@@ -11,6 +11,7 @@ from analyzers.analysis import Analysis, ClassSummary
 from analyzers.decompose import TERMS, ClassDecomposition, Decomposition
 from analyzers.validity import RunValidity
 from reports import fmt
+from reports.cache import basis_line, compared_line
 
 
 def metrics_table(c: ClassSummary, title: str) -> Table:
@@ -92,6 +93,9 @@ def analysis_renderables(a: Analysis) -> list[RenderableType]:
         title = "Run" if c is a.overall else f"Workload {c.workload}"
         out.append(metrics_table(c, f"{title}: {a.run}" if c is a.overall else title))
         out.extend(class_lines(c))
+        cache = compared_line(c)
+        if cache is not None:
+            out.append(cache)
     if a.windows and not a.overall.embeddings_only:
         rates = sorted(w.output_tokens_per_s for w in a.windows)
         out.append(
@@ -100,23 +104,38 @@ def analysis_renderables(a: Analysis) -> list[RenderableType]:
         )
     if a.cache_by_turn:
         out.append(cache_depth_table(a))
+    if a.cache_basis is not None:
+        out.append(basis_line(a.cache_basis))
     out.extend(validity_lines(a.validity))
     return out
 
 
 def cache_depth_table(a: Analysis) -> Table:
-    """Reported prefix-cache reuse per session turn depth, token-weighted."""
+    """Prefix-cache reuse per session turn depth, token-weighted: reported, and beside it
+    what the trace's prefixes allow where the expectation was computed."""
+    expected = any(d.expected is not None for d in a.cache_by_turn)
     table = Table(title="Prefix cache by turn depth (token-weighted)")
-    for name in ("turn", "requests", "prompt tokens", "cached tokens", "cached share"):
+    names = ["turn", "requests", "prompt tokens", "cached tokens", "cached share"]
+    if expected:
+        names += ["expected tokens", "expected share", "reported / expected"]
+    for name in names:
         table.add_column(name, justify="right")
     for d in a.cache_by_turn:
-        table.add_row(
+        cells = [
             str(d.turn),
             f"{d.requests:,}",
             f"{d.prompt_tokens:,}",
             f"{d.cached_tokens:,}",
             fmt.percent(d.share),
-        )
+        ]
+        if expected:
+            x = d.expected
+            cells += [
+                f"{x.expected_tokens:,}" if x is not None else fmt.MISSING,
+                fmt.percent(x.expected_share if x is not None else None),
+                fmt.percent(x.fidelity if x is not None else None),
+            ]
+        table.add_row(*cells)
     return table
 
 

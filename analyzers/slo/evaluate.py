@@ -14,7 +14,14 @@ from typing import Final, Literal
 
 from analyzers import exprs as e
 from analyzers.analysis import Analysis, ClassSummary
-from analyzers.slo.parse import LATENCY_METRICS, RUN_METRICS, Objective, SLOSet, format_value
+from analyzers.slo.parse import (
+    CACHE_METRICS,
+    LATENCY_METRICS,
+    RUN_METRICS,
+    Objective,
+    SLOSet,
+    format_value,
+)
 from analyzers.validity import min_requests_for
 
 Status = Literal["pass", "fail", "no_data"]
@@ -60,6 +67,14 @@ def run_metric_value(summary: ClassSummary, metric: str) -> tuple[float | None, 
             return None, 0
         g = summary.goodput
         return (g.fraction if metric == "goodput" else g.rate_per_s), g.requests
+    if metric in CACHE_METRICS:
+        f = summary.fidelity
+        if metric == "cache_hit_ratio":
+            return (f.cached_share if f.cached_reported else None), f.cached_reported
+        compared = f.expected
+        if compared is None or not f.cached_reported:
+            return None, 0
+        return compared.fidelity, compared.requests
     values = {
         "error_rate": summary.error_rate,
         "requests_per_s": summary.requests_per_s,
@@ -69,6 +84,24 @@ def run_metric_value(summary: ClassSummary, metric: str) -> tuple[float | None, 
         "input_tokens_per_s": summary.input_tokens_per_s,
     }
     return values[metric], summary.requests
+
+
+def cache_no_data(analysis: Analysis, summary: ClassSummary, metric: str) -> str:
+    """Why a cache metric has no value: the server never reported cached tokens, the
+    expectation has no trace, or the trace's prefixes allow no cached tokens."""
+    f = summary.fidelity
+    if not f.cached_reported:
+        return "the server reported no cached tokens (no usage.prompt_tokens_details.cached_tokens)"
+    if metric == "cache_hit_ratio":
+        return "no request reported a non-empty prompt"
+    basis = analysis.cache_basis
+    if basis is None:
+        return "no expected cached tokens were computed"
+    if basis.unavailable is not None:
+        return f"no expected cached tokens: {basis.unavailable}"
+    if f.expected is None:
+        return "no request has an expectation (images or the trace's own text)"
+    return "the trace's prefixes allow no cached tokens"
 
 
 def observe(analysis: Analysis, objective: Objective) -> tuple[float | None, int]:
@@ -87,17 +120,20 @@ def observe(analysis: Analysis, objective: Objective) -> tuple[float | None, int
     return stats.value(objective.percentile), stats.count
 
 
-def check(objective: Objective, observed: float | None, samples: int) -> ObjectiveResult:
-    """Judge one observed value against its objective."""
+def check(
+    objective: Objective, observed: float | None, samples: int, why: str | None = None
+) -> ObjectiveResult:
+    """Judge one observed value against its objective (``why``: the reason for no value)."""
     unit = objective.unit
     if observed is None:
-        why = (
-            "no goodput: give [goodput] targets or per-request SLOs in the trace"
-            if objective.metric.startswith("goodput")
-            else "no samples"
-        )
-        if objective.workload is not None and samples == 0:
-            why = f"no requests of class '{objective.workload}'"
+        if why is None:
+            why = (
+                "no goodput: give [goodput] targets or per-request SLOs in the trace"
+                if objective.metric.startswith("goodput")
+                else "no samples"
+            )
+            if objective.workload is not None and samples == 0:
+                why = f"no requests of class '{objective.workload}'"
         return ObjectiveResult(
             objective=objective,
             observed=None,
@@ -134,8 +170,11 @@ def evaluate(analysis: Analysis, slos: SLOSet) -> tuple[ObjectiveResult, ...]:
     out = []
     for objective in slos.objectives:
         observed, samples = observe(analysis, objective)
-        result = check(objective, observed, samples)
         summary = class_of(analysis, objective.workload)
+        why = None
+        if summary is not None and observed is None and objective.metric in CACHE_METRICS:
+            why = cache_no_data(analysis, summary, objective.metric)
+        result = check(objective, observed, samples, why)
         if (
             result.status == "no_data"
             and objective.metric in _STREAMED_METRICS

@@ -38,6 +38,7 @@ import polars as pl
 
 from analyzers import exprs as e
 from analyzers.analysis import DEFAULT_PERCENTILES, Analysis, AnalysisOptions
+from analyzers.cache import CacheOptions
 from analyzers.compare.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -82,6 +83,8 @@ class GateOptions:
     seed: int = 0
     infra_share: float = 0.5
     allow_different_traces: bool = False
+    cache: CacheOptions | None = None
+    """Where the trace for ``cache_fidelity`` is and the KV block size (None: run.json's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,10 +177,16 @@ def infrastructure_check(
     return InfraCheck(requests=n, ok=ok, unreachable=bad, failed=reason is not None, reason=reason)
 
 
-def analysis_options(slos: SLOSet, selection: RowSelection) -> AnalysisOptions:
-    """The analysis a gate needs: the objectives' percentiles, goodput targets, lag limit."""
+def analysis_options(
+    slos: SLOSet, selection: RowSelection, cache: CacheOptions | None = None
+) -> AnalysisOptions:
+    """The analysis a gate needs: the objectives' percentiles, goodput targets, lag limit,
+    and the expected cached tokens when an objective checks ``cache_fidelity`` (``cache``:
+    where the trace is, None: where ``run.json`` says)."""
     percentiles = tuple(sorted({*DEFAULT_PERCENTILES, *slos.percentiles}))
+    wants_cache = any(o.metric == "cache_fidelity" for o in slos.objectives)
     return AnalysisOptions(
+        cache=(cache or CacheOptions()) if wants_cache else None,
         percentiles=percentiles,
         by_workload=True,
         selection=selection,
@@ -289,7 +298,7 @@ def gate(run: Path | str, options: GateOptions) -> GateReport:
     infra = infrastructure_check(run, options.selection, options.infra_share)
     if infra.requests == 0:
         raise InvalidRunError(f"{run}: no requests left to judge after the row selection")
-    aopts = analysis_options(options.slos, options.selection)
+    aopts = analysis_options(options.slos, options.selection, options.cache)
     analysis = analyze(run, aopts)
     results = evaluate(analysis, options.slos)
     problems = list(validity_problems(analysis, options.slos))

@@ -23,7 +23,8 @@ An SLO file (docs/gates.md)::
 The same objectives on the command line: ``[WORKLOAD:]METRIC[.STAT]OP VALUE`` with STAT
 ``pNN``, ``mean`` or ``max`` and OP ``<=`` or ``>=`` (``<``/``>`` read the same), e.g.
 ``ttft_ms.p99<=200``, ``text:tpot_ms.p50<=30ms``, ``goodput>=95%``,
-``error_rate<=0.01``. Unknown keys, metrics and statistics are rejected by name.
+``error_rate<=0.01``, ``cache_hit_ratio>=0.8``, ``cache_fidelity>=90%``. Unknown keys,
+metrics and statistics are rejected by name.
 
 ``scale_slos`` puts the objectives on a simulator's slower clock. Checking them against
 an ``Analysis`` is ``analyzers.slo.evaluate``. Must not import loadgen, httpx or polars.
@@ -65,10 +66,17 @@ RUN_METRICS: Final = {
     "total_tokens_per_s": ("tokens/s", "output plus prompt tokens per second"),
     "items_per_s": ("items/s", "embeddings returned per second (/v1/embeddings)"),
     "input_tokens_per_s": ("tokens/s", "prompt tokens of ok requests per second"),
+    "cache_hit_ratio": ("fraction", "reported cached / prompt tokens, token-weighted"),
+    "cache_fidelity": ("fraction", "reported / expected cached tokens (the trace's prefixes)"),
 }
 """One value per class; checked as they are (no statistic)."""
+CACHE_METRICS: Final = ("cache_hit_ratio", "cache_fidelity")
+"""The prefix cache's token-weighted hit ratio and its fidelity to the trace's prefixes
+(``analyzers.cache``); no data when the server reports no cached tokens."""
 METRICS: Final = (*LATENCY_METRICS, *RUN_METRICS)
-_FRACTIONS: Final = ("goodput", "error_rate")
+_FRACTIONS: Final = ("goodput", "error_rate", "cache_hit_ratio")
+_UNSCALED: Final = (*_FRACTIONS, "cache_fidelity")
+"""Ratios a simulator's slower clock leaves alone (``cache_fidelity`` may exceed 1)."""
 
 _TOP_KEYS: Final = ("slo", "goodput", "validity")
 _SLO_KEYS: Final = ("metric", "percentile", "stat", "max", "min", "workload", "name")
@@ -399,7 +407,7 @@ def scale_slos(slos: SLOSet, time_scale: float) -> SLOSet:
     def scaled(o: Objective) -> Objective:
         if o.metric in LATENCY_METRICS:
             factor = time_scale
-        elif o.metric in _FRACTIONS:
+        elif o.metric in _UNSCALED:
             factor = 1.0
         else:
             factor = 1 / time_scale

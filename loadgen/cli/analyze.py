@@ -1,5 +1,6 @@
 """``loadgen analyze``: a thin command over ``analyzers.metrics.analyze`` (a run) and
-``analyzers.compare.sweep.analyze_sweep`` (a sweep directory).
+``analyzers.compare.sweep.analyze_sweep`` (a sweep directory); with the expected cached
+tokens of ``analyzers.cache`` (``--trace``, ``--kv-block-size``).
 
 Prints rich tables (``reports.tables``, ``reports.compare``) or JSON. Errors are one line on
 stderr with the error's exit code (2: bad input, 3: invalid run). Polars and the reports
@@ -15,11 +16,13 @@ import click
 
 from loadgen.cli.echo import echo_json, echo_renderables
 from loadgen.cli.errors import one_line_errors
+from loadgen.cli.options.cache import cache_options
 from loadgen.cli.options.output import by_option, json_option, percentiles_option
 from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.selection import selection_options
 
 if TYPE_CHECKING:
+    from analyzers.cache import CacheOptions
     from analyzers.frames import RowSelection
     from analyzers.goodput import SLOTargets
 
@@ -65,6 +68,7 @@ DEFAULT_PERCENTILES = "50,90,95,99,99.9"
     show_default=True,
     help="Flag the run client-bound above this p99 schedule lag.",
 )
+@cache_options
 def analyze(
     run: Path,
     selection: RowSelection,
@@ -76,8 +80,10 @@ def analyze(
     ttft_from: str,
     window_s: float | None,
     max_schedule_lag_ms: float,
+    cache: CacheOptions,
 ) -> None:
-    """Latency percentiles, throughput, errors, prompt fidelity and goodput of a run.
+    """Latency percentiles, throughput, errors, prompt fidelity, goodput and prefix-cache
+    fidelity of a run.
 
     RUN is a run directory, a requests Parquet file, a quoted glob of shards, or a sweep
     directory (from `loadgen sweep`: latency, throughput and goodput against offered
@@ -85,7 +91,15 @@ def analyze(
     died (killed, run.json still "running", no process holding it) is recovered first, as
     `loadgen recover` does; a run that did not complete gets a warning on stderr.
 
-    Example: loadgen analyze runs/today --percentiles 50,99,99.9 --slo-ttft-ms 200
+    Cached tokens: the share the server reported (token-weighted) beside the share the
+    trace's prefix blocks allow (an ideal prefix cache over the requests as sent, whole
+    KV blocks), overall and per session turn depth; the trace is the one run.json names
+    (or --trace).
+
+    \b
+    Examples:
+      loadgen analyze runs/today --percentiles 50,99,99.9 --slo-ttft-ms 200
+      loadgen analyze runs/agents --trace agents.parquet --kv-block-size 16
     """
     from analyzers.compare.sweep import is_sweep_dir
     from analyzers.goodput import SLOTargets
@@ -110,6 +124,7 @@ def analyze(
         slo=slo,
         window_s=window_s,
         thresholds=ValidityThresholds(max_schedule_lag_p99_ms=max_schedule_lag_ms),
+        cache=cache,
     )
     result = run_analysis(run, options)
     if as_json:

@@ -18,6 +18,7 @@ import click
 from loadgen.cli.echo import echo_json, echo_renderables, write_text
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.bootstrap import bootstrap_options
+from loadgen.cli.options.cache import cache_options
 from loadgen.cli.options.config import config_option
 from loadgen.cli.options.output import json_option, markdown_option
 from loadgen.cli.options.runpath import RUN_PATH
@@ -25,6 +26,7 @@ from loadgen.cli.options.selection import selection_options
 from loadgen.cli.options.slo import load_slos, slo_option
 
 if TYPE_CHECKING:
+    from analyzers.cache import CacheOptions
     from analyzers.frames import RowSelection
 
 
@@ -75,6 +77,7 @@ def _fraction(ctx: click.Context | None, param: click.Parameter | None, value: s
 )
 @click.option("--allow-different-traces", is_flag=True, help="Allow a baseline of another trace.")
 @selection_options(window=False)
+@cache_options
 @json_option
 def gate(
     run: Path,
@@ -88,6 +91,7 @@ def gate(
     infra_share: float,
     allow_different_traces: bool,
     selection: RowSelection,
+    cache: CacheOptions,
     as_json: bool,
 ) -> None:
     """Fail CI when a run breaks its SLOs or regresses against a baseline.
@@ -99,10 +103,15 @@ def gate(
     The verdict is printed once, on stdout (or in the --json document); stderr carries
     only errors.
 
+    Prefix cache: 'cache_hit_ratio>=0.8' (reported cached / prompt tokens) and
+    'cache_fidelity>=0.9' (reported / expected cached tokens, the trace from run.json or
+    --trace); no data when the server reports no cached tokens.
+
     \b
     Examples:
       loadgen gate runs/pr --slo slo.toml --baseline runs/main --junit gate.xml
       loadgen gate runs/pr --config gate.toml
+      loadgen gate runs/agents --slo 'cache_hit_ratio>=0.6' --slo 'cache_fidelity>=0.9'
     """
     from analyzers.errors import InvalidRunError
     from analyzers.slo.gate import GateOptions, verdict_error
@@ -125,6 +134,7 @@ def gate(
             seed=seed,
             infra_share=infra_share,
             allow_different_traces=allow_different_traces,
+            cache=cache,
         ),
     )
     if junit is not None:

@@ -15,12 +15,14 @@ import click
 
 from loadgen.cli.errors import one_line_errors
 from loadgen.cli.options.budget import BudgetChoice, budget_options
+from loadgen.cli.options.cache import cache_options
 from loadgen.cli.options.output import markdown_option
 from loadgen.cli.options.runpath import RUN_PATH
 from loadgen.cli.options.selection import selection_options
 from loadgen.cli.options.slo import load_slos, slo_option
 
 if TYPE_CHECKING:
+    from analyzers.cache import CacheOptions
     from analyzers.frames import RowSelection
 
 _PATH = click.Path(path_type=Path, exists=True)
@@ -73,6 +75,7 @@ _PATH = click.Path(path_type=Path, exists=True)
     is_flag=True,
     help="Compare runs (or sweeps) of different traces anyway.",
 )
+@cache_options
 def report(
     run: Path | None,
     others: tuple[Path, ...],
@@ -86,11 +89,14 @@ def report(
     slo_file: Path | None,
     selection: RowSelection,
     allow_different_traces: bool,
+    cache: CacheOptions,
 ) -> None:
     """Write a self-contained HTML report (and a Markdown summary) of a run, a comparison
     or a sweep: what was run, the verdicts, the tables and the charts.
 
-    RUN is a run directory (or a sweep directory, read as --sweep).
+    RUN is a run directory (or a sweep directory, read as --sweep). A run of sessions
+    gets a chart of the prefix cache by turn depth: the cached share the server reported
+    beside the share the trace's prefixes allow (the trace from run.json, or --trace).
 
     Example: loadgen report runs/a --compare runs/b --slo-ttft-ms 200 -o ab.html
     """
@@ -126,6 +132,7 @@ def report(
         budget=resolved.budget,
         selection=selection,
         time_scale=resolved.time_scale or 1.0,
+        cache=cache,
     )
     first = runs[0] if runs else sweep_dirs[0]
     home = first if first.is_dir() else first.parent

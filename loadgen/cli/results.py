@@ -1,6 +1,7 @@
 """``results.json``: a finished run's summary where scripts look for it, written by the CLI
 after ``replay``, ``simulate`` and each ``sweep`` step (the replay itself never imports the
-analyzers). It is ``loadgen analyze RUN --json`` with default options, under ``"loadgen"``,
+analyzers). It is ``loadgen analyze RUN --json`` with default options (the expected cached tokens
+included when the trace is where ``run.json`` says), under ``"loadgen"``,
 plus one block per class (``"overall"`` and each workload) keyed as ``vllm bench serve
 --save-result`` keys the same quantities; docs/formats.md says where the definitions differ.
 A class of embeddings requests only has no output, TTFT, TPOT or ITL keys, and has
@@ -78,12 +79,13 @@ def write_run_results(run_dir: Path) -> Path | None:
     """Analyse ``run_dir`` as ``analyze --json`` does and write ``RUN/results.json``; None
     (nothing written) when the run has no rows to analyse."""
     from analyzers.analysis import AnalysisOptions
+    from analyzers.cache import CacheOptions
     from analyzers.errors import InvalidRunError
     from analyzers.metrics import analyze
     from reports.jsondoc import analysis_json
 
     try:
-        analysis = analyze(run_dir, AnalysisOptions())
+        analysis = analyze(run_dir, AnalysisOptions(cache=CacheOptions()))
     except InvalidRunError:
         return None
     path = run_dir / RESULTS_FILE

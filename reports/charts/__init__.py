@@ -6,6 +6,7 @@ chart module costs nothing. Imports ``reports.theme`` and ``analyzers`` only: ne
 """
 
 __all__ = [
+    "cache",
     "compare",
     "figure",
     "run",

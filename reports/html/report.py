@@ -90,6 +90,10 @@ def run_charts(r: RunReport, *, prefix: str = "") -> list[Chart]:
         cr.throughput_chart(r.analysis, prefix=prefix),
         cr.fidelity_chart(r.series, prefix=prefix),
     ]
+    if r.analysis.cache_by_turn:
+        from reports.charts.cache import cache_depth_chart
+
+        charts.append(cache_depth_chart(r.analysis, prefix=prefix))
     return charts
 
 

@@ -17,12 +17,14 @@ from typing import Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from analyzers.analysis import Analysis, ClassSummary
+from analyzers.cache import CacheOptions
 from analyzers.decompose import TERMS, BudgetModel, ClassDecomposition, Decomposition
 from analyzers.frames import RowSelection
 from analyzers.slo.evaluate import ObjectiveResult
 from analyzers.slo.parse import SLOSet
 from analyzers.timeseries import RunSeries
 from reports import fmt
+from reports.cache import cache_lines
 from traces import schema as s
 from traces.runinfo import RunInfo
 
@@ -135,6 +137,8 @@ class ReportOptions:
     time_scale: float = 1.0
     """A simulator's ``--time-scale``: comparisons and the decomposition put client
     latencies on its clock (the server's timings already are)."""
+    cache: CacheOptions | None = field(default_factory=CacheOptions)
+    """Where each run's trace is for the expected cached tokens (default: run.json's)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,7 +196,10 @@ def load_run_report(
         goodput = SLOTargets(ttft_ms=options.slo_ttft_ms)
     percentiles = tuple(sorted({*options.percentiles, *slos.percentiles}))
     analysis = analyze(
-        run, AnalysisOptions(percentiles=percentiles, selection=options.selection, slo=goodput)
+        run,
+        AnalysisOptions(
+            percentiles=percentiles, selection=options.selection, slo=goodput, cache=options.cache
+        ),
     )
     series = run_series(run, SeriesOptions(selection=options.selection))
     decomposition: Decomposition | None = None
@@ -366,25 +373,44 @@ def analysis_tables(a: Analysis) -> str:
         parts += [metrics_table(c, f"Latency, class {c.workload}") for c in a.classes]
     if a.cache_by_turn:
         parts.append(cache_depth_table(a))
+    parts.append(cache_note(a))
     outcomes = ", ".join(f"{o.outcome} {o.count:,}" for o in a.overall.outcomes) or "none"
     parts.append(f'<p class="note">Outcomes: {escape(outcomes)}.</p>')
     return "\n".join(parts)
 
 
 def cache_depth_table(a: Analysis) -> str:
-    """Reported prefix-cache reuse per session turn depth, token-weighted."""
+    """Prefix-cache reuse per session turn depth, token-weighted: reported, and beside it
+    what the trace's prefixes allow where the expectation was computed."""
+    expected = any(d.expected is not None for d in a.cache_by_turn)
     header = ["turn", "requests", "prompt tokens", "cached tokens", "cached share"]
-    rows = [
-        [
+    if expected:
+        header += ["expected tokens", "expected share", "reported / expected"]
+    rows = []
+    for d in a.cache_by_turn:
+        row = [
             str(d.turn),
             f"{d.requests:,}",
             f"{d.prompt_tokens:,}",
             f"{d.cached_tokens:,}",
             fmt.percent(d.share),
         ]
-        for d in a.cache_by_turn
-    ]
+        if expected:
+            x = d.expected
+            row += [
+                f"{x.expected_tokens:,}" if x is not None else fmt.MISSING,
+                fmt.percent(x.expected_share if x is not None else None),
+                fmt.percent(x.fidelity if x is not None else None),
+            ]
+        rows.append(row)
     return html_table("Prefix cache by turn depth (token-weighted)", header, rows)
+
+
+def cache_note(a: Analysis) -> str:
+    """The run's expected against reported cached share, and what the expectation rests on
+    (empty when it was not asked for)."""
+    lines = cache_lines(a)
+    return f'<p class="note">{escape(" ".join(lines))}</p>' if lines else ""
 
 
 def tail_table(c: ClassDecomposition) -> str:

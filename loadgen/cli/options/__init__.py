@@ -19,6 +19,7 @@ __all__ = [
     "apis",
     "bootstrap",
     "budget",
+    "cache",
     "config",
     "engine",
     "group",
