@@ -129,6 +129,35 @@ def test_a_request_that_never_fits_is_refused_like_the_http_simulator() -> None:
     assert rows.records[0].outcome == s.OUTCOME_HTTP_ERROR
 
 
+def test_a_stream_longer_than_the_offsets_hold_is_cut_as_the_client_cuts_it(
+    tmp_path: Path,
+) -> None:
+    """A 6,000-token answer at 1% decode efficiency lasts about 2,950 s, beyond the run
+    table's int32 µs offsets (2,147 s): the row keeps the chunks that fit and says so, as a
+    live replay's row would, and the run directory is written (it used to crash)."""
+    engine = EngineConfig(model="llama-3.1-8b", gpu="h100", efficiency_decode=0.01)
+    (row,) = simulate([req(0, 0.0, 100, 6000)], engine, OfflineLoad(), run_id="r").records
+    assert row.outcome == s.OUTCOME_PROTOCOL_ERROR
+    assert row.error is not None
+    assert "beyond the column's int32" in row.error
+    assert 0 < len(row.chunk_offsets_us) < 6000
+    assert max(row.chunk_offsets_us) <= 2**31 - 1
+    assert row.completion_tokens == 6000
+    trace = tmp_path / "long.parquet"
+    write_trace(
+        pa.table({"request_id": ["q0"], "arrival_s": [0.0], "input_tokens": [100],
+                  "output_tokens": [6000]}),
+        trace,
+    )  # fmt: skip
+    done = CliRunner().invoke(
+        cli,
+        ["simulate", str(trace), "--model", "llama-3.1-8b", "--gpu", "h100",
+         "--efficiency-decode", "0.01", "-o", str(tmp_path / "run")],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert read_run_table(tmp_path / "run").column(s.OUTCOME).to_pylist() == ["protocol_error"]
+
+
 def _trace(path: Path, n: int = 30) -> Path:
     write_trace(
         pa.table(

@@ -24,6 +24,7 @@ Must not import the replay client (loadgen.client/replay/transport/recorder).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -42,7 +43,7 @@ from loadgen.sim.context import context_refusal
 from loadgen.sim.physics import ImageSize, Physics, link_spec, transfer_s
 from loadgen.sim.topology import instance_setup
 from traces import schema as s
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RequestRecord, TraceRequest, int_bounds
 
 SIM_EPOCH_NS = 1_704_067_200_000_000_000
 """Where virtual time 0 sits on the run's epoch-ns axis (2024-01-01T00:00:00Z): a fixed
@@ -370,6 +371,8 @@ def _record(
         return refusal
     origin = SIM_EPOCH_NS - sent
     offsets = [(origin + round(t * 1e9)) // 1000 for t in track.times]
+    if offsets[-1] > _OFFSET_MAX:  # as the replay's client: the chunks the column holds
+        return _cut_stream(refusal, offsets, prompt_tokens)
     first, last = _ns(track.times[0]), _ns(track.times[-1])
     prefill_end = track.prefill_end if track.prefill_end is not None else track.first_step
     ready = track.transfer_end if track.transfer_end is not None else prefill_end
@@ -397,4 +400,32 @@ def _record(
         server_ttft_ms=(sample - track.arrival) * 1e3,
         server_decode_ms=(last - first) / 1e6,
         server_instance=track.back if track.back is not None else track.front,
+    )
+
+
+_OFFSET_TYPE = s.RUN_SCHEMA.field(s.CHUNK_OFFSETS_US).type.value_type
+_OFFSET_MAX = int_bounds(_OFFSET_TYPE)[1]
+
+
+def _cut_stream(row: RequestRecord, offsets: list[int], prompt_tokens: int) -> RequestRecord:
+    """A stream longer than the run table's offsets hold (``int32`` µs: about 35 minutes
+    after the send), recorded as the replay's client records one (``loadgen.fit``): the
+    chunks that fit, and the request a ``protocol_error`` naming the chunk that did not."""
+    kept = bisect_right(offsets, _OFFSET_MAX)
+    first = row.sent_ns + offsets[0] * 1000 if kept else None
+    return replace(
+        row,
+        first_byte_ns=first,
+        first_token_ns=first,
+        end_ns=row.sent_ns + offsets[-1] * 1000,
+        chunk_offsets_us=offsets[:kept],
+        chunk_tokens=[1] * kept,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=len(offsets),
+        outcome=s.OUTCOME_PROTOCOL_ERROR,
+        http_status=200,
+        error=(
+            f"{s.CHUNK_OFFSETS_US}: chunk {kept} arrived {offsets[kept] / 1e6:.0f} s after the "
+            f"send, beyond the column's {_OFFSET_TYPE} µs"
+        ),
     )
