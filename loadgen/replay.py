@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from loadgen.client import ReadyRequest, StreamingClient
@@ -39,6 +39,14 @@ _AHEAD = 16
 _PREP_GUARD_NS = 300_000
 """Open loop: no further request is prepared this close to the earliest prepared due time
 (building one costs up to a few hundred µs: prompt, body, httpx request)."""
+_GATED_WARM = 1
+"""Open loop under a start gate: connections opened before the shard reports ready (the
+server is reached, the connect path warmed); a closed loop opens one per worker."""
+
+StartGate = Callable[[], Awaitable[int]]
+"""Awaited once the replay is ready to send (warm pool connected, the first requests
+prepared); returns the common start (epoch ns) every shard of the run waits for
+(``loadgen.run.workers``, ``loadgen.run.ray``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,7 +100,7 @@ class ReplayResult:
     warm_connect: LagSummary | None = None
     """Closed loop: the connects of the warm pool opened before the start (one per
     worker; samples: the connections opened), which the first wave's rows then do not
-    carry; None for an open loop."""
+    carry; an open loop's under a start gate (``_GATED_WARM``); else None."""
 
 
 class Replayer:
@@ -149,24 +157,37 @@ class Replayer:
         self._sink(record)
         self._stats.on_record(record)
 
-    async def run(self, start_ns: int | None = None) -> ReplayResult:
-        """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for.
+    async def run(
+        self, start_ns: int | None = None, *, gate: StartGate | None = None
+    ) -> ReplayResult:
+        """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for;
+        ``gate``, when given, is awaited once everything is ready and returns it instead.
 
         A closed loop first opens one connection per worker (the warm pool), so that its
-        first wave writes at the start instead of connecting all at once."""
+        first wave writes at the start instead of connecting all at once; an open loop
+        prepares its first ``_AHEAD`` requests before the start."""
         self._timer.open()
         try:
-            return await self._run(start_ns)
+            return await self._run(start_ns, gate)
         finally:
             self._timer.close()
 
-    async def _run(self, start_ns: int | None) -> ReplayResult:
+    async def _run(self, start_ns: int | None, gate: StartGate | None) -> ReplayResult:
         warm: LagSummary | None = None
-        if self._shape.concurrency is not None:
+        closed = self._shape.concurrency is not None
+        connections = (
+            min(self._shape.concurrency or 0, len(self._requests))
+            if closed
+            else (min(_GATED_WARM, len(self._requests)) if gate is not None else 0)
+        )
+        if connections:
             hist = lag_histogram()
-            for ns in await self._client.warm(min(self._shape.concurrency, len(self._requests))):
+            for ns in await self._client.warm(connections):
                 hist.record_value(max(1, ns // 1000))
             warm = summarize_us(hist)
+        early = [] if closed else await self._prepare_first()
+        if gate is not None:
+            start_ns = await gate()
         if start_ns is not None:
             await self._sleep_until(start_ns)
         monitor = LoopLagMonitor()
@@ -183,7 +204,7 @@ class Replayer:
                     if self._shape.concurrency is not None:
                         await self._closed_loop(tg, start, self._shape.concurrency)
                     else:
-                        await self._open_loop(tg, start)
+                        await self._open_loop(tg, start, early)
                     await self._drain()
                 finally:
                     monitor_task.cancel()
@@ -279,11 +300,22 @@ class Replayer:
         self._dispatched += 1
         self._stats.on_dispatch()
 
-    async def _open_loop(self, tg: asyncio.TaskGroup, start: int) -> None:
+    async def _prepare_first(self) -> list[ReadyRequest]:
+        """The open loop's first requests, prepared before the start (up to ``_AHEAD``)."""
+        first = min(_AHEAD, len(self._requests))
+        return [
+            self._client.ready(await self._preparer.prepare_async(req, ordinal))
+            for req, ordinal in zip(self._requests[:first], self._ordinals[:first], strict=True)
+        ]
+
+    async def _open_loop(
+        self, tg: asyncio.TaskGroup, start: int, early: Sequence[ReadyRequest] = ()
+    ) -> None:
         """Send every request at its due time. Requests are prepared ahead (up to
         ``_AHEAD``, and only while the earliest prepared one is more than ``_PREP_GUARD_NS``
         away), so that at a due time everything due goes out at once and one yield lets the
-        new tasks write their requests before anything else is prepared."""
+        new tasks write their requests before anything else is prepared. ``early``: the
+        first requests, prepared before the start."""
         offsets = due_offsets_ns(
             [r.arrival_s for r in self._requests], self._shape.time_factor, self._origin_s
         )
@@ -292,8 +324,10 @@ class Replayer:
         slot = asyncio.Semaphore(cap) if cap is not None else None
         now_ns = self._clock.now_ns
         requests, ordinals = self._requests, self._ordinals
-        ahead: deque[tuple[int, ReadyRequest]] = deque()
-        following = 0
+        ahead: deque[tuple[int, ReadyRequest]] = deque(
+            (start + offsets[k], job) for k, job in enumerate(early)
+        )
+        following = len(early)
         # When the dispatcher last got a slot it had to wait for: a request due before
         # then was held by the cap until then (whatever lateness follows is the client's).
         released_ns = 0

@@ -81,13 +81,10 @@ __all__ = [
     "run_session",
 ]
 
-START_DELAY_S = 1.0
-RAY_START_DELAY_S = 10.0
 RAY_CLOCK_ASSUMPTION = (
     "every Ray host's wall clock agrees with the driver's (NTP: typically within 1 ms on a "
     "LAN, PTP: microseconds); the common start time and epoch-ns stamps inherit that error"
 )
-"""With several workers, how far ahead the common start time is set, so all can be ready."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,15 +289,13 @@ async def _replay_into(
             ]
         from loadgen.run.workers import run_workers
 
-        # Ray tasks take longer to be scheduled than local processes to spawn.
-        delay_s = START_DELAY_S if opts.ray is None else RAY_START_DELAY_S
-        start_ns = clock.now_ns() + int(delay_s * 1e9)
+        # No start time in the plans: each shard reports ready, then the driver sends one
+        # common start to all of them (``run_workers``, ``run_ray_shards``).
         plans = [
             replace(
                 plan,
                 shard=k,
                 shards=opts.workers,
-                start_ns=start_ns,
                 out_dir=opts.run_dir / f"shard-{k}",
                 # Local workers share the run's lock; a Ray task's host may not see it.
                 lock_dir=opts.run_dir if opts.ray is None else None,
