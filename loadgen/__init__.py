@@ -28,6 +28,7 @@ __all__ = [
     "run",
     "schedule",
     "sim",
+    "stalls",
     "stampdelay",
     "stream",
     "wakeup",

@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from loadgen.client import ReadyRequest, StreamingClient
+from loadgen.client import PreparedRequest, ReadyRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
 from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
 from loadgen.schedule import due_offsets_ns
+from loadgen.stalls import PROMPT_BUILD, StallWatch
 from loadgen.stampdelay import StampDelayProbe
 from loadgen.wakeup import DeadlineTimer, make_deadline_timer
-from traces.health import LagSummary
+from traces.health import LagSummary, StallLog
 from traces.records import RequestRecord, TraceRequest
 
 _POLL_S = 0.05
@@ -101,6 +103,9 @@ class ReplayResult:
     """Closed loop: the connects of the warm pool opened before the start (one per
     worker; samples: the connections opened), which the first wave's rows then do not
     carry; an open loop's under a start gate (``_GATED_WARM``); else None."""
+    stalls: StallLog | None = None
+    """Event-loop stalls over the threshold during the replay, with their causes
+    (``loadgen.stalls``)."""
 
 
 class Replayer:
@@ -119,13 +124,16 @@ class Replayer:
         ordinals: Sequence[int] | None = None,
         origin_s: float | None = None,
         timer: DeadlineTimer | None = None,
+        stalls: StallWatch | None = None,
     ) -> None:
         """``ordinals`` are the requests' places in the whole trace (warm-up counts from
         them; default: their order here); ``origin_s`` is the arrival time that maps to the
         start (default: the first request's), so shards share one time axis. ``timer``:
         what wakes the dispatcher at due times (default: ``loadgen.wakeup``'s most precise;
-        the bench injects others to compare)."""
+        the bench injects others to compare). ``stalls``: where the loop's stalls and the
+        timed blocking spots go (the shard shares it with its recorder)."""
         self._timer = timer if timer is not None else make_deadline_timer()
+        self._stalls = stalls if stalls is not None else StallWatch()
         self._requests = requests
         self._ordinals = list(ordinals) if ordinals is not None else list(range(len(requests)))
         self._origin_s = origin_s
@@ -190,13 +198,14 @@ class Replayer:
             start_ns = await gate()
         if start_ns is not None:
             await self._sleep_until(start_ns)
-        monitor = LoopLagMonitor()
+        monitor = LoopLagMonitor(stalls=self._stalls)
         probe: StampDelayProbe | None = None
         with contextlib.suppress(OSError):  # no socket to spare (descriptors at their limit)
             started = StampDelayProbe()
             started.start()
             probe = started
         start = start_ns if start_ns is not None else self._clock.now_ns()
+        self._stalls.watch_gc()
         try:
             async with asyncio.TaskGroup() as tg:
                 monitor_task = tg.create_task(monitor.run())
@@ -209,6 +218,7 @@ class Replayer:
                 finally:
                     monitor_task.cancel()
         finally:
+            self._stalls.unwatch_gc()
             if probe is not None:
                 probe.stop()
             self._client.flush()  # records the client deferred (``defer_records``)
@@ -226,7 +236,15 @@ class Replayer:
             held=summarize_us(self._held_us) if capped else None,
             dispatch_lag=summarize_us(self._dispatch_lag_us) if capped else None,
             warm_connect=warm,
+            stalls=self._stalls.log(self._clock.to_mono_ns(start)),
         )
+
+    async def _prepare(self, req: TraceRequest, ordinal: int) -> PreparedRequest:
+        """``Preparer.prepare_async``, timed for the stall log."""
+        start = time.perf_counter_ns()
+        prepared = await self._preparer.prepare_async(req, ordinal)
+        self._stalls.mark(PROMPT_BUILD, start, time.perf_counter_ns())
+        return prepared
 
     async def _drain(self) -> None:
         """Wait for in-flight requests; after a stop, only for the grace period."""
@@ -304,7 +322,7 @@ class Replayer:
         """The open loop's first requests, prepared before the start (up to ``_AHEAD``)."""
         first = min(_AHEAD, len(self._requests))
         return [
-            self._client.ready(await self._preparer.prepare_async(req, ordinal))
+            self._client.ready(await self._prepare(req, ordinal))
             for req, ordinal in zip(self._requests[:first], self._ordinals[:first], strict=True)
         ]
 
@@ -337,9 +355,7 @@ class Replayer:
                 and len(ahead) < _AHEAD
                 and (not ahead or ahead[0][0] - now_ns() > _PREP_GUARD_NS)
             ):
-                prepared = await self._preparer.prepare_async(
-                    requests[following], ordinals[following]
-                )
+                prepared = await self._prepare(requests[following], ordinals[following])
                 ahead.append((start + offsets[following], self._client.ready(prepared)))
                 following += 1
             if not ahead:
@@ -382,7 +398,7 @@ class Replayer:
                 if deadline is not None and now_ns() >= deadline:
                     self._stop_reason = "duration"
                     return
-                prepared = await self._preparer.prepare_async(req, self._ordinals[ordinal])
+                prepared = await self._prepare(req, self._ordinals[ordinal])
                 job = self._client.ready(prepared)  # encoded before its slot, not after
                 if pacer is None:
                     due = now_ns()

@@ -15,7 +15,8 @@ under this contract; version 3 adds the optional ``incomplete`` section (a run r
 after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` section
 (what the preflight learnt of the endpoint's deployment, ``traces.deployment``) and
 ``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional,
-false when absent: a lost count inferred from the schedule). A new optional key needs
+false when absent: a lost count inferred from the schedule); version 5 adds the optional
+``health.stalls`` (event-loop stalls over 20 ms and their causes). A new optional key needs
 a new version: a build that reads its own version strictly would refuse the key by name.
 Reading a document of
 
@@ -42,10 +43,18 @@ from typing import Any, Final
 
 from traces.deployment import DeploymentInfo
 from traces.errors import NewerRunInfoError, RunInfoError
-from traces.health import OMIT_NONE, Backpressure, GeneratorHealth, LagSummary, WorkerHealth
+from traces.health import (
+    OMIT_NONE,
+    Backpressure,
+    GeneratorHealth,
+    LagSummary,
+    Stall,
+    StallLog,
+    WorkerHealth,
+)
 from traces.prompts.maker import CalibrationSample, PromptStrategy
 
-RUN_INFO_VERSION: Final = 4
+RUN_INFO_VERSION: Final = 5
 """The ``schema_version`` this build writes and the newest it reads."""
 VERSION_KEY: Final = "schema_version"
 
@@ -78,6 +87,8 @@ __all__ = [
     "RunLoad",
     "RunResult",
     "ScrapeReport",
+    "Stall",
+    "StallLog",
     "TraceRef",
     "WorkerHealth",
 ]

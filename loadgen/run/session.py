@@ -35,6 +35,7 @@ from loadgen.run.health import (
     backpressure_warning,
     client_bound_warnings,
     merge_results,
+    stall_warning,
 )
 from loadgen.run.options import SessionOptions, check_options, load_requests
 from loadgen.run.probe import calibration_samples, preflight
@@ -374,7 +375,11 @@ def _finish(
         cpu_utilisation=result.cpu_utilisation,
         stamp_delay=result.stamp_delay,
     )
-    notes = [w for w in (backpressure_warning(backpressure),) if w is not None]
+    notes = [
+        w
+        for w in (backpressure_warning(backpressure), stall_warning(result.stalls))
+        if w is not None
+    ]
     by_outcome: dict[str, int] = {}
     for o in outcomes:
         for name, count in o.by_outcome:
@@ -400,6 +405,7 @@ def _finish(
             warnings=tuple(warnings + notes),
             stamp_delay_ms=result.stamp_delay,
             backpressure=backpressure,
+            stalls=result.stalls,
             workers=tuple(
                 WorkerHealth(
                     shard=o.shard,

@@ -34,6 +34,7 @@ from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests
 from loadgen.run.recorder import RunRecorder
 from loadgen.run.sharding import select_shard, split_evenly
+from loadgen.stalls import StallWatch
 from traces.prompts.maker import HFTokenCounter, PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
@@ -208,10 +209,12 @@ async def replay_shard(
     def recorder_failed(message: str) -> None:  # called from the recorder's thread
         loop.call_soon_threadsafe(replayer.stop, "failed")
 
+    stalls = StallWatch(shard=plan.shard)
     recorder = RunRecorder(
         plan.out_dir,
         provenance={"run_id": plan.run_id, "shard": plan.shard},
         on_failure=recorder_failed,
+        on_flush=stalls.mark,
     )
     stats = LiveStats(clock.now_ns)
     installed: list[signal.Signals] = []
@@ -242,6 +245,7 @@ async def replay_shard(
                 # Warm-up and due times count from the whole trace, shared by all shards.
                 ordinals=[r.index for r in mine],
                 origin_s=requests[0].arrival_s if requests else None,
+                stalls=stalls,
             )
             if on_start is not None:
                 on_start(stats, len(mine))
