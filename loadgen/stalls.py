@@ -20,10 +20,11 @@ The cause given is the timed span overlapping the stall most, then ``import``; e
 CPU clocks say where the time went (read at every probe wake-up, so over the stall and at
 most one interval before it):
 
-- ``loop busy``: the loop's thread ran (its CPU time grew by half the stall or more):
-  code of ours or a library's on the loop, not one of the timed spots;
-- ``other thread``: the process ran but not the loop's thread (a thread of ours held the
-  GIL: the recorder, the scraper, a library's);
+- ``loop busy``: the loop's thread ran for a quarter of the stall or more (on a busy host
+  the rest is waiting for a core): code of ours or a library's on the loop, not one of
+  the timed spots;
+- ``other thread``: the process ran as long but not the loop's thread (a thread of ours
+  held the GIL: the recorder, the scraper, a library's);
 - ``host``: the process hardly ran at all: the host did not schedule it (other processes
   on its cores, a CPU quota, memory pressure, a paused VM).
 
@@ -164,9 +165,9 @@ class StallWatch:
 def cpu_cause(stall_ns: int, loop_cpu_ns: int, other_cpu_ns: int) -> str:
     """Where a stall's time went, from the CPU the loop's thread and the rest of the
     process used over it: ``loop busy``, ``other thread`` or ``host``."""
-    if loop_cpu_ns >= stall_ns // 2:
+    if loop_cpu_ns >= stall_ns // 4 and loop_cpu_ns >= other_cpu_ns:
         return LOOP_BUSY
-    if other_cpu_ns >= stall_ns // 2:
+    if other_cpu_ns >= stall_ns // 4:
         return OTHER_THREAD
     return HOST
 
