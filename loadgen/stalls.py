@@ -16,7 +16,8 @@ lasted at least ``SPAN_MIN_NS`` (so the common short ones cost two clock reads):
 - ``import``: modules loaded during the stall (``sys.modules`` grew: an import on the loop
   holds it for the whole import).
 
-The cause given is the timed span overlapping the stall most, then ``import``; else the
+The cause given is the timed span overlapping the stall most, if it covers half of it at
+least, then ``import``; else the
 CPU clocks say where the time went (read at every probe wake-up, so over the stall and at
 most one interval before it):
 
@@ -132,7 +133,7 @@ class StallWatch:
         self._thread_cpu, self._process_cpu = thread_cpu, process_cpu
 
     def _span_cause(self, start: int, end: int) -> str:
-        best, overlap = UNKNOWN, 0
+        best, overlap = UNKNOWN, (end - start) // 2 - 1
         for s0, s1, cause in self._spans:
             common = min(end, s1) - max(start, s0)
             if common > overlap:

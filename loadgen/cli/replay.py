@@ -117,7 +117,7 @@ def print_summary(result: SessionResult, console: Console) -> None:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     # The session already warned about a client-bound run; add the analyzers' other flags.
     for flag in summary.validity.flags:
-        if flag.kind not in ("client_bound", "backpressure"):  # the session said these
+        if flag.kind not in ("client_bound", "backpressure", "stall"):  # the session said these
             console.print(f"[yellow]warning:[/yellow] {flag.reason}")
     console.print(f"run written to {result.run_dir} (summary for scripts: results.json)")
     console.print(

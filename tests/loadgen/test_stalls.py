@@ -102,3 +102,15 @@ def test_shards_merge_into_one_log() -> None:
     assert merged.worst_ms == 80.0
     assert [s.shard for s in merged.stalls] == [1, 0]
     assert merge_stall_logs([]) is None
+
+
+def test_a_timed_spot_covering_little_of_a_stall_is_not_its_cause() -> None:
+    watch = StallWatch()
+    start = time.perf_counter_ns()
+    watch.mark(PROMPT_BUILD, start + 15 * MS, start + 20 * MS)  # 5 ms of a 30 ms stall
+    watch.tick(wake_ns=start + 40 * MS, lag_ns=30 * MS)
+    (stall,) = watch.log(start).stalls
+    assert stall.cause != PROMPT_BUILD
+    watch.mark(PROMPT_BUILD, start + 45 * MS, start + 80 * MS)  # all of the next one
+    watch.tick(wake_ns=start + 80 * MS, lag_ns=30 * MS)
+    assert watch.log(start).stalls[1].cause == PROMPT_BUILD
