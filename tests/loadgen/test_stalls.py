@@ -31,23 +31,27 @@ def _block(seconds: float, *, cpu: bool) -> None:
         pass
 
 
-def _stall_on_the_loop(watch: StallWatch, block: float, *, timed: bool) -> None:
+def _stall_on_the_loop(watch: StallWatch, block: float, *, timed: bool) -> float:
     """A real loop with the probe running; one blocking call of ``block`` s on it: asleep
-    in a timed spot, or busy in none."""
+    in a timed spot, or busy in none. Returns the call's wall time (s)."""
+    took: list[float] = []
 
     async def main() -> None:
         monitor = LoopLagMonitor(stalls=watch)
         task = asyncio.create_task(monitor.run())
         await asyncio.sleep(0.03)
+        began = time.perf_counter()
         if timed:
             with watch.span(PROMPT_BUILD):
                 _block(block, cpu=False)
         else:
             _block(block, cpu=True)
+        took.append(time.perf_counter() - began)
         await asyncio.sleep(0.03)
         task.cancel()
 
     asyncio.run(main())
+    return took[0]
 
 
 def test_a_stall_in_a_timed_spot_is_logged_with_that_cause() -> None:
@@ -66,9 +70,16 @@ def test_a_stall_in_a_timed_spot_is_logged_with_that_cause() -> None:
 
 def test_an_untimed_stall_on_the_loop_reads_as_loop_busy() -> None:
     watch = StallWatch()
-    _stall_on_the_loop(watch, 0.08, timed=False)
+    wall = _stall_on_the_loop(watch, 0.08, timed=False)
     causes = {s.cause for s in watch.log(0).stalls}
-    assert LOOP_BUSY in causes
+    # 80 ms of the loop thread's own CPU; on a host so busy that took over 4x as long in
+    # wall time, the process mostly waited for a core, and the log says so.
+    if wall < 0.08 * 3.5:
+        assert LOOP_BUSY in causes, (wall, causes)
+    elif wall > 0.08 * 5:
+        assert HOST in causes, (wall, causes)
+    else:  # near the line (a quarter of the stall on the loop's thread): either
+        assert causes & {LOOP_BUSY, HOST}, (wall, causes)
 
 
 def test_cpu_clocks_tell_the_loop_another_thread_and_the_host_apart() -> None:
