@@ -196,17 +196,17 @@ class Replayer:
         early = [] if closed else await self._prepare_first()
         if gate is not None:
             start_ns = await gate()
-        if start_ns is not None:
-            await self._sleep_until(start_ns)
-        monitor = LoopLagMonitor(stalls=self._stalls)
         probe: StampDelayProbe | None = None
         with contextlib.suppress(OSError):  # no socket to spare (descriptors at their limit)
             started = StampDelayProbe()
-            started.start()
+            started.start()  # before the start: its thread costs the first request nothing
             probe = started
         start = start_ns if start_ns is not None else self._clock.now_ns()
         self._stalls.watch_gc()
         try:
+            if start_ns is not None:
+                await self._sleep_until(start_ns)
+            monitor = LoopLagMonitor(stalls=self._stalls)
             async with asyncio.TaskGroup() as tg:
                 monitor_task = tg.create_task(monitor.run())
                 try:

@@ -21,6 +21,7 @@ common start time and every epoch-ns stamp assume the hosts' clocks agree (NTP o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
 from collections.abc import Sequence
@@ -137,8 +138,10 @@ def run_ray_shards(plans: Sequence[ShardPlan], address: str) -> list[ShardOutcom
             _start_together(ray, gate, refs, len(plans))
             results: list[RayShardResult] = ray.get(refs)
         except LoadgenError:
+            _cancel(ray, refs)
             raise
         except Exception as exc:  # a task's failure arrives wrapped by Ray
+            _cancel(ray, refs)
             raise LoadgenError(f"a Ray shard failed: {type(exc).__name__}: {exc}") from exc
     finally:
         if started_here:
@@ -150,6 +153,13 @@ def run_ray_shards(plans: Sequence[ShardPlan], address: str) -> list[ShardOutcom
             (plan.out_dir / s.REQUESTS_FILE).write_bytes(result.rows_parquet)
         outcomes.append(result.outcome)
     return outcomes
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    """Stop every task still running (the others wait for a start that will not come)."""
+    for ref in refs:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
 
 
 def _start_together(ray: Any, gate: Any, refs: list[Any], shards: int) -> None:
@@ -166,8 +176,6 @@ def _start_together(ray: Any, gate: Any, refs: list[Any], shards: int) -> None:
             raise LoadgenError("a Ray shard ended before the common start")
         if time.monotonic() > deadline:
             missing = ", ".join(str(k) for k in range(shards) if k not in ready)
-            for ref in refs:
-                ray.cancel(ref, force=True)
             raise LoadgenError(
                 f"Ray shard(s) {missing} not ready after {READY_TIMEOUT_S:.0f} s (not "
                 "scheduled: too few CPUs in the cluster? or the endpoint unreachable from "

@@ -207,8 +207,8 @@ async def run_workers(
             send.close()
 
     def forward() -> None:
-        if not started:
-            call_off()
+        # Before the start too: a worker stopped while it waits still gets the start and
+        # ends at once ("interrupted", no request sent), as a single process would.
         for proc in procs:
             if proc.pid is not None and proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)
@@ -235,6 +235,7 @@ async def run_workers(
                     f"worker(s) {missing} not ready after {ready_timeout_s:.0f} s (its "
                     "connections to the endpoint or its first prompts never got ready)"
                 )
+                call_off()
                 forward()
                 ready_by = float("inf")
             try:
