@@ -19,6 +19,7 @@ import asyncio
 import ctypes
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
 import sys
@@ -27,14 +28,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loadgen.clock import Clock
 from loadgen.errors import LoadgenError, WorkerDiedError
-from loadgen.live import AggregateStats, LiveStats, StatsView, WorkerReport
-from loadgen.run.runlock import RunLock
-from loadgen.run.shard import ShardOutcome, ShardPlan, replay_shard, run_event_loop
-from loadgen.run.sharding import select_shard
+
+# Light at import: a spawned worker loads this module (and unpickles its arguments) before
+# ``worker_main`` can catch a SIGTERM; the replay's modules load after (see worker_main).
+if TYPE_CHECKING:
+    from loadgen.live import StatsView
+    from loadgen.run.shard import ShardOutcome, ShardPlan
 
 _REPORT_S = 0.25
 READY_TIMEOUT_S = 60.0
@@ -102,12 +104,24 @@ def _first_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def worker_main(plan: ShardPlan, channel: Any, start: Connection, parent_pid: int) -> None:
-    """Entry point of one worker process: ``start`` carries the common start time."""
+def worker_main(pickled_plan: bytes, channel: Any, start: Connection, parent_pid: int) -> None:
+    """Entry point of one worker process: ``pickled_plan`` is its ``ShardPlan`` (unpickled
+    here, after the signal handlers), ``start`` carries the common start time."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A SIGTERM before the shard's own handler is in place (while it imports and sets up)
+    # is kept, and raised again once that handler is: the shard then stops as interrupted.
+    early_stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: early_stop.append(signum))
     die_with_parent(parent_pid)
+    from loadgen.live import LiveStats
+    from loadgen.run.runlock import RunLock
+    from loadgen.run.shard import replay_shard, run_event_loop
+
+    plan: ShardPlan = pickle.loads(pickled_plan)
 
     async def gate() -> int:
+        if early_stop:
+            os.kill(os.getpid(), signal.SIGTERM)
         channel.put(_WorkerReady(shard=plan.shard))
         return await asyncio.to_thread(_await_start, start, READY_TIMEOUT_S)
 
@@ -171,13 +185,18 @@ async def run_workers(
 ) -> list[ShardOutcome]:
     """Start one process per plan, give them one common start once all are ready, and
     wait for all of them."""
+    from loadgen.clock import Clock
+    from loadgen.live import AggregateStats, WorkerReport
+    from loadgen.run.shard import ShardOutcome
+    from loadgen.run.sharding import select_shard
+
     ctx = multiprocessing.get_context("spawn")
     channel = ctx.Queue()
     pipes = [ctx.Pipe(duplex=False) for _ in plans]
     procs: list[SpawnProcess] = [
         ctx.Process(
             target=worker_main,
-            args=(plan, channel, receive, os.getpid()),
+            args=(pickle.dumps(plan), channel, receive, os.getpid()),
             name=f"loadgen-shard-{plan.shard}",
         )
         for plan, (receive, _) in zip(plans, pipes, strict=True)
@@ -232,8 +251,8 @@ async def run_workers(
             if not started and not failures and time.monotonic() > ready_by:
                 missing = ", ".join(str(p.shard) for p in plans if p.shard not in ready)
                 not_ready = (
-                    f"worker(s) {missing} not ready after {ready_timeout_s:.0f} s (its "
-                    "connections to the endpoint or its first prompts never got ready)"
+                    f"worker(s) {missing} not ready after {ready_timeout_s:g} s (spawned, "
+                    "but the connection to the endpoint or the first prompts never were)"
                 )
                 call_off()
                 forward()
