@@ -25,7 +25,7 @@ from analyzers.validity import CapHold
 from traces import schema as s
 from traces.errors import NewerRunInfoError, TraceError
 from traces.io import is_journal, read_journal, read_run_info, run_request_files
-from traces.runinfo import RunInfo
+from traces.runinfo import RunInfo, Stall
 
 REQUIRED_COLUMNS: Final = (
     s.REQUEST_ID,
@@ -303,6 +303,9 @@ class RunHealth:
     stamp_delay_max_ms: float | None = None
     cap: CapHold | None = None
     """What a ``--max-inflight`` cap held back (None: no cap)."""
+    stalls: tuple[Stall, ...] = ()
+    """The event-loop stalls ``run.json``'s stall logs list (none: none over 20 ms, or a
+    run.json before version 5)."""
 
 
 def run_info(directory: Path) -> RunInfo | None:
@@ -369,6 +372,7 @@ def run_health(run: Path | str) -> RunHealth:
         )
     stamps = [h.stamp_delay_ms for h in healths if h.stamp_delay_ms is not None]
     caps = [h.backpressure for h in healths if h.backpressure is not None]
+    stalls = tuple(st for h in healths if h.stalls is not None for st in h.stalls.stalls)
     return RunHealth(
         runs=len(healths),
         schedule_lag_p99_ms=max(h.schedule_lag_ms.p99_ms for h in healths),
@@ -378,6 +382,7 @@ def run_health(run: Path | str) -> RunHealth:
         client_bound=any(h.client_bound for h in healths),
         stamp_delay_p99_ms=max(d.p99_ms for d in stamps) if stamps else None,
         stamp_delay_max_ms=max(d.max_ms for d in stamps) if stamps else None,
+        stalls=stalls,
         cap=CapHold(
             max_inflight=max(c.max_inflight for c in caps),
             held=sum(c.held for c in caps),

@@ -1,6 +1,6 @@
 """Run validity: may these numbers be trusted as a measurement of the server?
 
-Five flags, each with the reasons that raised it:
+Six flags, each with the reasons that raised it:
 
 - ``client_bound``: the generator, not the server, limited the run, or its clock readings
   cannot be trusted: the p99 schedule lag (``sent - due``, from the rows; net of a
@@ -12,6 +12,10 @@ Five flags, each with the reasons that raised it:
 - ``backpressure``: a deliberate ``--max-inflight`` cap held requests back, so the offered
   load was not the trace's. A caveat, not an invalid measurement: ``valid`` stays True,
   ``gate`` evaluates the SLOs and prints the warning.
+- ``stall``: an event-loop stall over ``max_listed_stall_ms`` (50 ms) is in ``run.json``'s
+  stall log (``health.stalls``), named with its cause: the stamps taken during it were late
+  by up to its length. A caveat (the run stays valid) until the stall passes
+  ``max_loop_stall_ms``, where ``client_bound`` is raised as well.
 - ``sim_slip``: the simulator wrote its chunks later than it planned (its own
   ``server_slip_ms``, per row), so its reported timings are not the deployment it models:
   the p99 slip exceeds ``max_sim_slip_p99_ms`` and ``max_sim_slip_share`` of the p50 TTFT.
@@ -31,9 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-FlagKind = Literal["client_bound", "unfaithful", "too_small", "backpressure", "sim_slip"]
+from traces.health import Stall
 
-CAVEATS: frozenset[FlagKind] = frozenset({"backpressure"})
+FlagKind = Literal["client_bound", "unfaithful", "too_small", "backpressure", "sim_slip", "stall"]
+
+CAVEATS: frozenset[FlagKind] = frozenset({"backpressure", "stall"})
 """Flags that qualify a run without making its measurement invalid."""
 
 
@@ -45,6 +51,8 @@ class ValidityThresholds:
     max_loop_lag_p99_ms: float = 20.0
     max_loop_stall_ms: float = 100.0
     """The longest event-loop lag (``health.loop_lag_ms.max_ms``): the most a stamp was late."""
+    max_listed_stall_ms: float = 50.0
+    """A stall in ``run.json``'s stall log longer than this raises the ``stall`` caveat."""
     max_cpu_utilisation: float = 0.7
     """A worker's CPU over wall time during the replay (1.0 = one core busy)."""
     max_stamp_delay_p99_ms: float = 20.0
@@ -116,6 +124,11 @@ class RunValidity:
         return self._has("backpressure")
 
     @property
+    def stall(self) -> bool:
+        """The stall log holds a stall over ``max_listed_stall_ms`` (a caveat)."""
+        return self._has("stall")
+
+    @property
     def sim_slip(self) -> bool:
         """The simulator wrote later than it planned: its reported truth is off."""
         return self._has("sim_slip")
@@ -149,6 +162,7 @@ def assess_validity(
     stamp_delay_p99_ms: float | None = None,
     stamp_delay_max_ms: float | None = None,
     cap: CapHold | None = None,
+    stalls: Sequence[Stall] = (),
     sim_slip_p99_ms: float | None = None,
     ttft_p50_ms: float | None = None,
     class_counts: Sequence[ClassCount],
@@ -200,6 +214,19 @@ def assess_validity(
                 reason=f"client-bound: an event-loop stall of {loop_lag_max_ms:.0f} ms > "
                 f"{t.max_loop_stall_ms:g} ms (run.json health): arrivals stamped during it "
                 "were late by up to that",
+            )
+        )
+    long = [st for st in stalls if st.duration_ms > t.max_listed_stall_ms]
+    if long:
+        longest = max(long, key=lambda st: st.duration_ms)
+        causes = ", ".join(sorted({st.cause for st in long}))
+        flags.append(
+            ValidityFlag(
+                kind="stall",
+                reason=f"stall: {len(long)} event-loop stall(s) over "
+                f"{t.max_listed_stall_ms:g} ms, the worst {longest.duration_ms:.0f} ms at "
+                f"{longest.start_s:.1f} s (cause: {causes}; run.json health.stalls): stamps "
+                "taken during them were late by up to that",
             )
         )
     if stamp_delay_p99_ms is not None and stamp_delay_p99_ms > t.max_stamp_delay_p99_ms:

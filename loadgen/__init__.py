@@ -30,6 +30,7 @@ __all__ = [
     "schedule",
     "sessions",
     "sim",
+    "stalls",
     "stampdelay",
     "stream",
     "turns",

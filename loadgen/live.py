@@ -15,6 +15,7 @@ from typing import Protocol
 
 from hdrh.histogram import HdrHistogram
 
+from loadgen.stalls import StallWatch
 from traces import schema as s
 from traces.health import LagSummary
 from traces.records import RequestRecord
@@ -176,8 +177,10 @@ def summarize_us(hist: HdrHistogram) -> LagSummary:
 class LoopLagMonitor:
     """Samples how late the event loop wakes a sleeper (its lag), every ``interval_s``."""
 
-    def __init__(self, interval_s: float = 0.01) -> None:
+    def __init__(self, interval_s: float = 0.01, stalls: StallWatch | None = None) -> None:
+        """``stalls``: told of every wake-up, to log the stalls over its threshold."""
         self._interval_s = interval_s
+        self._stalls = stalls
         self.lag_us = _histogram()
         self._cpu_start = time.process_time()
         self._wall_start = time.perf_counter()
@@ -186,11 +189,15 @@ class LoopLagMonitor:
         """Sample until cancelled."""
         interval_ns = int(self._interval_s * 1e9)
         record = self.lag_us.record_value
+        tick = self._stalls.tick if self._stalls is not None else None
         while True:
             before = time.perf_counter_ns()
             await asyncio.sleep(self._interval_s)
-            lag = time.perf_counter_ns() - before - interval_ns
+            woke = time.perf_counter_ns()
+            lag = woke - before - interval_ns
             record(max(1, lag // 1000))
+            if tick is not None:
+                tick(woke, lag)
 
     def cpu_seconds(self) -> float:
         """Process CPU time (user + system, all threads) since construction."""

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,10 +29,11 @@ from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
 from loadgen.schedule import due_offsets_ns
 from loadgen.sessions import SessionPlan
+from loadgen.stalls import PROMPT_BUILD, StallWatch
 from loadgen.stampdelay import StampDelayProbe
 from loadgen.turns import ClosedSessions
 from loadgen.wakeup import DeadlineTimer, make_deadline_timer
-from traces.health import LagSummary
+from traces.health import LagSummary, StallLog
 from traces.records import RequestRecord, TraceRequest
 
 _POLL_S = 0.05
@@ -45,6 +47,14 @@ _AHEAD = 16
 _PREP_GUARD_NS = 300_000
 """Open loop: no further request is prepared this close to the earliest prepared due time
 (building one costs up to a few hundred µs: prompt, body, httpx request)."""
+_GATED_WARM = 1
+"""Open loop under a start gate: connections opened before the shard reports ready (the
+server is reached, the connect path warmed); a closed loop opens one per worker."""
+
+StartGate = Callable[[], Awaitable[int]]
+"""Awaited once the replay is ready to send (warm pool connected, the first requests
+prepared); returns the common start (epoch ns) every shard of the run waits for
+(``loadgen.run.workers``, ``loadgen.run.ray``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,11 +118,14 @@ class ReplayResult:
     warm_connect: LagSummary | None = None
     """Closed loop: the connects of the warm pool opened before the start (one per
     worker; samples: the connections opened), which the first wave's rows then do not
-    carry; None for an open loop."""
+    carry; an open loop's under a start gate (``_GATED_WARM``); else None."""
     warmup_end_ns: int | None = None
     """With ``warmup_s``: requests due before it are flagged warm-up."""
     dispatch_end_ns: int | None = None
     """With ``duration_s``: when dispatching ended; rows in flight then are ``drain``."""
+    stalls: StallLog | None = None
+    """Event-loop stalls over the threshold during the replay, with their causes
+    (``loadgen.stalls``)."""
 
 
 class Replayer:
@@ -132,19 +145,23 @@ class Replayer:
         origin_s: float | None = None,
         timer: DeadlineTimer | None = None,
         plan: SessionPlan | None = None,
+        stalls: StallWatch | None = None,
     ) -> None:
         """``ordinals`` are the requests' places in the whole trace (warm-up counts from
         them; default: their order here); ``origin_s`` is the arrival time that maps to the
         start (default: the first request's), so shards share one time axis. ``timer``:
         what wakes the dispatcher at due times (default: ``loadgen.wakeup``'s most precise;
         the bench injects others to compare). ``plan``: the requests' sessions
-        (``loadgen.sessions``), needed by ``closed_sessions`` and for ``context_tokens``."""
+        (``loadgen.sessions``), needed by ``closed_sessions`` and for ``context_tokens``.
+        ``stalls``: where the loop's stalls and the timed blocking spots go (the shard
+        shares it with its recorder)."""
         self._plan = plan
         self._history: LiveHistory | None = None
         self._warm_end: int | None = None
         self._dispatch_end: int | None = None
         self._tg: asyncio.TaskGroup | None = None
         self._timer = timer if timer is not None else make_deadline_timer()
+        self._stalls = stalls if stalls is not None else StallWatch()
         self._requests = requests
         self._ordinals = list(ordinals) if ordinals is not None else list(range(len(requests)))
         self._origin_s = origin_s
@@ -207,51 +224,74 @@ class Replayer:
         task.add_done_callback(self._tasks.discard)
 
     async def _prepare(
-        self, position: int, due_ns: int, reply: str | None = None
+        self, position: int, due_ns: int, reply: str | None = None, *, warm: bool | None = None
     ) -> PreparedRequest:
-        plan, warm, history = self._plan, self._warm_end, self._history
+        """Request ``position`` prepared (``Preparer.prepare_async``), timed for the stall
+        log; ``warm`` overrides the warm-up flag its due time gives (before the start, when
+        the warm-up's end is not known yet)."""
+        plan, warm_end, history = self._plan, self._warm_end, self._history
         req = self._requests[position]
         if history is not None:
             req = history.request(self._requests, position, reply)
-        return await self._preparer.prepare_async(
+        if warm is None:
+            warm = warm_end is not None and due_ns < warm_end
+        began = time.perf_counter_ns()
+        prepared = await self._preparer.prepare_async(
             req,
             self._ordinals[position],
-            warmup=warm is not None and due_ns < warm,
+            warmup=warm,
             context_tokens=plan.context_tokens[position] if plan is not None else None,
             keep_reply=history is not None and history.keeps_reply(position),
         )
+        self._stalls.mark(PROMPT_BUILD, began, time.perf_counter_ns())
+        return prepared
 
-    async def run(self, start_ns: int | None = None) -> ReplayResult:
-        """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for.
+    async def run(
+        self, start_ns: int | None = None, *, gate: StartGate | None = None
+    ) -> ReplayResult:
+        """Replay everything; ``start_ns`` is a common start time (epoch ns) to wait for;
+        ``gate``, when given, is awaited once everything is ready and returns it instead.
 
         A closed loop first opens one connection per worker (the warm pool), so that its
-        first wave writes at the start instead of connecting all at once."""
+        first wave writes at the start instead of connecting all at once; an open loop
+        prepares its first ``_AHEAD`` requests before the start."""
         self._timer.open()
         try:
-            return await self._run(start_ns)
+            return await self._run(start_ns, gate)
         finally:
             self._timer.close()
 
-    async def _run(self, start_ns: int | None) -> ReplayResult:
+    async def _run(self, start_ns: int | None, gate: StartGate | None) -> ReplayResult:
         warm: LagSummary | None = None
-        if self._shape.concurrency is not None:
+        closed = self._shape.concurrency is not None
+        connections = (
+            min(self._shape.concurrency or 0, len(self._requests))
+            if closed
+            else (min(_GATED_WARM, len(self._requests)) if gate is not None else 0)
+        )
+        if connections:
             hist = lag_histogram()
-            for ns in await self._client.warm(min(self._shape.concurrency, len(self._requests))):
+            for ns in await self._client.warm(connections):
                 hist.record_value(max(1, ns // 1000))
             warm = summarize_us(hist)
-        if start_ns is not None:
-            await self._sleep_until(start_ns)
-        monitor = LoopLagMonitor()
+        sessions = self._shape.closed_sessions
+        early = [] if closed or sessions else await self._prepare_first()
+        if gate is not None:
+            start_ns = await gate()
         probe: StampDelayProbe | None = None
         with contextlib.suppress(OSError):  # no socket to spare (descriptors at their limit)
             started = StampDelayProbe()
-            started.start()
+            started.start()  # before the start: its thread costs the first request nothing
             probe = started
         start = start_ns if start_ns is not None else self._clock.now_ns()
         if self._shape.warmup_s is not None:
             self._warm_end = start + int(self._shape.warmup_s * 1e9)
         self._dispatch_end = self._deadline(start)
+        self._stalls.watch_gc()
         try:
+            if start_ns is not None:
+                await self._sleep_until(start_ns)
+            monitor = LoopLagMonitor(stalls=self._stalls)
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
                 monitor_task = tg.create_task(monitor.run())
@@ -261,11 +301,12 @@ class Replayer:
                     elif self._shape.closed_sessions:
                         await self._closed_sessions(start)
                     else:
-                        await self._open_loop(tg, start)
+                        await self._open_loop(tg, start, early)
                     await self._drain()
                 finally:
                     monitor_task.cancel()
         finally:
+            self._stalls.unwatch_gc()
             if probe is not None:
                 probe.stop()
             self._client.flush()  # records the client deferred (``defer_records``)
@@ -285,6 +326,7 @@ class Replayer:
             warm_connect=warm,
             warmup_end_ns=self._warm_end,
             dispatch_end_ns=self._dispatch_end,
+            stalls=self._stalls.log(self._clock.to_mono_ns(start)),
         )
 
     async def _drain(self) -> None:
@@ -380,19 +422,39 @@ class Replayer:
             max_sessions=self._shape.max_sessions,
         ).run()
 
-    async def _open_loop(self, tg: asyncio.TaskGroup, start: int) -> None:
+    async def _prepare_first(self) -> list[ReadyRequest]:
+        """The open loop's first requests, prepared before the start (up to ``_AHEAD``);
+        their warm-up flags come from their offsets, as the start is not known yet."""
+        first = min(_AHEAD, len(self._requests))
+        offsets = due_offsets_ns(
+            [r.arrival_s for r in self._requests], self._shape.time_factor, self._origin_s
+        )
+        warm_ns = None if self._shape.warmup_s is None else int(self._shape.warmup_s * 1e9)
+        return [
+            self._client.ready(
+                await self._prepare(k, 0, warm=warm_ns is not None and offsets[k] < warm_ns)
+            )
+            for k in range(first)
+        ]
+
+    async def _open_loop(
+        self, tg: asyncio.TaskGroup, start: int, early: Sequence[ReadyRequest] = ()
+    ) -> None:
         """Send every request at its due time. Requests are prepared ahead (up to
         ``_AHEAD``, and only while the earliest prepared one is more than ``_PREP_GUARD_NS``
         away), so that at a due time everything due goes out at once and one yield lets the
-        new tasks write their requests before anything else is prepared."""
+        new tasks write their requests before anything else is prepared. ``early``: the
+        first requests, prepared before the start."""
         dues = self._due_ns(start)
         deadline = self._deadline(start)
         cap = self._shape.max_inflight
         slot = asyncio.Semaphore(cap) if cap is not None else None
         now_ns = self._clock.now_ns
         requests = self._requests
-        ahead: deque[tuple[int, ReadyRequest]] = deque()
-        following = 0
+        ahead: deque[tuple[int, ReadyRequest]] = deque(
+            (dues[k], job) for k, job in enumerate(early)
+        )
+        following = len(early)
         # When the dispatcher last got a slot it had to wait for: a request due before
         # then was held by the cap until then (whatever lateness follows is the client's).
         released_ns = 0

@@ -114,6 +114,7 @@ def validity_json(v: RunValidity) -> dict[str, Any]:
         "too_small": v.too_small,
         "backpressure": v.backpressure,
         "sim_slip": v.sim_slip,
+        "stall": v.stall,
         "reasons": list(v.reasons),
     }
 

@@ -56,12 +56,45 @@ class Backpressure:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Stall:
+    """One event-loop stall over the log's threshold: the loop ran nothing for
+    ``duration_ms`` (as late as the loop-lag probe woke; the stall may have begun up to one
+    probe interval, 10 ms, earlier)."""
+
+    shard: int
+    start_s: float
+    """When it began, in seconds after the run's start."""
+    duration_ms: float
+    cause: str
+    """What held the loop, where it can be known: ``gc`` (a collection, any thread),
+    ``recorder flush`` (the recorder thread writing a batch), ``prompt build``, ``import``;
+    ``loop busy``, ``other thread`` (the GIL) or ``host`` (the process was not scheduled);
+    see ``loadgen.stalls``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StallLog:
+    """Event-loop stalls over ``threshold_ms`` during a replay (version 5): how many, the
+    worst, and each (the longest ``MAX_STALLS_LISTED`` of them, in start order)."""
+
+    threshold_ms: float
+    count: int
+    worst_ms: float
+    stalls: tuple[Stall, ...]
+
+
+MAX_STALLS_LISTED: Final = 100
+"""The most stalls ``StallLog.stalls`` lists (the longest); ``count`` counts them all."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GeneratorHealth:
     """The load generator's own health: the worst lags over workers, the busiest worker's
     CPU use, total CPU seconds, whether the client may have limited the run (and why).
     ``stamp_delay_ms`` (version 4): how long arrived bytes waited before the event loop
     stamped them (``loadgen.stampdelay``); ``backpressure`` (version 4): a ``--max-inflight``
-    cap's hold, absent without a cap."""
+    cap's hold, absent without a cap; ``stalls`` (version 5): the event-loop stalls over
+    20 ms of every worker, with their causes."""
 
     schedule_lag_ms: LagSummary
     loop_lag_ms: LagSummary
@@ -72,3 +105,4 @@ class GeneratorHealth:
     workers: tuple[WorkerHealth, ...]
     stamp_delay_ms: LagSummary | None = field(default=None, metadata=OMIT_NONE)
     backpressure: Backpressure | None = field(default=None, metadata=OMIT_NONE)
+    stalls: StallLog | None = field(default=None, metadata=OMIT_NONE)

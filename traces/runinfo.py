@@ -17,9 +17,9 @@ after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` 
 ``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional,
 false when absent: a lost count inferred from the schedule); version 5 adds the session
 options (``config.sessions``, ``max_sessions``, ``history``, ``start_offset_s``,
-``warmup_s``) and the
-window of a time-bounded run (``result.not_sent``, ``warmup_end_ns``,
-``dispatch_end_ns``, ``skipped``). A new optional key needs
+``warmup_s``), the window of a time-bounded run (``result.not_sent``, ``warmup_end_ns``,
+``dispatch_end_ns``, ``skipped``) and the optional ``health.stalls`` (event-loop stalls
+over 20 ms and their causes). A new optional key needs
 a new version: a build that reads its own version strictly would refuse the key by name.
 Reading a document of
 
@@ -46,7 +46,15 @@ from typing import Any, Final
 
 from traces.deployment import DeploymentInfo
 from traces.errors import NewerRunInfoError, RunInfoError
-from traces.health import OMIT_NONE, Backpressure, GeneratorHealth, LagSummary, WorkerHealth
+from traces.health import (
+    OMIT_NONE,
+    Backpressure,
+    GeneratorHealth,
+    LagSummary,
+    Stall,
+    StallLog,
+    WorkerHealth,
+)
 from traces.prompts.maker import CalibrationSample, PromptStrategy
 
 RUN_INFO_VERSION: Final = 5
@@ -82,6 +90,8 @@ __all__ = [
     "RunLoad",
     "RunResult",
     "ScrapeReport",
+    "Stall",
+    "StallLog",
     "TraceRef",
     "WorkerHealth",
 ]

@@ -127,7 +127,7 @@ def print_summary(result: SessionResult, console: Console, *, explain: bool = Fa
         console.print(f"[yellow]warning:[/yellow] {warning}")
     # The session already warned about a client-bound run; add the analyzers' other flags.
     for flag in summary.validity.flags:
-        if flag.kind not in ("client_bound", "backpressure"):  # the session said these
+        if flag.kind not in ("client_bound", "backpressure", "stall"):  # the session said these
             console.print(f"[yellow]warning:[/yellow] {flag.reason}")
     if explain:
         from reports.glossary import glossary_lines

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from loadgen.replay import ReplayResult
 from loadgen.run.shard import ShardOutcome
-from traces.health import Backpressure, LagSummary
+from loadgen.stalls import merge_stall_logs
+from traces.health import Backpressure, LagSummary, StallLog
 
 __all__ = [
     "CLIENT_BOUND_CPU",
@@ -24,6 +25,7 @@ __all__ = [
     "client_bound_warnings",
     "merge_held",
     "merge_results",
+    "stall_warning",
 ]
 
 CLIENT_BOUND_LAG_MS = 5.0
@@ -72,6 +74,26 @@ def merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
         dispatch_end_ns=min(
             (r.dispatch_end_ns for r in replays if r.dispatch_end_ns), default=None
         ),
+        stalls=merge_stall_logs([r.stalls for r in replays if r.stalls is not None]),
+    )
+
+
+STALL_WARNING_MS = 50.0
+"""An event-loop stall longer than this is named in the run's warnings (and ``analyze``'s
+validity: a ``stall`` caveat)."""
+
+
+def stall_warning(log: StallLog | None) -> str | None:
+    """One line on the stalls over ``STALL_WARNING_MS`` (None when there were none)."""
+    if log is None or log.worst_ms <= STALL_WARNING_MS:
+        return None
+    long = [s for s in log.stalls if s.duration_ms > STALL_WARNING_MS]
+    worst = max(long, key=lambda s: s.duration_ms)
+    causes = sorted({s.cause for s in long})
+    return (
+        f"event-loop stall: {len(long)} over {STALL_WARNING_MS:g} ms, the worst "
+        f"{worst.duration_ms:.0f} ms at {worst.start_s:.1f} s (cause: {', '.join(causes)}; "
+        "run.json health.stalls): stamps during it were late by up to that"
     )
 
 

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from loadgen.dispatched import DispatchLog
 from loadgen.errors import RecorderError
+from loadgen.stalls import RECORDER_FLUSH
 from traces import schema as s
 from traces.io import file_metadata, read_run_file
 from traces.records import RequestRecord, record_problem, records_to_batch
@@ -61,7 +62,10 @@ class RunRecorder:
         flush_interval_s: float = 1.0,
         provenance: Mapping[str, Any] | None = None,
         on_failure: Callable[[str], None] | None = None,
+        on_flush: Callable[[str, int, int], None] | None = None,
     ) -> None:
+        """``on_flush(cause, start_ns, end_ns)``: told how long each flush took (from the
+        recorder's thread; ``loadgen.stalls.StallWatch.mark``)."""
         self._dir = Path(run_dir)
         parts = self._dir / s.PARTS_DIR
         parts.mkdir(parents=True, exist_ok=True)
@@ -76,6 +80,7 @@ class RunRecorder:
         self._journal = pa.ipc.new_stream(self._sink, s.RUN_SCHEMA.with_metadata(self._metadata))
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._on_failure = on_failure
+        self._on_flush = on_flush
         self._added = 0
         self._rows = 0
         self._failure: str | None = None
@@ -126,6 +131,14 @@ class RunRecorder:
     def _write(self, records: list[RequestRecord]) -> None:
         if not records:
             return
+        start = time.perf_counter_ns()
+        try:
+            self._write_batch(records)
+        finally:
+            if self._on_flush is not None:
+                self._on_flush(RECORDER_FLUSH, start, time.perf_counter_ns())
+
+    def _write_batch(self, records: list[RequestRecord]) -> None:
         try:
             batch = records_to_batch(records)
         except Exception:

@@ -35,6 +35,7 @@ from loadgen.run.health import (
     backpressure_warning,
     client_bound_warnings,
     merge_results,
+    stall_warning,
 )
 from loadgen.run.options import SessionOptions, check_options, load_schedule
 from loadgen.run.probe import calibration_samples, preflight
@@ -81,13 +82,10 @@ __all__ = [
     "run_session",
 ]
 
-START_DELAY_S = 1.0
-RAY_START_DELAY_S = 10.0
 RAY_CLOCK_ASSUMPTION = (
     "every Ray host's wall clock agrees with the driver's (NTP: typically within 1 ms on a "
     "LAN, PTP: microseconds); the common start time and epoch-ns stamps inherit that error"
 )
-"""With several workers, how far ahead the common start time is set, so all can be ready."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,15 +296,13 @@ async def _replay_into(
             ]
         from loadgen.run.workers import run_workers
 
-        # Ray tasks take longer to be scheduled than local processes to spawn.
-        delay_s = START_DELAY_S if opts.ray is None else RAY_START_DELAY_S
-        start_ns = clock.now_ns() + int(delay_s * 1e9)
+        # No start time in the plans: each shard reports ready, then the driver sends one
+        # common start to all of them (``run_workers``, ``run_ray_shards``).
         plans = [
             replace(
                 plan,
                 shard=k,
                 shards=opts.workers,
-                start_ns=start_ns,
                 out_dir=opts.run_dir / f"shard-{k}",
                 # Local workers share the run's lock; a Ray task's host may not see it.
                 lock_dir=opts.run_dir if opts.ray is None else None,
@@ -391,7 +387,11 @@ def _finish(
         cpu_utilisation=result.cpu_utilisation,
         stamp_delay=result.stamp_delay,
     )
-    notes = [w for w in (backpressure_warning(backpressure),) if w is not None]
+    notes = [
+        w
+        for w in (backpressure_warning(backpressure), stall_warning(result.stalls))
+        if w is not None
+    ]
     by_outcome: dict[str, int] = {}
     for o in outcomes:
         for name, count in o.by_outcome:
@@ -421,6 +421,7 @@ def _finish(
             warnings=tuple(warnings + notes),
             stamp_delay_ms=result.stamp_delay,
             backpressure=backpressure,
+            stalls=result.stalls,
             workers=tuple(
                 WorkerHealth(
                     shard=o.shard,

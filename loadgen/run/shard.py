@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 
@@ -28,16 +29,18 @@ from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import default_transport
 from loadgen.live import LiveStats, StatsView
 from loadgen.prepare import Preparer
-from loadgen.replay import LoadShape, Replayer, ReplayResult
+from loadgen.replay import LoadShape, Replayer, ReplayResult, StartGate
 from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests
 from loadgen.run.recorder import RunRecorder
 from loadgen.run.sharding import select_shard, split_evenly
 from loadgen.sessions import has_sessions, plan_sessions
+from loadgen.stalls import StallWatch
 from traces.prompts.maker import HFTokenCounter, PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
 
+_T = TypeVar("_T")
 _SWITCH_INTERVAL_S = 0.0005
 """GIL switch interval during a replay (Python's default is 5 ms)."""
 
@@ -94,6 +97,16 @@ class ShardOutcome:
     by_outcome: tuple[tuple[str, int], ...]
     error: str | None = None
     """Why its rows could not all be written (``RecorderError``); None when they were."""
+
+
+def run_event_loop(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` on a fresh event loop: uvloop's where installed (a worker process, a
+    Ray task), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def make_transport(
@@ -184,10 +197,13 @@ async def replay_shard(
     install_signal_handlers: bool = True,
     stop_signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
     requests: list[TraceRequest] | None = None,
+    gate: StartGate | None = None,
 ) -> ShardOutcome:
     """Replay one shard of the trace into ``plan.out_dir`` (in the calling process);
     ``stop_signals`` stop it gracefully (a second one cancels in-flight requests).
-    ``requests``: the trace as ``load_requests`` read it, when the caller already has it."""
+    ``requests``: the trace as ``load_requests`` read it, when the caller already has it.
+    ``gate``: awaited once the shard is ready (pool connected, first requests prepared);
+    it reports that to the run's driver and returns the common start (``replay.StartGate``)."""
     opts = plan.opts
     if requests is None:
         requests, _ = load_requests(opts)
@@ -212,10 +228,12 @@ async def replay_shard(
     def recorder_failed(message: str) -> None:  # called from the recorder's thread
         loop.call_soon_threadsafe(replayer.stop, "failed")
 
+    stalls = StallWatch(shard=plan.shard)
     recorder = RunRecorder(
         plan.out_dir,
         provenance={"run_id": plan.run_id, "shard": plan.shard},
         on_failure=recorder_failed,
+        on_flush=stalls.mark,
     )
     stats = LiveStats(clock.now_ns)
     installed: list[signal.Signals] = []
@@ -254,6 +272,7 @@ async def replay_shard(
                     if shape.closed_sessions or has_sessions(mine)
                     else None
                 ),
+                stalls=stalls,
             )
             if on_start is not None:
                 on_start(stats, len(mine))
@@ -270,7 +289,7 @@ async def replay_shard(
             sys.setswitchinterval(_SWITCH_INTERVAL_S)
             try:
                 with steady_collector():  # set-up frozen; no collector passes over requests
-                    result = await replayer.run(start_ns=plan.start_ns)
+                    result = await replayer.run(start_ns=plan.start_ns, gate=gate)
             finally:
                 sys.setswitchinterval(switch_interval)
     finally:

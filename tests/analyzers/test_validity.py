@@ -18,7 +18,7 @@ from analyzers.metrics import analyze
 from analyzers.validity import ClassCount, assess_validity, min_requests_for
 from reports.jsondoc import validity_json
 from traces import schema as s
-from traces.health import Backpressure, GeneratorHealth, LagSummary
+from traces.health import Backpressure, GeneratorHealth, LagSummary, Stall, StallLog
 from traces.io import write_run_info
 from traces.records import RequestRecord, records_to_batch
 
@@ -135,6 +135,36 @@ def test_one_long_event_loop_stall_from_run_json_is_client_bound(tmp_path: Path)
         AnalysisOptions(percentiles=(50.0,)),
     )
     assert not b.validity.client_bound
+
+
+def test_a_stall_over_50_ms_in_the_stall_log_is_a_caveat_with_its_cause(tmp_path: Path) -> None:
+    stalls = StallLog(
+        threshold_ms=20.0,
+        count=2,
+        worst_ms=63.0,
+        stalls=(
+            Stall(shard=0, start_s=1.5, duration_ms=25.0, cause="gc"),
+            Stall(shard=1, start_s=4.25, duration_ms=63.0, cause="host"),
+        ),
+    )
+    generator = replace(
+        health(loop_lag_ms=4.0, schedule_lag_ms=0.5),
+        loop_lag_ms=LagSummary(samples=10_000, p50_ms=0.3, p99_ms=4.0, max_ms=63.0),
+        stalls=stalls,
+    )
+    run = write_run(tmp_path / "run", [rec(i) for i in range(3)], generator=generator)
+    a = analyze(run, AnalysisOptions(percentiles=(50.0,)))
+    assert a.validity.stall
+    assert a.validity.valid  # a caveat: under 100 ms the run is not client-bound
+    (reason,) = [r for r in a.validity.reasons if r.startswith("stall:")]
+    assert "1 event-loop stall(s) over 50 ms, the worst 63 ms at 4.2 s (cause: host" in reason
+    assert validity_json(a.validity)["stall"] is True
+    short = replace(generator, stalls=replace(stalls, stalls=stalls.stalls[:1], worst_ms=25.0))
+    b = analyze(
+        write_run(tmp_path / "short", [rec(i) for i in range(3)], generator=short),
+        AnalysisOptions(percentiles=(50.0,)),
+    )
+    assert not b.validity.stall
 
 
 def test_stamp_delay_from_run_json_is_client_bound(tmp_path: Path) -> None:

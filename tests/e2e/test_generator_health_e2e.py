@@ -135,6 +135,13 @@ def test_a_stalled_loop_is_client_bound_by_its_stamp_delay(sim: SimFactory) -> N
     assert validity.client_bound
     assert not validity.valid
     assert any("stamp" in r for r in validity.reasons), validity.reasons
+    # The stall log has it, with where its time went (the loop's thread spun; on a host
+    # too busy to give it a core, the host).
+    assert result.stalls is not None
+    worst = max(result.stalls.stalls, key=lambda st: st.duration_ms)
+    assert worst.duration_ms >= STALL_S * 1000 * 0.6, result.stalls
+    assert worst.duration_ms == result.stalls.worst_ms
+    assert worst.cause in ("loop busy", "host"), worst
 
 
 def _worst_stamp_lag_ms(server: SimProcess, records: list[RequestRecord]) -> float:

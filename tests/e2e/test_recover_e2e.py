@@ -18,7 +18,9 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 
+from loadgen.cli.root import cli
 from loadgen.sim.config import DEFAULT_MODEL_NAME
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
@@ -126,4 +128,70 @@ def test_a_dead_worker_is_exit_4_and_its_rows_are_merged(tmp_path: Path, sim: Si
     # The dispatch record: exact, or one too many if the shard died between a record and
     # its write (loadgen.dispatched).
     assert 0 <= info.incomplete.lost - true_lost <= 1
+    assert not (run_dir / s.RUN_LOCK).exists()
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended (reaped, or a zombie nobody reaps in a container)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_workers_die_with_their_killed_parent(tmp_path: Path, sim: SimFactory) -> None:
+    """kill -9 of the ``--workers`` parent: its workers stop too (PR_SET_PDEATHSIG) and
+    give up the run's lock, so that ``loadgen recover`` can merge the run at once."""
+    server = sim("--ttft-ms", "5", "--itl-ms", "5")
+    trace = tmp_path / "t.parquet"
+    n = 600  # over 30 s: the workers would not end by themselves while the test waits
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"q{i}" for i in range(n)],
+                "arrival_s": [i / 20 for i in range(n)],
+                "input_tokens": [32] * n,
+                "output_tokens": [5] * n,
+            }
+        ),
+        trace,
+    )
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "loadgen.cli.root", "replay", str(trace),
+            "--base-url", server.base_url, "-o", str(run_dir), "--no-progress",
+            "--run-id", "orphans", "--no-scrape-metrics", "--workers", "2",
+            "--no-preflight", "--model", DEFAULT_MODEL_NAME, "--grace", "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    shards: list[int] = []
+    try:
+        records = [run_dir / f"shard-{k}" / s.PARTS_DIR / s.DISPATCH_FILE for k in (0, 1)]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if all(r.exists() and r.stat().st_size > 0 for r in records):
+                break  # both shards are sending
+            time.sleep(0.01)
+        shards = _shard_pids(proc.pid)
+        assert len(shards) == 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15  # --grace 1, then each merges its shard
+        while time.monotonic() < deadline and not all(_gone(pid) for pid in shards):
+            time.sleep(0.05)
+        alive = [pid for pid in shards if not _gone(pid)]
+        assert not alive, f"workers {alive} outlived their parent"
+    finally:
+        proc.kill()
+        for pid in shards:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+    res = CliRunner().invoke(cli, ["recover", str(run_dir)])  # in this process: faster
+    assert res.exit_code == 0, res.output
     assert not (run_dir / s.RUN_LOCK).exists()

@@ -372,7 +372,7 @@ def _record(
     origin = SIM_EPOCH_NS - sent
     offsets = [(origin + round(t * 1e9)) // 1000 for t in track.times]
     if offsets[-1] > _OFFSET_MAX:  # as the replay's client: the chunks the column holds
-        return _cut_stream(refusal, offsets, prompt_tokens)
+        return _cut_stream(refusal, sent, offsets, prompt_tokens)
     first, last = _ns(track.times[0]), _ns(track.times[-1])
     prefill_end = track.prefill_end if track.prefill_end is not None else track.first_step
     ready = track.transfer_end if track.transfer_end is not None else prefill_end
@@ -407,17 +407,19 @@ _OFFSET_TYPE = s.RUN_SCHEMA.field(s.CHUNK_OFFSETS_US).type.value_type
 _OFFSET_MAX = int_bounds(_OFFSET_TYPE)[1]
 
 
-def _cut_stream(row: RequestRecord, offsets: list[int], prompt_tokens: int) -> RequestRecord:
+def _cut_stream(
+    row: RequestRecord, sent: int, offsets: list[int], prompt_tokens: int
+) -> RequestRecord:
     """A stream longer than the run table's offsets hold (``int32`` µs: about 35 minutes
     after the send), recorded as the replay's client records one (``loadgen.fit``): the
     chunks that fit, and the request a ``protocol_error`` naming the chunk that did not."""
     kept = bisect_right(offsets, _OFFSET_MAX)
-    first = row.sent_ns + offsets[0] * 1000 if kept else None
+    first = sent + offsets[0] * 1000 if kept else None
     return replace(
         row,
         first_byte_ns=first,
         first_token_ns=first,
-        end_ns=row.sent_ns + offsets[-1] * 1000,
+        end_ns=sent + offsets[-1] * 1000,
         chunk_offsets_us=offsets[:kept],
         chunk_tokens=[1] * kept,
         prompt_tokens=prompt_tokens,
