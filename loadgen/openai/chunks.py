@@ -1,9 +1,11 @@
 """Response-chunk classification (sans-IO): the data of one SSE event as a ``Chunk``.
 
-Content, reasoning, role-only, usage-only, done or error. Chunks are not tokens: only
-content chunks count toward TTFT and ITL. ``plain_content_tokens`` is the byte-level fast
-check for compact content chunks; ``chunk_kind`` is the one classification of a decoded
-chunk (``loadgen.stream._sse_scan`` mirrors it in C, tested against it). ``read_usage`` and
+Content, tool call, reasoning, role-only, usage-only, done or error. Chunks are not
+tokens: only content and tool-call chunks count toward TTFT and ITL (a tool call is
+output the client waits for; ``StreamState`` counts tool-call chunks apart too).
+``plain_content_tokens`` is the byte-level fast check for compact content chunks;
+``chunk_kind`` is the one classification of a decoded chunk (``loadgen.stream._sse_scan``
+mirrors it in C, tested against it). ``read_usage`` and
 ``read_finish`` take the values a run row stores from a chunk and say what is wrong with
 one that has the wrong JSON type (the caller turns that into the request's outcome).
 """
@@ -25,6 +27,9 @@ class Kind(enum.Enum):
     """What one SSE event is."""
 
     CONTENT = "content"
+    TOOL_CALL = "tool_call"
+    """A ``delta.tool_calls`` chunk (OpenAI's streamed function calls): output, timed as
+    content, counted apart."""
     REASONING = "reasoning"
     ROLE = "role"
     USAGE = "usage"
@@ -188,7 +193,9 @@ def chunk_kind(obj: dict[str, Any]) -> tuple[Kind, Any]:
     finish = choice.get("finish_reason")
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        if delta.get("content") or delta.get("tool_calls"):
+        if delta.get("tool_calls"):
+            return Kind.TOOL_CALL, finish
+        if delta.get("content"):
             return Kind.CONTENT, finish
         if delta.get("reasoning_content") or delta.get("reasoning"):
             return Kind.REASONING, finish
