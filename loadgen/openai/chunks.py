@@ -230,9 +230,11 @@ def classify(payload: bytes) -> Chunk:
 
 def reply_text(body: bytes) -> str:
     """The content text of a whole SSE response body, in order: each event's
-    ``choices[0].delta.content`` (chat) or ``choices[0].text`` (completions). For a live
-    session history (``--history live``), after the response has ended; events that are
-    not JSON objects with such a string are skipped."""
+    ``choices[0].delta.content`` (chat) or ``choices[0].text`` (completions), and the
+    ``function.arguments`` fragments of its ``delta.tool_calls`` (a tool call's arguments
+    stand for its text). For a live session history (``--history live``), after the
+    response has ended; events that are not JSON objects with such a string are
+    skipped."""
     parts: list[str] = []
     for line in body.split(b"\n"):
         if not line.startswith(b"data:"):
@@ -252,4 +254,18 @@ def reply_text(body: bytes) -> str:
         text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
         if isinstance(text, str):
             parts.append(text)
+        calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+        if isinstance(calls, list):
+            parts.extend(_arguments(calls))
     return "".join(parts)
+
+
+def _arguments(calls: list[Any]) -> list[str]:
+    """The ``function.arguments`` strings of a delta's ``tool_calls``."""
+    out: list[str] = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        args = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(args, str):
+            out.append(args)
+    return out

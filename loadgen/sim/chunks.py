@@ -9,10 +9,12 @@ Streaming (``text/event-stream``), each event is ``data: {json}\\n\\n``:
   ``delta {"tool_calls": [...]}`` in place of content, in OpenAI's streamed shape: the
   first carries the call's ``index`` 0, ``id``, ``type: "function"`` and
   ``function.name`` with the first ``arguments`` fragment, the later ones ``index`` and
-  an ``arguments`` fragment only; the arguments join into ``{"input": "<words>"}``; the
-  last has ``finish_reason: "tool_calls"``. The shape is that of the ``tool_calls`` of
-  OpenAI's ``ChatCompletionChunk.Choice.Delta`` (openai-python/openai-node typings,
-  ``index``, ``id``, ``type``, ``function.name``, ``function.arguments``);
+  an ``arguments`` fragment only; the arguments join into ``{"input":"<words>"}``, the
+  braces glued to the first and last words so that they count as many words as tokens
+  (a live session history sends them back as the assistant's text); the last has
+  ``finish_reason: "tool_calls"``. The shape is that of the ``tool_calls`` of OpenAI's
+  ``ChatCompletionChunk.Choice.Delta`` (openai-python/openai-node typings: ``index``,
+  ``id``, ``type``, ``function.name``, ``function.arguments``);
 - completions: content chunks with ``choices[0].text``, the last one with the finish reason;
 - with ``stream_options.include_usage``: a usage-only chunk, ``"choices": []``;
 - with ``continuous_usage_stats`` too: every chunk carries cumulative ``usage``;
@@ -41,9 +43,10 @@ MALFORMED = b'data: {"id": "malformed", "choices": [{"delta": {"content": "\n\n'
 """A chunk that is not valid JSON (a truncated object), sent by the malformed fault."""
 FINISH_REASON = "length"
 TOOL_FINISH_REASON = "tool_calls"
-ARGS_OPEN = '{"input": "'
+ARGS_OPEN = '{"input":"'
 ARGS_CLOSE = '"}'
-"""A tool call's arguments are ``ARGS_OPEN`` + the generated words + ``ARGS_CLOSE``: JSON."""
+"""A tool call's arguments are ``ARGS_OPEN`` + the generated words (less the first one's
+leading space) + ``ARGS_CLOSE``: JSON, one whitespace-separated word per token."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,7 +162,9 @@ class ResponseFormatter:
 
     def _tool_delta(self, text: str, *, last: bool) -> dict[str, Any]:
         """One ``delta.tool_calls`` entry carrying ``text`` as an ``arguments`` fragment."""
-        args = (text if self._tool_started else ARGS_OPEN + text) + (ARGS_CLOSE if last else "")
+        args = (text if self._tool_started else ARGS_OPEN + text.removeprefix(" ")) + (
+            ARGS_CLOSE if last else ""
+        )
         if self._tool_started:
             return {"index": 0, "function": {"arguments": args}}
         self._tool_started = True
@@ -195,7 +200,8 @@ class ResponseFormatter:
             body = self._header("chat.completion")
             message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
             if self._tool is not None:
-                function = {"name": self._tool, "arguments": ARGS_OPEN + text + ARGS_CLOSE}
+                args = ARGS_OPEN + text.removeprefix(" ") + ARGS_CLOSE
+                function = {"name": self._tool, "arguments": args}
                 call = {"id": self._call_id, "type": "function", "function": function}
                 message = {"role": "assistant", "content": None, "tool_calls": [call]}
             choice: dict[str, Any] = {
