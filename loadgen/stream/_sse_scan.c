@@ -29,7 +29,9 @@
  *
  * Every other block: `data: [DONE]` sets state.done; another one-line `data: ` event the
  * walk saw is not plain content is decoded by orjson and classified here as
- * StreamState.add_decoded would (errors and server timings by that method itself); other
+ * StreamState.add_decoded would (a tool-call chunk, a non-empty delta.tool_calls, is
+ * content that also counts in state.tool_calls and may set state.first_tool_call;
+ * errors and server timings by that method itself); other
  * one-line events go to state.add(ts, payload), anything else (multi-line events,
  * comments, other fields) to add_block(state, ts, block). So do plain events whose usage
  * value is longer than 18 digits or whose predecessor's is (the Python path reads those
