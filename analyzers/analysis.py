@@ -123,6 +123,24 @@ class CacheDepth:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCalls:
+    """The ok requests that answered with a tool call (``tool_call_chunks`` > 0: a chat
+    stream with ``delta.tool_calls``), among those whose stream was read for them (the
+    column not null)."""
+
+    requests: int
+    """Ok requests whose tool-call chunks were counted (chat and completions streams)."""
+    calls: int
+    """Of those, the ones that answered with a tool call."""
+    share: float
+    """``calls / requests``."""
+    tokens: int
+    """Output tokens received in the tool-call replies (``exprs.content_tokens``)."""
+    tokens_mean: float | None
+    """Mean output tokens of a tool-call reply."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClassSummary:
     """Everything about one workload class (``exprs.ALL``: the whole run)."""
 
@@ -147,6 +165,8 @@ class ClassSummary:
     items_per_s: float = 0.0
     input_tokens_per_s: float = 0.0
     """Prompt tokens of ok requests (reported, else requested) per second."""
+    tool_calls: ToolCalls | None = None
+    """The replies that were tool calls; None when none was (or none could be counted)."""
 
     @property
     def embeddings_only(self) -> bool:

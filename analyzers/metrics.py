@@ -33,6 +33,7 @@ from analyzers.analysis import (
     MetricStats,
     OutcomeCount,
     PercentileValue,
+    ToolCalls,
 )
 from analyzers.cache import EXPECTED_CACHED, CacheBasis, cache_expectation, cache_tokens
 from analyzers.frames import (
@@ -95,6 +96,8 @@ def request_frame(
         pl.col(s.SERVER_SLIP_MS),
         pl.when(ok).then(pl.col(s.ITEMS).cast(pl.Int64)).alias("_ok_items"),
         (pl.col(s.API).cast(pl.String) == s.API_EMBEDDINGS).alias("_embed"),
+        (ok & pl.col(s.TOOL_CALL_CHUNKS).is_not_null()).alias("_tool_known"),
+        (ok & (pl.col(s.TOOL_CALL_CHUNKS) > 0)).fill_null(False).alias("_tool"),
         *g.goodput_columns(slo),
     )
 
@@ -145,6 +148,9 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
         pl.col("_ok_prompt").sum().alias("_ok_prompt"),
         pl.col("_ok_items").sum().alias("_ok_items"),
         pl.col("_embed").sum().alias("_embed"),
+        pl.col("_tool_known").sum().alias("_tool_known"),
+        pl.col("_tool").sum().alias("_tool_n"),
+        pl.col(e.CONTENT_TOKENS).filter(pl.col("_tool")).sum().alias("_tool_tokens"),
         ratio.count().alias("_fid_n"),
         pl.col(e.REQUESTED_PROMPT_TOKENS).filter(has_usage).mean().alias("_fid_req"),
         pl.col(s.PROMPT_TOKENS).mean().alias("_fid_rep"),
@@ -284,6 +290,18 @@ def _class_summary(
         items=int(row["_ok_items"] or 0),
         items_per_s=int(row["_ok_items"] or 0) * per_s,
         input_tokens_per_s=prompt_tokens * per_s,
+        tool_calls=_tool_calls(row),
+    )
+
+
+def _tool_calls(row: dict[str, Any]) -> ToolCalls | None:
+    """The class's tool-call replies, or None when it has none."""
+    known, calls = int(row["_tool_known"] or 0), int(row["_tool_n"] or 0)
+    if calls == 0:
+        return None
+    tokens = int(row["_tool_tokens"] or 0)
+    return ToolCalls(
+        requests=known, calls=calls, share=calls / known, tokens=tokens, tokens_mean=tokens / calls
     )
 
 

@@ -60,6 +60,9 @@ from traces.records import RequestRecord, TraceRequest
 
 _ERROR_BODY_LIMIT = 2048
 _NO_TIMINGS = ServerTimings()
+_TOOL_CALL_APIS = frozenset({s.API_CHAT, s.API_COMPLETIONS})
+"""The APIs whose streamed chunks the client classifies for ``delta.tool_calls`` (a
+completions stream has none: 0); the others record null."""
 _UNFINISHED = {
     s.API_RESPONSES: "stream ended without response.completed or response.incomplete",
     s.API_EMBEDDINGS: "the embeddings reply ended before its body",
@@ -477,6 +480,10 @@ class StreamingClient:
             context_tokens=job.context_tokens,
             items=parsed.items,
             server_decode_wait_ms=timings.decode_wait_ms,
+            tool_call_chunks=(
+                parsed.tool_call_chunks if self._stream and req.api in _TOOL_CALL_APIS else None
+            ),
+            first_tool_call_ns=parsed.first_tool_call_ns,
         )
 
 

@@ -60,6 +60,7 @@ class Preparer:
             caps=self.capabilities,
             extra=self.extra_body,
             row=row_fields(req),
+            tools=req.tools,
             stream=self.stream,
             embed_batch=self.embed_batch,
         )

@@ -77,6 +77,15 @@ def class_json(c: ClassSummary) -> dict[str, Any]:
         "items": c.items,
         "items_per_s": c.items_per_s,
         "input_tokens_per_s": c.input_tokens_per_s,
+        "tool_calls": None
+        if c.tool_calls is None
+        else {
+            "requests": c.tool_calls.requests,
+            "calls": c.tool_calls.calls,
+            "share": c.tool_calls.share,
+            "tokens": c.tool_calls.tokens,
+            "tokens_mean": c.tool_calls.tokens_mean,
+        },
         "metrics": {m.key: _metric_json(m) for m in c.metrics},
         "prompt_fidelity": {
             "requests": c.fidelity.requests,

@@ -60,6 +60,12 @@ def class_lines(c: ClassSummary) -> list[str]:
             f"{(f.abs_error_median or 0.0):.1%}; cached {fmt.number(f.cached_tokens_mean)} tokens "
             f"(mean), {fmt.percent(f.cached_share)} of prompt tokens"
         )
+    t = c.tool_calls
+    if t is not None:
+        lines.append(
+            f"tool calls: {t.calls} of {t.requests} replies ({t.share:.1%}), "
+            f"{t.tokens:,} output tokens ({fmt.number(t.tokens_mean)} per call)"
+        )
     g = c.goodput
     if g is not None:
         lines.append(

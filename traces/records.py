@@ -52,6 +52,8 @@ class TraceRequest:
     parent: str | None = None
     branch: str | None = None
     think_s: float | None = None
+    tools: str | None = None
+    """The JSON text of the request's tool definitions (``schema.TOOLS``), or None."""
 
 
 def _column_values(column: pa.ChunkedArray) -> list[Any]:
@@ -107,6 +109,7 @@ def trace_requests_from_table(table: pa.Table) -> list[TraceRequest]:
                 parent=cols.get(s.PARENT, empty)[i],
                 branch=cols.get(s.BRANCH, empty)[i],
                 think_s=cols.get(s.THINK_S, empty)[i],
+                tools=cols.get(s.TOOLS, empty)[i],
             )
         )
     return out
@@ -173,6 +176,8 @@ class RequestRecord:
     drain: bool = False
     items: int | None = None
     server_decode_wait_ms: float | None = None
+    tool_call_chunks: int | None = None
+    first_tool_call_ns: int | None = None
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))

@@ -38,6 +38,10 @@ turn that continues its own session."""
 THINK_S: Final = "think_s"
 """Seconds between the parent's reply and this turn (the user's or tool's time), for
 closed-loop sessions (``loadgen replay --sessions closed``); null: 0."""
+TOOLS: Final = "tools"
+"""The request's tool definitions, a JSON array of OpenAI function tools
+(``{"type": "function", "function": {"name": ...}}``), sent as the chat body's ``tools``;
+null: none."""
 SLO_TTFT_MS: Final = "slo_ttft_ms"
 SLO_TPOT_MS: Final = "slo_tpot_ms"
 TEMPERATURE: Final = "temperature"
@@ -89,6 +93,7 @@ TRACE_SCHEMA: Final = pa.schema(
         pa.field(PARENT, pa.string()),
         pa.field(BRANCH, pa.dictionary(pa.int8(), pa.string())),
         pa.field(THINK_S, pa.float32()),
+        pa.field(TOOLS, pa.string()),
     ]
 )
 TRACE_REQUIRED: Final = (REQUEST_ID, ARRIVAL_S, INPUT_TOKENS, OUTPUT_TOKENS)
@@ -147,6 +152,13 @@ SERVER_DECODE_WAIT_MS: Final = "server_decode_wait_ms"
 """Disaggregated serving: from the KV cache's arrival on the decode instance to that
 instance's first step with the request (0 for a monolith); null from servers that do not
 say (their ``server_first_token_ms`` then includes it)."""
+TOOL_CALL_CHUNKS: Final = "tool_call_chunks"
+"""Chunks of a chat stream whose delta carried ``tool_calls`` (OpenAI's streamed function
+calls); they are output and are in ``chunk_offsets_us`` too (a tool call starts TTFT). 0
+for a stream without tool calls; null where the client does not parse them (Responses
+API, embeddings) and in runs recorded before the column existed."""
+FIRST_TOOL_CALL_NS: Final = "first_tool_call_ns"
+"""Arrival of the first tool-call chunk; null when there was none."""
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_HTTP_ERROR: Final = "http_error"
@@ -227,6 +239,8 @@ RUN_SCHEMA: Final = pa.schema(
         pa.field(DRAIN, pa.bool_(), nullable=False),
         pa.field(ITEMS, pa.int32()),
         pa.field(SERVER_DECODE_WAIT_MS, pa.float64()),
+        pa.field(TOOL_CALL_CHUNKS, pa.int32()),
+        pa.field(FIRST_TOOL_CALL_NS, pa.int64()),
     ]
 )
 

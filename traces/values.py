@@ -162,17 +162,9 @@ def messages_problem(text: str) -> str | None:
     It must be strict JSON (no ``NaN``/``Infinity``, numbers a double or 64-bit integer
     holds, no lone surrogate escapes), a non-empty array of objects, nested at most
     ``MESSAGES_MAX_DEPTH`` deep: what the request body's encoder accepts."""
-    try:
-        doc = json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_float=_finite_float,
-            parse_int=_int64,
-        )
-    except json.JSONDecodeError as exc:
-        return f"not valid JSON ({exc.msg} at character {exc.pos})"
-    except (ValueError, RecursionError) as exc:
-        return f"not valid JSON ({exc})" if str(exc) else "not valid JSON (nested too deep)"
+    doc, problem = _strict_json(text)
+    if problem is not None:
+        return problem
     if not isinstance(doc, list):
         return f"must be a JSON array of message objects, got a JSON {_json_kind(doc)}"
     if not doc:
@@ -180,6 +172,12 @@ def messages_problem(text: str) -> str | None:
     for i, item in enumerate(doc):
         if not isinstance(item, dict):
             return f"message {i} is a JSON {_json_kind(item)}, expected an object"
+    return _unsendable(doc, text)
+
+
+def _unsendable(doc: object, text: str) -> str | None:
+    """What the body's encoder refuses in parsed JSON ``doc`` (of ``text``): nesting
+    beyond ``MESSAGES_MAX_DEPTH``, an unpaired surrogate escape."""
     if (text.count("[") + text.count("{") > MESSAGES_MAX_DEPTH) and (
         _depth(doc) > MESSAGES_MAX_DEPTH
     ):
@@ -190,6 +188,44 @@ def messages_problem(text: str) -> str | None:
         except UnicodeEncodeError:
             return "a string holds an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF)"
     return None
+
+
+def _strict_json(text: str) -> tuple[object, str | None]:
+    """``text`` parsed as strict JSON, or why it is not."""
+    try:
+        doc = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            parse_int=_int64,
+        )
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at character {exc.pos})"
+    except (ValueError, RecursionError) as exc:
+        return None, f"not valid JSON ({exc})" if str(exc) else "not valid JSON (nested too deep)"
+    return doc, None
+
+
+def tools_problem(text: str) -> str | None:
+    """Why ``text`` cannot be sent as a chat request's ``tools``, or None when it can: a
+    JSON array of OpenAI function tools, each an object with ``"type": "function"`` and a
+    ``function`` object whose ``name`` is a non-empty string (the rest, ``description``
+    and ``parameters``, goes as given), subject to ``messages_problem``'s JSON rules."""
+    doc, problem = _strict_json(text)
+    if problem is not None:
+        return problem
+    if not isinstance(doc, list):
+        return f"must be a JSON array of tool objects, got a JSON {_json_kind(doc)}"
+    for i, tool in enumerate(doc):
+        if not isinstance(tool, dict):
+            return f"tool {i} is a JSON {_json_kind(tool)}, expected an object"
+        if tool.get("type") != "function":
+            return f'tool {i}: "type" must be "function", got {json.dumps(tool.get("type"))}'
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            return f"tool {i}: needs a function object with a non-empty string name"
+    return _unsendable(doc, text)
 
 
 def _json_kind(value: object) -> str:
@@ -213,6 +249,16 @@ def _bad_messages(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
         problem = messages_problem(text)
         if problem is not None:
             return BadValue(row=row, column=s.MESSAGES, problem=f"messages {problem}")
+    return None
+
+
+def _bad_tools(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
+    for row, text in enumerate(values.to_pylist()):
+        if text is None:
+            continue
+        problem = tools_problem(text)
+        if problem is not None:
+            return BadValue(row=row, column=s.TOOLS, problem=f"tools {problem}")
     return None
 
 
@@ -394,7 +440,8 @@ def _bad_prefix_blocks(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
 def find_bad_value(table: pa.Table) -> BadValue | None:
     """The first value, by column then row, that the replay could not send or use: a
     request id that is not visible ASCII or longer than ``MAX_ID_CHARS``, ``messages``
-    that are not an array of JSON objects, an SLO that is not a positive finite number, image tokens
+    that are not an array of JSON objects, ``tools`` that are not an array of function
+    tools (``tools_problem``), an SLO that is not a positive finite number, image tokens
     outside 0..MAX_TOKENS, an image side outside 1..MAX_SIDE, more than ``MAX_IMAGES``
     images or ``MAX_IMAGE_PIXELS`` pixels in one request, a null block id, a sampling value
     no engine takes (``_bad_sampling``). Columns the
@@ -407,6 +454,10 @@ def find_bad_value(table: pa.Table) -> BadValue | None:
             return found
     if s.MESSAGES in names:
         found = _bad_messages(table.column(s.MESSAGES))
+        if found is not None:
+            return found
+    if s.TOOLS in names:
+        found = _bad_tools(table.column(s.TOOLS))
         if found is not None:
             return found
     for column in (s.SLO_TTFT_MS, s.SLO_TPOT_MS):

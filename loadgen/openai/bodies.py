@@ -5,7 +5,8 @@ Pure: a prompt and the endpoint's capabilities in, the JSON bytes of one request
 (streamed unless ``stream=False`` or embeddings). Fields merge in this order, later wins:
 ours (model, prompt, ``max_tokens``, usage options), the probed vLLM-style extras
 (``ignore_eos``, ``min_tokens`` = ``max_tokens``), ``--extra-body``, then the trace row's own
-sampling columns. ``--extra-body`` may not set what the client owns (``OWNED_FIELDS``).
+sampling columns, and last the row's ``tools`` (chat and Responses API bodies only).
+``--extra-body`` may not set what the client owns (``OWNED_FIELDS``).
 Imports ``traces`` only.
 """
 
@@ -97,6 +98,7 @@ def build_body(
     caps: Capabilities,
     extra: Mapping[str, Any] | None = None,
     row: Mapping[str, Any] | None = None,
+    tools: str | None = None,
     stream: bool = True,
     embed_batch: int = 1,
 ) -> bytes:
@@ -105,11 +107,14 @@ def build_body(
     is False; Responses API requests always stream (``--no-stream`` is for the engines'
     timing headers, which come on chat replies); embeddings never do, and their ``input``
     is the prompt's text cut into ``embed_batch`` parts of about equal words (one item
-    each)."""
+    each). ``tools`` is the row's tool definitions (JSON text of OpenAI function tools,
+    validated with the trace): a chat body's ``tools`` as given, a Responses API body's in
+    that API's flat shape (``{"type": "function", "name": ...}``); the other APIs take
+    none."""
     if api == API_EMBEDDINGS:
         return _embeddings_body(model, prompt, embed_batch, extra, row)
     if api == API_RESPONSES:
-        return _responses_body(model, prompt, max_tokens, caps, extra, row)
+        return _responses_body(model, prompt, max_tokens, caps, extra, row, tools)
     body: dict[str, Any] = {"model": model, "stream": stream, "max_tokens": max_tokens}
     if api == API_CHAT:
         if prompt.messages_json is not None:
@@ -135,7 +140,20 @@ def build_body(
         body.update(extra)
     if row:
         body.update(row)
+    if tools is not None and api == API_CHAT:
+        body["tools"] = orjson.loads(tools)
     return orjson.dumps(body)
+
+
+def responses_tools(tools: str) -> list[dict[str, Any]]:
+    """Chat-style function tools (``{"type": "function", "function": {...}}``) in the
+    Responses API's flat shape: the function's fields beside ``"type": "function"``."""
+    out: list[dict[str, Any]] = []
+    for tool in orjson.loads(tools):
+        flat: dict[str, Any] = {"type": "function"}
+        flat.update(tool.get("function") or {})
+        out.append(flat)
+    return out
 
 
 def _user_messages(prompt: Prompt) -> list[dict[str, Any]]:
@@ -152,6 +170,7 @@ def _responses_body(
     caps: Capabilities,
     extra: Mapping[str, Any] | None,
     row: Mapping[str, Any] | None,
+    tools: str | None = None,
 ) -> bytes:
     """A streamed ``/v1/responses`` request: ``input`` is the prompt's text (or its chat
     messages), ``max_output_tokens`` the trace's output tokens; images ride as
@@ -173,6 +192,8 @@ def _responses_body(
         body.update(extra)
     if row:
         body.update(row)
+    if tools is not None:
+        body["tools"] = responses_tools(tools)
     return orjson.dumps(body)
 
 

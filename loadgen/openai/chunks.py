@@ -1,9 +1,11 @@
 """Response-chunk classification (sans-IO): the data of one SSE event as a ``Chunk``.
 
-Content, reasoning, role-only, usage-only, done or error. Chunks are not tokens: only
-content chunks count toward TTFT and ITL. ``plain_content_tokens`` is the byte-level fast
-check for compact content chunks; ``chunk_kind`` is the one classification of a decoded
-chunk (``loadgen.stream._sse_scan`` mirrors it in C, tested against it). ``read_usage`` and
+Content, tool call, reasoning, role-only, usage-only, done or error. Chunks are not
+tokens: only content and tool-call chunks count toward TTFT and ITL (a tool call is
+output the client waits for; ``StreamState`` counts tool-call chunks apart too).
+``plain_content_tokens`` is the byte-level fast check for compact content chunks;
+``chunk_kind`` is the one classification of a decoded chunk (``loadgen.stream._sse_scan``
+mirrors it in C, tested against it). ``read_usage`` and
 ``read_finish`` take the values a run row stores from a chunk and say what is wrong with
 one that has the wrong JSON type (the caller turns that into the request's outcome).
 """
@@ -25,6 +27,9 @@ class Kind(enum.Enum):
     """What one SSE event is."""
 
     CONTENT = "content"
+    TOOL_CALL = "tool_call"
+    """A ``delta.tool_calls`` chunk (OpenAI's streamed function calls): output, timed as
+    content, counted apart."""
     REASONING = "reasoning"
     ROLE = "role"
     USAGE = "usage"
@@ -188,7 +193,9 @@ def chunk_kind(obj: dict[str, Any]) -> tuple[Kind, Any]:
     finish = choice.get("finish_reason")
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        if delta.get("content") or delta.get("tool_calls"):
+        if delta.get("tool_calls"):
+            return Kind.TOOL_CALL, finish
+        if delta.get("content"):
             return Kind.CONTENT, finish
         if delta.get("reasoning_content") or delta.get("reasoning"):
             return Kind.REASONING, finish
@@ -223,9 +230,11 @@ def classify(payload: bytes) -> Chunk:
 
 def reply_text(body: bytes) -> str:
     """The content text of a whole SSE response body, in order: each event's
-    ``choices[0].delta.content`` (chat) or ``choices[0].text`` (completions). For a live
-    session history (``--history live``), after the response has ended; events that are
-    not JSON objects with such a string are skipped."""
+    ``choices[0].delta.content`` (chat) or ``choices[0].text`` (completions), and the
+    ``function.arguments`` fragments of its ``delta.tool_calls`` (a tool call's arguments
+    stand for its text). For a live session history (``--history live``), after the
+    response has ended; events that are not JSON objects with such a string are
+    skipped."""
     parts: list[str] = []
     for line in body.split(b"\n"):
         if not line.startswith(b"data:"):
@@ -245,4 +254,18 @@ def reply_text(body: bytes) -> str:
         text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
         if isinstance(text, str):
             parts.append(text)
+        calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+        if isinstance(calls, list):
+            parts.extend(_arguments(calls))
     return "".join(parts)
+
+
+def _arguments(calls: list[Any]) -> list[str]:
+    """The ``function.arguments`` strings of a delta's ``tool_calls``."""
+    out: list[str] = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        args = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(args, str):
+            out.append(args)
+    return out

@@ -5,6 +5,16 @@ Streaming (``text/event-stream``), each event is ``data: {json}\\n\\n``:
 - chat: one role-only chunk ``delta {"role": "assistant", "content": ""}``, then content
   chunks ``delta {"content": "..."}``; the chunk with the last tokens carries
   ``finish_reason: "length"`` (vLLM puts it on the last content chunk, not on an empty one);
+- chat answering with a tool call (``SimRequest.tool_call``): the same chunks with
+  ``delta {"tool_calls": [...]}`` in place of content, in OpenAI's streamed shape: the
+  first carries the call's ``index`` 0, ``id``, ``type: "function"`` and
+  ``function.name`` with the first ``arguments`` fragment, the later ones ``index`` and
+  an ``arguments`` fragment only; the arguments join into ``{"input":"<words>"}``, the
+  braces glued to the first and last words so that they count as many words as tokens
+  (a live session history sends them back as the assistant's text); the last has
+  ``finish_reason: "tool_calls"``. The shape is that of the ``tool_calls`` of OpenAI's
+  ``ChatCompletionChunk.Choice.Delta`` (openai-python/openai-node typings: ``index``,
+  ``id``, ``type``, ``function.name``, ``function.arguments``);
 - completions: content chunks with ``choices[0].text``, the last one with the finish reason;
 - with ``stream_options.include_usage``: a usage-only chunk, ``"choices": []``;
 - with ``continuous_usage_stats`` too: every chunk carries cumulative ``usage``;
@@ -32,6 +42,11 @@ DONE = b"data: [DONE]\n\n"
 MALFORMED = b'data: {"id": "malformed", "choices": [{"delta": {"content": "\n\n'
 """A chunk that is not valid JSON (a truncated object), sent by the malformed fault."""
 FINISH_REASON = "length"
+TOOL_FINISH_REASON = "tool_calls"
+ARGS_OPEN = '{"input":"'
+ARGS_CLOSE = '"}'
+"""A tool call's arguments are ``ARGS_OPEN`` + the generated words (less the first one's
+leading space) + ``ARGS_CLOSE``: JSON, one whitespace-separated word per token."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +83,9 @@ class ResponseFormatter:
         self._model = model
         self._created = int(time.time())  # wall clock: OpenAI's "created" Unix seconds
         self._object = "chat.completion.chunk" if self._chat else "text_completion"
+        self._tool = request.tool_call if self._chat else None
+        self._call_id = "call_" + request_id
+        self._tool_started = False
 
     def _header(self, obj: str) -> dict[str, Any]:
         return {"id": self._id, "object": obj, "created": self._created, "model": self._model}
@@ -106,8 +124,18 @@ class ResponseFormatter:
         """A content chunk; ``completion_tokens`` is the cumulative count including it."""
         finish = FINISH_REASON if last else None
         chunk = self._header(self._object)
-        if self._chat:
-            choice: dict[str, Any] = {
+        choice: dict[str, Any]
+        if self._tool is not None:
+            choice = {
+                "index": 0,
+                "delta": {"tool_calls": [self._tool_delta(text, last=last)]},
+                "logprobs": None,
+                "finish_reason": TOOL_FINISH_REASON if last else None,
+            }
+            if last:
+                choice["stop_reason"] = None
+        elif self._chat:
+            choice = {
                 "index": 0,
                 "delta": {"content": text},
                 "logprobs": None,
@@ -132,6 +160,21 @@ class ResponseFormatter:
             chunk["metrics"] = truth.as_json()
         return _event(chunk)
 
+    def _tool_delta(self, text: str, *, last: bool) -> dict[str, Any]:
+        """One ``delta.tool_calls`` entry carrying ``text`` as an ``arguments`` fragment."""
+        args = (text if self._tool_started else ARGS_OPEN + text.removeprefix(" ")) + (
+            ARGS_CLOSE if last else ""
+        )
+        if self._tool_started:
+            return {"index": 0, "function": {"arguments": args}}
+        self._tool_started = True
+        return {
+            "index": 0,
+            "id": self._call_id,
+            "type": "function",
+            "function": {"name": self._tool, "arguments": args},
+        }
+
     def usage_chunk(self, *, completion_tokens: int, truth: GroundTruth) -> bytes:
         """The final usage-only chunk (``"choices": []``) with the ground truth."""
         chunk = self._header(self._object)
@@ -155,11 +198,17 @@ class ResponseFormatter:
         truth (TGI-style replies carry their timings in headers)."""
         if self._chat:
             body = self._header("chat.completion")
+            message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+            if self._tool is not None:
+                args = ARGS_OPEN + text.removeprefix(" ") + ARGS_CLOSE
+                function = {"name": self._tool, "arguments": args}
+                call = {"id": self._call_id, "type": "function", "function": function}
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "message": message,
                 "logprobs": None,
-                "finish_reason": FINISH_REASON,
+                "finish_reason": TOOL_FINISH_REASON if self._tool else FINISH_REASON,
                 "stop_reason": None,
             }
         else:

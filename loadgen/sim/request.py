@@ -8,6 +8,12 @@ request (``/v1/embeddings``) reads ``input`` (a string, a list of strings, token
 lists of them) and ``dimensions``; it is costed as a prefill of all its inputs with one
 step (``max_tokens`` 1) and never streams.
 
+A chat request that carries ``tools`` (OpenAI function tools) is answered with a tool call
+in one reply of ``TOOL_CALL_EVERY``, chosen by a hash of its ``messages`` (so the same
+conversation gets the same answer on every run, whatever else the body holds): the reply
+streams ``delta.tool_calls`` in place of content, with the same timing
+(``loadgen.sim.chunks``).
+
 Only the fields that shape the simulated response are read; unknown fields are ignored, as an
 OpenAI-compatible server does. Must not import the replay client
 (loadgen.client/replay/transport/recorder).
@@ -15,9 +21,12 @@ OpenAI-compatible server does. Must not import the replay client
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
+
+import orjson
 
 from loadgen.errors import PromptShapeError, RequestError
 from loadgen.sim.tokens import count_chat_prompt, count_completion_prompt, count_words
@@ -25,6 +34,9 @@ from loadgen.sim.tokens import count_chat_prompt, count_completion_prompt, count
 Api = Literal["chat", "completions", "responses", "embeddings"]
 DEFAULT_DIMENSIONS = 16
 """Length of the simulator's embedding vectors unless the request asks (``dimensions``)."""
+TOOL_CALL_EVERY: Final = 3
+"""One chat request with ``tools`` in this many is answered with a tool call: those whose
+``messages`` (as compact JSON) have a CRC-32 divisible by it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +62,9 @@ class SimRequest:
     """Embeddings: how many inputs (one embedding each)."""
     dimensions: int = DEFAULT_DIMENSIONS
     """Embeddings: the length of each vector."""
+    tool_call: str | None = None
+    """Chat: the function the reply calls (one of the request's ``tools``), streamed as
+    ``delta.tool_calls`` in place of content; None: a content reply."""
 
 
 def parse_request(
@@ -109,7 +124,33 @@ def parse_request(
         prompt_tokens=prompt_tokens,
         include_usage=include_usage,
         continuous_usage=continuous,
+        tool_call=_tool_call(body) if api == "chat" else None,
     )
+
+
+def _tool_call(body: Mapping[str, object]) -> str | None:
+    """The function a chat reply calls (``TOOL_CALL_EVERY``), or None. ``tools`` must be a
+    list of objects; the names are those of ``{"type": "function", "function": {"name"}}``
+    entries (others are ignored, as a model would not call them)."""
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
+        raise RequestError("tools must be a list of objects", param="tools")
+    names = [
+        fn["name"]
+        for t in tools
+        if t.get("type") == "function"
+        and isinstance(fn := t.get("function"), Mapping)
+        and isinstance(fn.get("name"), str)
+        and fn["name"]
+    ]
+    if not names:
+        return None
+    digest = zlib.crc32(orjson.dumps(body.get("messages")))
+    if digest % TOOL_CALL_EVERY:
+        return None
+    return str(names[digest // TOOL_CALL_EVERY % len(names)])
 
 
 def prompt_param(api: str) -> str:

@@ -29,7 +29,9 @@
  *
  * Every other block: `data: [DONE]` sets state.done; another one-line `data: ` event the
  * walk saw is not plain content is decoded by orjson and classified here as
- * StreamState.add_decoded would (errors and server timings by that method itself); other
+ * StreamState.add_decoded would (a tool-call chunk, a non-empty delta.tool_calls, is
+ * content that also counts in state.tool_calls and may set state.first_tool_call;
+ * errors and server timings by that method itself); other
  * one-line events go to state.add(ts, payload), anything else (multi-line events,
  * comments, other fields) to add_block(state, ts, block). So do plain events whose usage
  * value is longer than 18 digits or whose predecessor's is (the Python path reads those
@@ -200,8 +202,8 @@ walk_plain(const char *s, const char *end, Py_ssize_t *pos, PyObject *offset, Py
  * methods it calls (`add_object` is `_add_decoded`, which takes a decoded object). */
 static struct {
     PyObject *add, *add_decoded, *add_object, *content, *done, *error, *finish,
-        *first_reasoning, *first_token, *last_completion, *reasoning, *sent_ns, *tokens,
-        *tokens_known, *usage_raw;
+        *first_reasoning, *first_token, *first_tool_call, *last_completion, *reasoning,
+        *sent_ns, *tokens, *tokens_known, *tool_calls, *usage_raw;
 } state_attr;
 
 /* Of the SSEDecoder (loadgen/stream/sse.py): its framing state, and the method that
@@ -218,7 +220,7 @@ static struct {
 } key;
 
 static struct {
-    PyObject *empty, *thousand; /* b"" and 1000 */
+    PyObject *empty, *thousand, *one; /* b"", 1000 and 1 */
     PyObject *loads;            /* orjson.loads */
 } consts;
 
@@ -338,7 +340,19 @@ append_to(PyObject *state, PyObject *attr, PyObject *value)
     return rc;
 }
 
-enum { OTHER_KIND, CONTENT_KIND, REASONING_KIND };
+enum { OTHER_KIND, CONTENT_KIND, TOOL_KIND, REASONING_KIND };
+
+/* A tool-call chunk: state.tool_calls += 1, and state.first_tool_call set if unset. */
+static int
+count_tool_call(PyObject *state, PyObject *ts)
+{
+    PyObject *count = PyObject_GetAttr(state, state_attr.tool_calls);
+    PyObject *more = count != NULL ? PyNumber_Add(count, consts.one) : NULL;
+    Py_XDECREF(count);
+    int rc = more != NULL ? PyObject_SetAttr(state, state_attr.tool_calls, more) : -1;
+    Py_XDECREF(more);
+    return rc == 0 ? set_if_none(state, state_attr.first_tool_call, ts) : -1;
+}
 
 /* One event known not to be plain content nor [DONE]: decoded by orjson and classified
  * here exactly as StreamState.add_decoded classifies it (loadgen.openai.chunks.chunk_kind and
@@ -385,8 +399,10 @@ classify_decoded(PyObject *state, PyObject *ts, PyObject *offset, PyObject *payl
             finish = item(choice, key.finish_reason, &failed);
             PyObject *delta = item(choice, key.delta, &failed);
             if (delta != NULL && PyDict_Check(delta)) {
-                if (truthy(item(delta, key.content, &failed))
-                    || truthy(item(delta, key.tool_calls, &failed))) {
+                if (truthy(item(delta, key.tool_calls, &failed))) {
+                    kind = TOOL_KIND;
+                }
+                else if (truthy(item(delta, key.content, &failed))) {
                     kind = CONTENT_KIND;
                 }
                 else if (truthy(item(delta, key.reasoning_content, &failed))
@@ -414,8 +430,11 @@ classify_decoded(PyObject *state, PyObject *ts, PyObject *offset, PyObject *payl
     if (rc == 0 && finish != NULL && finish != Py_None) {
         rc = PyObject_SetAttr(state, state_attr.finish, finish);
     }
-    if (rc == 0 && kind == CONTENT_KIND) {
+    if (rc == 0 && (kind == CONTENT_KIND || kind == TOOL_KIND)) {
         rc = set_if_none(state, state_attr.first_token, ts);
+        if (rc == 0 && kind == TOOL_KIND) {
+            rc = count_tool_call(state, ts);
+        }
         if (rc == 0) {
             rc = append_to(state, state_attr.content, offset);
         }
@@ -891,7 +910,8 @@ PyInit__sse_scan(void)
 {
     consts.empty = PyBytes_FromStringAndSize(NULL, 0);
     consts.thousand = PyLong_FromLong(1000);
-    if (consts.empty == NULL || consts.thousand == NULL) {
+    consts.one = PyLong_FromLong(1);
+    if (consts.empty == NULL || consts.thousand == NULL || consts.one == NULL) {
         return NULL;
     }
     PyObject *orjson = PyImport_ImportModule("orjson");
@@ -910,10 +930,12 @@ PyInit__sse_scan(void)
         || intern(&state_attr.finish, "finish") < 0
         || intern(&state_attr.first_reasoning, "first_reasoning") < 0
         || intern(&state_attr.first_token, "first_token") < 0
+        || intern(&state_attr.first_tool_call, "first_tool_call") < 0
         || intern(&state_attr.last_completion, "last_completion") < 0
         || intern(&state_attr.reasoning, "reasoning") < 0
         || intern(&state_attr.sent_ns, "sent_ns") < 0 || intern(&state_attr.tokens, "tokens") < 0
         || intern(&state_attr.tokens_known, "tokens_known") < 0
+        || intern(&state_attr.tool_calls, "tool_calls") < 0
         || intern(&state_attr.usage_raw, "usage_raw") < 0) {
         return NULL;
     }

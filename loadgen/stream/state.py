@@ -42,6 +42,11 @@ class StreamSummary:
     """What made the stream unusable as sent: a malformed chunk, an error event, or a value
     a row stores (``finish_reason``, a usage count) of the wrong JSON type, which then
     reads as None. The first of these, in that order of precedence."""
+    tool_call_chunks: int = 0
+    """Chunks whose delta carries ``tool_calls`` (also in ``content_offsets_us``: a tool
+    call is output, and starts TTFT as content does)."""
+    first_tool_call_ns: int | None = None
+    """Arrival of the first tool-call chunk."""
     items: int | None = None
     """Embeddings in the reply (``/v1/embeddings``); None for the streaming APIs."""
 
@@ -62,6 +67,7 @@ class StreamState:
         "finish",
         "first_reasoning",
         "first_token",
+        "first_tool_call",
         "items",
         "last_completion",
         "reasoning",
@@ -69,6 +75,7 @@ class StreamState:
         "timings",
         "tokens",
         "tokens_known",
+        "tool_calls",
         "usage_raw",
     )
 
@@ -81,6 +88,9 @@ class StreamState:
         self.last_completion = 0
         self.first_token: int | None = None
         self.first_reasoning: int | None = None
+        self.tool_calls = 0
+        """Tool-call chunks so far (``Kind.TOOL_CALL``)."""
+        self.first_tool_call: int | None = None
         self.usage_raw: Any = None
         self.timings: ServerTimings | None = None
         self.finish: object = None
@@ -129,9 +139,13 @@ class StreamState:
             self.timings = parse_timings(obj) or self.timings
         if chunk_finish is not None:
             self.finish = chunk_finish
-        if kind is Kind.CONTENT:
+        if kind is Kind.CONTENT or kind is Kind.TOOL_CALL:
             if self.first_token is None:
                 self.first_token = ts
+            if kind is Kind.TOOL_CALL:
+                self.tool_calls += 1
+                if self.first_tool_call is None:
+                    self.first_tool_call = ts
             self.content.append((ts - self.sent_ns) // 1000)
             completion = raw.get("completion_tokens") if isinstance(raw, dict) else None
             if isinstance(completion, int):
@@ -167,6 +181,8 @@ class StreamState:
             finish_reason=finish,
             done=self.done,
             error=self.error or finish_problem or usage_problem,
+            tool_call_chunks=self.tool_calls,
+            first_tool_call_ns=self.first_tool_call,
             items=self.items,
         )
 

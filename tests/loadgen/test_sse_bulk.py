@@ -119,10 +119,14 @@ def json_chunk(draw: st.DrawFn) -> bytes:
         obj = {"error": {"message": text, "code": 500}}
     elif kind == "empty":
         obj["choices"] = [{"index": 0, "delta": {"content": ""}, "finish_reason": None}]
-    else:
-        obj["choices"] = [
-            {"index": 0, "delta": {"tool_calls": [{"index": 0}]}, "finish_reason": None}
-        ]
+    else:  # a tool call: OpenAI's first delta (id, name), an arguments fragment, or both
+        call: dict[str, object] = {"index": 0, "function": {"arguments": text}}
+        if draw(st.booleans()):
+            call.update(id="call_1", type="function", function={"name": "f", "arguments": ""})
+        delta: dict[str, object] = {"tool_calls": draw(st.sampled_from([[call], [], None]))}
+        if draw(st.booleans()):
+            delta["content"] = draw(st.sampled_from([None, "", text]))
+        obj["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
     if kind != "error":
         how = draw(st.integers(0, 3))
         if how == 1:

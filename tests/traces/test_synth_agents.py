@@ -4,6 +4,7 @@ sub-agents that fork or spawn, determinism; and ``loadgen trace synth --kind age
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -15,8 +16,9 @@ from click.testing import CliRunner
 
 from loadgen.cli.root import cli
 from traces import schema as s
-from traces.synth.agents import AgentSpec, AgentTurn, agent_sessions
+from traces.synth.agents import TOOL_CATALOG, AgentSpec, AgentTurn, agent_sessions
 from traces.synth.trace import SynthConfig, synthesize
+from traces.validate import validate_trace
 
 BS = 512
 
@@ -157,3 +159,25 @@ def test_cli_kind_agent_usage_errors(tmp_path: Path, args: list[str], message: s
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_each_session_carries_its_toolset_as_tools_deterministically() -> None:
+    config = SynthConfig(agent=AgentSpec(sessions=30, fork_prob=0.2, tools=5), seed=9)
+    table = synthesize(config).table
+    validate_trace(table, "agents")
+    assert synthesize(config).table.column(s.TOOLS).equals(table.column(s.TOOLS))
+    rows = table.to_pylist()
+    by_session: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        by_session[r[s.SESSION_ID].split(".")[0]].add(r[s.TOOLS])  # sub-agents: the parent's
+    assert all(len(v) == 1 for v in by_session.values())
+    toolsets = {t for v in by_session.values() for t in v}
+    assert 1 < len(toolsets) <= config.agent.toolsets  # type: ignore[union-attr]
+    for text in toolsets:
+        names = [t["function"]["name"] for t in json.loads(text)]
+        assert len(names) == len(set(names)) == 5
+        assert set(names) <= {name for name, _, _ in TOOL_CATALOG}
+    other = synthesize(SynthConfig(agent=AgentSpec(sessions=30, tools=5), seed=10)).table
+    assert set(other.column(s.TOOLS).to_pylist()) != toolsets
+    bare = synthesize(SynthConfig(agent=AgentSpec(sessions=3, tools=0), seed=9)).table
+    assert bare.column(s.TOOLS).null_count == bare.num_rows

@@ -23,6 +23,13 @@ run when a trace is replayed open-loop), and a sub-agent's first turn follows it
 turn by one think time. Every prompt token is covered by prefix block ids
 (``block_size`` tokens each), so replay can hit the prefix cache as a real agent would.
 
+Tool definitions: each toolset is also a list of OpenAI function tools (``tools`` of them,
+at most ``len(TOOL_CATALOG)``, drawn from ``TOOL_CATALOG`` by a generator seeded with the
+seed and the toolset's index), and every turn carries its session's as ``AgentTurn.tools``
+(the trace's ``tools`` column, sent as the chat body's ``tools``). The preamble's tokens
+stand for the definitions in the prompt; the JSON itself is short (a few dozen tokens a
+tool), and a server counts it on top.
+
 Deterministic: each top-level session draws from its own ``random.Random`` seeded by the
 seed and its index, so a session does not change when others are added. Imports nothing of
 the project but ``traces.synth.lengths``.
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -41,6 +49,26 @@ from traces.synth.lengths import LengthDist, LogNormal
 
 BlockIds = Callable[[int], list[int]]
 """Returns ``n`` fresh, never used prefix block ids."""
+
+TOOL_CATALOG: tuple[tuple[str, str, str], ...] = (
+    ("read_file", "Read a file of the workspace.", "path"),
+    ("write_file", "Write text to a file of the workspace.", "path"),
+    ("list_dir", "List the entries of a directory.", "path"),
+    ("search_code", "Search the code base for a pattern.", "pattern"),
+    ("run_shell", "Run a shell command and return its output.", "command"),
+    ("run_tests", "Run the test suite, or one test file.", "target"),
+    ("git_diff", "Show the working tree's changes.", "path"),
+    ("web_search", "Search the web.", "query"),
+    ("fetch_url", "Fetch a web page as text.", "url"),
+    ("sql_query", "Run a read-only SQL query.", "query"),
+    ("python", "Run a Python snippet and return what it prints.", "code"),
+    ("calculator", "Evaluate an arithmetic expression.", "expression"),
+    ("get_weather", "Current weather for a city.", "city"),
+    ("send_email", "Send an e-mail.", "to"),
+    ("create_ticket", "Open an issue in the tracker.", "title"),
+    ("lookup_docs", "Look up an API in the documentation.", "symbol"),
+)
+"""The synthesizer's tools: name, description and the one string parameter each takes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +138,8 @@ class AgentTurn:
     """A sub-agent's first turn: ``fork`` or ``spawn``; None otherwise."""
     think_s: float = 0.0
     """The think time drawn before this turn (0 for a top-level session's first)."""
+    tools: str | None = None
+    """The session's tool definitions (JSON text, ``toolset_tools``); None with no tools."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -125,6 +155,7 @@ class _State:
     blocks: list[int]
     branch: str | None = None
     think_s: float = 0.0
+    tools: str | None = None
 
 
 class _Sampler:
@@ -175,6 +206,7 @@ class _Sampler:
                     blocks=tuple(state.blocks),
                     branch=state.branch,
                     think_s=state.think_s,
+                    tools=state.tools,
                 )
             )
             last = state.turn >= turns
@@ -197,6 +229,7 @@ class _Sampler:
                 tokens=grown,
                 blocks=self.cover(state.blocks, grown),
                 think_s=think,
+                tools=state.tools,
             )
         return out
 
@@ -225,6 +258,7 @@ class _Sampler:
             blocks=self.cover(base_blocks, tokens),
             branch=branch,
             think_s=think,
+            tools=at.tools,
         )
         turns = self.rng.randint(2, spec.child_turns_max)
         return self.run(state, turns, horizon_s, branch=False, preamble=preamble)
@@ -235,6 +269,33 @@ def preambles(spec: AgentSpec, fresh: BlockIds, block_size: int) -> list[list[in
     up to whole blocks so that sessions sharing a toolset share these blocks exactly."""
     per = math.ceil(spec.preamble_tokens / block_size)
     return [fresh(per) for _ in range(spec.toolsets)]
+
+
+def toolset_tools(spec: AgentSpec, seed: int) -> list[str | None]:
+    """Each toolset's tool definitions as JSON text: ``spec.tools`` function tools (at most
+    the catalog's size) drawn from ``TOOL_CATALOG`` by a generator seeded with ``seed`` and
+    the toolset's index; None for every toolset when ``spec.tools`` is 0."""
+    out: list[str | None] = []
+    for index in range(spec.toolsets):
+        rng = random.Random(f"llm-loadgen/{seed}/toolset/{index}")
+        picked = rng.sample(TOOL_CATALOG, min(spec.tools, len(TOOL_CATALOG)))
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": text,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {param: {"type": "string"}},
+                        "required": [param],
+                    },
+                },
+            }
+            for name, text, param in picked
+        ]
+        out.append(json.dumps(tools, separators=(",", ":")) if tools else None)
+    return out
 
 
 def agent_sessions(
@@ -250,6 +311,7 @@ def agent_sessions(
     generation order; turns after ``horizon_s`` are dropped, with the rest of their
     session."""
     shared = preambles(spec, fresh, block_size)
+    toolsets = toolset_tools(spec, seed)
     weights = itertools.accumulate(r**-spec.zipf_s for r in range(1, spec.toolsets + 1))
     cum = list(weights)
     out: list[AgentTurn] = []
@@ -269,6 +331,7 @@ def agent_sessions(
             arrival_s=start,
             tokens=tokens,
             blocks=sampler.cover(list(preamble), tokens),
+            tools=toolsets[pick],
         )
         turns = rng.randint(spec.turns_min, spec.turns_max)
         out += sampler.run(state, turns, horizon_s, branch=True, preamble=list(preamble))

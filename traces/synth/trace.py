@@ -146,6 +146,8 @@ class _Draft:
     """Agent turns: (session, turn) of the turn this one continues or branches from."""
     branch: str | None = None
     think_s: float | None = None
+    tools: str | None = None
+    """Agent turns: the session's tool definitions (JSON text)."""
 
 
 AGENT_WORKLOAD: Final = "agent"
@@ -321,6 +323,7 @@ def _agent_requests(config: SynthConfig, spec: AgentSpec, builder: _Builder) -> 
             ),
             branch=t.branch,
             think_s=t.think_s if t.turn > 1 or t.parent is not None else None,
+            tools=t.tools,
         )
         for t in turns
     ]
@@ -386,6 +389,8 @@ def _table(config: SynthConfig, drafts: list[_Draft]) -> pa.Table:
         s.BRANCH: _dictionary_or_null([d.branch for d in drafts], (s.BRANCH_FORK, s.BRANCH_SPAWN)),
         s.THINK_S: pa.array([d.think_s for d in drafts], type=pa.float32()),
     }
+    if config.agent is not None:
+        columns[s.TOOLS] = pa.array([d.tools for d in drafts], type=pa.string())
     return pa.table(columns)
 
 
