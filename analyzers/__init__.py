@@ -9,6 +9,7 @@ __all__ = [
     "analysis",
     "budget",
     "calibration_points",
+    "chunk_sums",
     "compare",
     "decompose",
     "errors",

@@ -34,10 +34,10 @@ from analyzers.analysis import (
     OutcomeCount,
     PercentileValue,
 )
+from analyzers.chunk_sums import even_spreads, itl_counts
 from analyzers.frames import (
     GAP_US,
     TOKENS_IN_CHUNK,
-    chunk_frame,
     run_health,
     scan_run,
     select_rows,
@@ -53,6 +53,32 @@ from analyzers.validity import ClassCount, RunValidity, ValidityThresholds, asse
 from traces import schema as s
 
 _OUTCOME_OTHER: Final = "other"
+
+
+_READ_COLUMNS: Final = (
+    s.REQUEST_ID,
+    s.WORKLOAD,
+    s.OUTCOME,
+    s.DUE_NS,
+    s.SENT_NS,
+    s.FIRST_BYTE_NS,
+    s.FIRST_TOKEN_NS,
+    s.FIRST_REASONING_NS,
+    s.END_NS,
+    s.CHUNK_OFFSETS_US,
+    s.CHUNK_TOKENS,
+    s.COMPLETION_TOKENS,
+    s.REASONING_TOKENS,
+    s.PROMPT_TOKENS,
+    s.INPUT_TOKENS,
+    s.IMAGE_TOKENS,
+    s.CACHED_TOKENS,
+    s.SERVER_SLIP_MS,
+    s.SLO_TTFT_MS,
+    s.SLO_TPOT_MS,
+)
+"""The run columns ``request_frame``, ``_itl_counts`` and ``token_window_query`` read
+(``frames.chunk_frame`` names ``REQUEST_ID``)."""
 
 
 def request_frame(lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool) -> pl.LazyFrame:
@@ -143,15 +169,32 @@ def _itl_keys(by_workload: bool) -> list[str]:
     return [e.CLASS, GAP_US, TOKENS_IN_CHUNK] if by_workload else [GAP_US, TOKENS_IN_CHUNK]
 
 
-def _itl_counts(lf: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
-    """How many ok requests' chunks after the first have each (``CLASS``,) gap and tokens."""
-    rows = lf.filter(e.is_ok())
-    keys = _itl_keys(by_workload)
-    if by_workload:
-        rows = rows.with_columns(pl.col(s.WORKLOAD).cast(pl.String).alias(e.CLASS))
-    chunks = chunk_frame(rows, keep=keys[:-2]).filter(pl.col(GAP_US).is_not_null())
+_SPLIT_CLASSES: Final = 16
+"""Up to this many classes, ITL counts are taken one class at a time (a group-by on
+integers alone is much cheaper than one that also keys on a string)."""
+
+
+def _itl_counts(
+    lf: pl.LazyFrame, by_workload: bool, classes: tuple[str, ...] | None = None
+) -> pl.LazyFrame:
+    """How many ok requests' chunks after the first have each (``CLASS``,) gap and tokens.
+    ``classes``: the run's workloads, to count one class at a time (None: one group-by)."""
     # Counting equal (gap, tokens) pairs keeps the percentiles exact at a fraction of the rows.
-    return chunks.group_by(keys).agg(pl.len().alias("_count"))
+    rows = lf.filter(e.is_ok())
+    if not by_workload:
+        return itl_counts(rows, spreads=even_spreads(rows))
+    rows = rows.with_columns(pl.col(s.WORKLOAD).cast(pl.String).alias(e.CLASS))
+    if classes is None or len(classes) > _SPLIT_CLASSES:
+        return itl_counts(rows, [e.CLASS])
+    per_class = []
+    for c in classes:
+        of_class = rows.filter(pl.col(e.CLASS) == c)
+        per_class.append(
+            itl_counts(of_class, spreads=even_spreads(of_class)).select(
+                pl.lit(c, dtype=pl.String).alias(e.CLASS), pl.all()
+            )
+        )
+    return pl.concat(per_class, how="vertical")
 
 
 def _itl_frame(counted: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
@@ -315,20 +358,37 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     req = request_frame(lf, options.slo, options.by_workload)
     aggs = _request_aggs(pcts)
     itl_aggs = _itl_aggs(pcts)
-    queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
-    # The two queries that explode every chunk run a slice of requests at a time where the
-    # selection allows it (their counts and sums add up over slices exactly).
+    # One pass over the run, a slice of requests at a time where the selection allows it:
+    # the chunk sums add up over slices exactly, the per-request rows are concatenated.
     bw = options.by_workload
     window_ns = max(1, int(window_s * 1e9))
+    workloads = (
+        tuple(
+            sorted(
+                lf.select(pl.col(s.WORKLOAD).cast(pl.String).unique())
+                .collect()
+                .to_series()
+                .drop_nulls()
+                .to_list()
+            )
+        )
+        if bw
+        else None
+    )
     sliced = summed_in_slices(
         run,
         options.selection,
         [
-            (lambda part: _itl_counts(part, bw), _itl_keys(bw)),
+            (lambda part: _itl_counts(part, bw, workloads), _itl_keys(bw)),
             (lambda part: token_window_query(part, t0, window_ns), ["_w"]),
+            (lambda part: request_frame(part, options.slo, bw), None),
         ],
+        columns=_READ_COLUMNS,
     )
-    itl = _itl_frame(sliced[0] if sliced is not None else _itl_counts(lf, bw), bw)
+    if sliced is not None:
+        req = sliced[2]
+    queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
+    itl = _itl_frame(sliced[0] if sliced is not None else _itl_counts(lf, bw, workloads), bw)
     queries.append(itl.select(pl.lit(e.ALL).alias(e.CLASS), *itl_aggs))
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))
