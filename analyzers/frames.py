@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -158,6 +159,8 @@ def select_rows(lf: pl.LazyFrame, selection: RowSelection) -> pl.LazyFrame:
 
 SLICE_ROWS: Final = 25_000
 """Requests per slice of ``summed_in_slices``: their chunks exploded stay a few hundred MiB."""
+SLICE_WORKERS: Final = 4
+"""Slices of ``summed_in_slices`` in flight at once (at most Polars' thread count)."""
 
 
 def summed_in_slices(
@@ -189,13 +192,21 @@ def summed_in_slices(
     rows = int(scan.select(pl.len()).collect().item())
     if rows <= slice_rows:
         return None
-    parts: list[list[pl.DataFrame]] = [[] for _ in queries]
-    for start in range(0, rows, slice_rows):
+
+    def one_slice(start: int) -> list[pl.DataFrame]:
         # Read once: every query of the slice works on the rows in memory.
         part = select_rows(scan.slice(start, slice_rows), selection)
         part = (part.select(columns) if columns is not None else part).collect().lazy()
-        for i, frame in enumerate(pl.collect_all([query(part) for query, _ in queries])):
-            parts[i].append(frame)
+        return pl.collect_all([query(part) for query, _ in queries])
+
+    parts: list[list[pl.DataFrame]] = [[] for _ in queries]
+    # A slice decodes on one core: a few at a time keep the others busy (Polars releases
+    # the GIL while it collects); results come back in slice order.
+    workers = max(1, min(SLICE_WORKERS, pl.thread_pool_size()))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for frames in pool.map(one_slice, range(0, rows, slice_rows)):
+            for i, frame in enumerate(frames):
+                parts[i].append(frame)
     out = []
     for (_, keys), frames in zip(queries, parts, strict=True):
         whole = pl.concat(frames, how="vertical").lazy()
