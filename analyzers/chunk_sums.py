@@ -23,6 +23,7 @@ from typing import Final
 
 import polars as pl
 
+from analyzers import exprs as e
 from analyzers.exprs import content_tokens
 from analyzers.frames import ARRIVAL_NS, GAP_US, TOKENS_IN_CHUNK, chunk_frame
 from traces import schema as s
@@ -189,3 +190,42 @@ def window_tokens(lf: pl.LazyFrame, t0: int, window_ns: int) -> pl.LazyFrame:
         .group_by(WINDOW)
         .agg(pl.col(WINDOW_TOKENS).cast(pl.Int64).sum())
     )
+
+
+def itl_keys(by_workload: bool) -> list[str]:
+    """The key columns of ``itl_counts_by_class``' frame."""
+    return [e.CLASS, GAP_US, TOKENS_IN_CHUNK] if by_workload else [GAP_US, TOKENS_IN_CHUNK]
+
+
+_SPLIT_CLASSES: Final = 16
+"""Up to this many classes, ITL counts are taken one class at a time (a group-by on
+integers alone is much cheaper than one that also keys on a string)."""
+
+
+def workloads(lf: pl.LazyFrame) -> tuple[str, ...]:
+    """The workload classes of ``lf``'s rows, sorted (reads the workload column)."""
+    column = lf.select(pl.col(s.WORKLOAD).cast(pl.String).unique()).collect().to_series()
+    return tuple(sorted(column.drop_nulls().to_list()))
+
+
+def itl_counts_by_class(
+    lf: pl.LazyFrame, by_workload: bool, classes: tuple[str, ...] | None = None
+) -> pl.LazyFrame:
+    """How many ok requests' chunks after the first have each (``CLASS``,) gap and tokens.
+    ``classes``: the run's workloads, to count one class at a time (None: one group-by)."""
+    # Counting equal (gap, tokens) pairs keeps the percentiles exact at a fraction of the rows.
+    rows = lf.filter(e.is_ok())
+    if not by_workload:
+        return itl_counts(rows, spreads=even_spreads(rows))
+    rows = rows.with_columns(pl.col(s.WORKLOAD).cast(pl.String).alias(e.CLASS))
+    if classes is None or len(classes) > _SPLIT_CLASSES:
+        return itl_counts(rows, [e.CLASS])
+    per_class = []
+    for c in classes:
+        of_class = rows.filter(pl.col(e.CLASS) == c)
+        per_class.append(
+            itl_counts(of_class, spreads=even_spreads(of_class)).select(
+                pl.lit(c, dtype=pl.String).alias(e.CLASS), pl.all()
+            )
+        )
+    return pl.concat(per_class, how="vertical")

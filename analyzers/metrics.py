@@ -34,9 +34,8 @@ from analyzers.analysis import (
     OutcomeCount,
     PercentileValue,
 )
-from analyzers.chunk_sums import even_spreads, itl_counts
+from analyzers.chunk_sums import itl_counts_by_class, itl_keys, workloads
 from analyzers.frames import (
-    GAP_US,
     TOKENS_IN_CHUNK,
     run_health,
     scan_run,
@@ -55,7 +54,7 @@ from traces import schema as s
 _OUTCOME_OTHER: Final = "other"
 
 
-_READ_COLUMNS: Final = (
+READ_COLUMNS: Final = (
     s.REQUEST_ID,
     s.WORKLOAD,
     s.OUTCOME,
@@ -77,7 +76,7 @@ _READ_COLUMNS: Final = (
     s.SLO_TTFT_MS,
     s.SLO_TPOT_MS,
 )
-"""The run columns ``request_frame``, ``_itl_counts`` and ``token_window_query`` read
+"""The run columns ``request_frame``, ``itl_counts_by_class`` and ``token_window_query`` read
 (``frames.chunk_frame`` names ``REQUEST_ID``)."""
 
 
@@ -165,41 +164,9 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
     return aggs
 
 
-def _itl_keys(by_workload: bool) -> list[str]:
-    return [e.CLASS, GAP_US, TOKENS_IN_CHUNK] if by_workload else [GAP_US, TOKENS_IN_CHUNK]
-
-
-_SPLIT_CLASSES: Final = 16
-"""Up to this many classes, ITL counts are taken one class at a time (a group-by on
-integers alone is much cheaper than one that also keys on a string)."""
-
-
-def _itl_counts(
-    lf: pl.LazyFrame, by_workload: bool, classes: tuple[str, ...] | None = None
-) -> pl.LazyFrame:
-    """How many ok requests' chunks after the first have each (``CLASS``,) gap and tokens.
-    ``classes``: the run's workloads, to count one class at a time (None: one group-by)."""
-    # Counting equal (gap, tokens) pairs keeps the percentiles exact at a fraction of the rows.
-    rows = lf.filter(e.is_ok())
-    if not by_workload:
-        return itl_counts(rows, spreads=even_spreads(rows))
-    rows = rows.with_columns(pl.col(s.WORKLOAD).cast(pl.String).alias(e.CLASS))
-    if classes is None or len(classes) > _SPLIT_CLASSES:
-        return itl_counts(rows, [e.CLASS])
-    per_class = []
-    for c in classes:
-        of_class = rows.filter(pl.col(e.CLASS) == c)
-        per_class.append(
-            itl_counts(of_class, spreads=even_spreads(of_class)).select(
-                pl.lit(c, dtype=pl.String).alias(e.CLASS), pl.all()
-            )
-        )
-    return pl.concat(per_class, how="vertical")
-
-
 def _itl_frame(counted: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
-    """Distinct (``CLASS``, gap, tokens) from ``_itl_counts``, with ``ITL_MS`` = gap / tokens
-    and ``_w`` the tokens they stand for (count x tokens)."""
+    """Distinct (``CLASS``, gap, tokens) from ``itl_counts_by_class``, with ``ITL_MS`` =
+    gap / tokens and ``_w`` the tokens they stand for (count x tokens)."""
     return counted.select(
         pl.col(e.CLASS) if by_workload else pl.lit(e.ALL).alias(e.CLASS),
         e.itl_ms(),
@@ -362,33 +329,22 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     # the chunk sums add up over slices exactly, the per-request rows are concatenated.
     bw = options.by_workload
     window_ns = max(1, int(window_s * 1e9))
-    workloads = (
-        tuple(
-            sorted(
-                lf.select(pl.col(s.WORKLOAD).cast(pl.String).unique())
-                .collect()
-                .to_series()
-                .drop_nulls()
-                .to_list()
-            )
-        )
-        if bw
-        else None
-    )
+    classes_of_run = workloads(lf) if bw else None
     sliced = summed_in_slices(
         run,
         options.selection,
         [
-            (lambda part: _itl_counts(part, bw, workloads), _itl_keys(bw)),
+            (lambda part: itl_counts_by_class(part, bw, classes_of_run), itl_keys(bw)),
             (lambda part: token_window_query(part, t0, window_ns), ["_w"]),
             (lambda part: request_frame(part, options.slo, bw), None),
         ],
-        columns=_READ_COLUMNS,
+        columns=READ_COLUMNS,
     )
     if sliced is not None:
         req = sliced[2]
     queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
-    itl = _itl_frame(sliced[0] if sliced is not None else _itl_counts(lf, bw, workloads), bw)
+    itl_counted = sliced[0] if sliced is not None else itl_counts_by_class(lf, bw, classes_of_run)
+    itl = _itl_frame(itl_counted, bw)
     queries.append(itl.select(pl.lit(e.ALL).alias(e.CLASS), *itl_aggs))
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))

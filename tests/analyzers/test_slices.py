@@ -1,5 +1,6 @@
 """Chunk queries summed slice by slice (``analyzers.frames.summed_in_slices``) equal the
-same query over the whole run, and ``analyze`` gives the same figures either way."""
+same query over the whole run, and ``analyze`` and the report's series give the same
+figures either way."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from analyzers.frames import (
     summed_in_slices,
 )
 from analyzers.metrics import analyze
+from analyzers.timeseries import SeriesOptions, run_series
 from traces.schema import REQUEST_ID
 
 
@@ -78,7 +80,9 @@ def test_analyze_is_the_same_sliced_or_whole(
     options = AnalysisOptions(by_workload=by_workload)
     whole = analyze(run, options)
     monkeypatch.setattr(frames, "SLICE_ROWS", 11)
-    monkeypatch.setattr(frames.summed_in_slices, "__kwdefaults__", {"slice_rows": 11})
+    monkeypatch.setattr(
+        frames.summed_in_slices, "__kwdefaults__", {"slice_rows": 11, "columns": None}
+    )
     sliced = analyze(run, options)
     # The same figures; a mean summed slice by slice may differ from the whole's in the
     # last bit (the order of a floating-point sum), nothing more.
@@ -106,3 +110,19 @@ def test_same_tells_a_real_difference() -> None:
     assert _same((1.0, {"x": [2.0]}), (1.0 + 1e-15, {"x": [2.0]}))
     assert not _same((1.0, {"x": [2.0]}), (1.0, {"x": [2.0001]}))
     assert not _same(1, 2)
+
+
+@pytest.mark.parametrize("by_workload", [True, False])
+def test_report_series_are_the_same_sliced_or_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_workload: bool
+) -> None:
+    run = make_run(tmp_path / "run", n=240, workloads=("a", "b", "c"), fail_first=5)
+    options = SeriesOptions(by_workload=by_workload)
+    whole = run_series(run, options)
+    monkeypatch.setattr(
+        frames.summed_in_slices, "__kwdefaults__", {"slice_rows": 40, "columns": None}
+    )
+    sliced = run_series(run, options)
+    assert sliced.itl
+    assert sum(sum(h.weights) for h in sliced.itl) > 0
+    assert _same(sliced, whole)
