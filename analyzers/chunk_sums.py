@@ -19,13 +19,14 @@ Must not import loadgen or httpx.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import polars as pl
 
 from analyzers import exprs as e
 from analyzers.exprs import content_tokens
-from analyzers.frames import ARRIVAL_NS, GAP_US, TOKENS_IN_CHUNK, chunk_frame
+from analyzers.frames import ARRIVAL_NS, GAP_US, TOKENS_IN_CHUNK, RowSelection, chunk_frame
 from traces import schema as s
 
 WINDOW: Final = "_w"
@@ -229,3 +230,17 @@ def itl_counts_by_class(
             )
         )
     return pl.concat(per_class, how="vertical")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestPass:
+    """What ``metrics.analyze_pass`` read from a run, for another analysis of the same rows
+    (the report's series) to reuse instead of reading the run again: the per-request rows
+    (``metrics.request_frame``) and the ITL counts (``itl_counts_by_class``), in memory
+    where the run was read slice by slice, else lazy over the run."""
+
+    run: str
+    selection: RowSelection
+    by_workload: bool
+    requests: pl.LazyFrame
+    itl_counts: pl.LazyFrame

@@ -34,7 +34,7 @@ from analyzers.analysis import (
     OutcomeCount,
     PercentileValue,
 )
-from analyzers.chunk_sums import itl_counts_by_class, itl_keys, workloads
+from analyzers.chunk_sums import RequestPass, itl_counts_by_class, itl_keys, workloads
 from analyzers.frames import (
     TOKENS_IN_CHUNK,
     run_health,
@@ -312,6 +312,13 @@ def _cache_depths(frame: pl.DataFrame) -> tuple[CacheDepth, ...]:
 
 def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis:
     """Analyze a run directory, Parquet file or glob of shards (see ``AnalysisOptions``)."""
+    return analyze_pass(run, options)[0]
+
+
+def analyze_pass(
+    run: Path | str, options: AnalysisOptions | None = None
+) -> tuple[Analysis, RequestPass]:
+    """``analyze``, and the rows it read (``RequestPass``) for the report's series."""
     options = options or AnalysisOptions()
     lf = select_rows(scan_run(run), options.selection)
     bounds = lf.select(
@@ -387,7 +394,14 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         thresholds=options.thresholds,
     )
     del n
-    return Analysis(
+    read = RequestPass(
+        run=str(run),
+        selection=options.selection,
+        by_workload=bw,
+        requests=req,
+        itl_counts=itl_counted,
+    )
+    analysis = Analysis(
         run=str(run),
         options=options,
         overall=overall,
@@ -398,6 +412,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         validity=validity,
         cache_by_turn=cache_by_turn,
     )
+    return analysis, read
 
 
 def summarize(run: Path | str, percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)) -> Analysis:

@@ -30,7 +30,7 @@ from typing import Final
 import polars as pl
 
 from analyzers import exprs as e
-from analyzers.chunk_sums import COUNT, itl_counts_by_class, itl_keys, workloads
+from analyzers.chunk_sums import COUNT, RequestPass, itl_counts_by_class, itl_keys, workloads
 from analyzers.frames import GAP_US, TOKENS_IN_CHUNK, RowSelection, scan_run, summed_in_slices
 from analyzers.frames import select_rows as apply_selection
 from analyzers.goodput import SLOTargets
@@ -354,10 +354,28 @@ def _itl(counts: pl.LazyFrame, by_workload: bool, per_decade: int) -> tuple[Hist
     return tuple(out)
 
 
-def run_series(run: Path | str, options: SeriesOptions | None = None) -> RunSeries:
+def run_series(
+    run: Path | str, options: SeriesOptions | None = None, *, reuse: RequestPass | None = None
+) -> RunSeries:
     """The chart series of a run directory, Parquet file or glob of shards (see the module
-    docstring). One collect of the request columns, one of the ITL histogram."""
+    docstring). One collect of the request columns, one of the ITL histogram. ``reuse``:
+    what ``metrics.analyze_pass`` read of the same run, selection and grouping (taken
+    instead of reading the run again; ignored when any of them differs)."""
     options = options or SeriesOptions()
+    bw = options.by_workload
+    if (
+        reuse is not None
+        and reuse.run == str(run)
+        and reuse.selection == options.selection
+        and reuse.by_workload == bw
+    ):
+        counts, req = reuse.itl_counts, reuse.requests.collect()
+    else:
+        counts, req = _read(run, options)
+    return _series(run, options, counts, req)
+
+
+def _read(run: Path | str, options: SeriesOptions) -> tuple[pl.LazyFrame, pl.DataFrame]:
     lf = apply_selection(scan_run(run), options.selection)
     bw = options.by_workload
     classes_of_run = workloads(lf) if bw else None
@@ -376,6 +394,13 @@ def run_series(run: Path | str, options: SeriesOptions | None = None) -> RunSeri
         req = request_frame(lf, SLOTargets(), bw).collect()
     else:
         counts, req = sliced[0], sliced[1].collect()
+    return counts, req
+
+
+def _series(
+    run: Path | str, options: SeriesOptions, counts: pl.LazyFrame, req: pl.DataFrame
+) -> RunSeries:
+    bw = options.by_workload
     due_min = req.get_column(s.DUE_NS).min()
     t0 = int(due_min) if isinstance(due_min, int) else 0
     end_max = req.get_column(s.END_NS).max()

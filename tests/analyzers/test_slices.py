@@ -25,7 +25,8 @@ from analyzers.frames import (
     select_rows,
     summed_in_slices,
 )
-from analyzers.metrics import analyze
+from analyzers.goodput import SLOTargets
+from analyzers.metrics import analyze, analyze_pass
 from analyzers.timeseries import SeriesOptions, run_series
 from traces.schema import REQUEST_ID
 
@@ -126,3 +127,20 @@ def test_report_series_are_the_same_sliced_or_whole(
     assert sliced.itl
     assert sum(sum(h.weights) for h in sliced.itl) > 0
     assert _same(sliced, whole)
+
+
+@pytest.mark.parametrize("slice_rows", [40, 1000])
+def test_series_from_analyze_pass_are_the_series_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_rows: int
+) -> None:
+    run = make_run(tmp_path / "run", n=240, workloads=("a", "b"), fail_first=5)
+    monkeypatch.setattr(
+        frames.summed_in_slices, "__kwdefaults__", {"slice_rows": slice_rows, "columns": None}
+    )
+    analysis, read = analyze_pass(run, AnalysisOptions(slo=SLOTargets(ttft_ms=150.0)))
+    assert _same(analysis, analyze(run, AnalysisOptions(slo=SLOTargets(ttft_ms=150.0))))
+    assert _same(run_series(run, SeriesOptions(), reuse=read), run_series(run, SeriesOptions()))
+    # Another selection is read again, not taken from the pass.
+    other = SeriesOptions(selection=RowSelection(trim_start_s=2.0))
+    assert _same(run_series(run, other, reuse=read), run_series(run, other))
+    assert not _same(run_series(run, other), run_series(run, SeriesOptions()))
