@@ -177,9 +177,9 @@ def summed_in_slices(
     sums or counts), summed per key; with ``keys`` None (a per-request query, one row per
     request), concatenated in row order. The same frames as
     ``query(select_rows(scan_run(run), selection))`` without ever holding more than one
-    slice's chunks. None where that cannot be done slice by slice (a selection that trims
-    or windows by the run's first and last due time), or for fewer rows than one slice
-    (one pass is as cheap): then the caller runs the queries whole. ``columns``: the only
+    slice's chunks (a run of fewer rows is one slice, read once). None where that cannot
+    be done slice by slice (a selection that trims or windows by the run's first and last
+    due time): then the caller runs the queries whole. ``columns``: the only
     run columns the queries read (None: all)."""
     if (
         selection.trim_start_s > 0
@@ -190,8 +190,6 @@ def summed_in_slices(
         return None
     scan = scan_run(run)
     rows = int(scan.select(pl.len()).collect().item())
-    if rows <= slice_rows:
-        return None
 
     def one_slice(start: int) -> list[pl.DataFrame]:
         # Read once: every query of the slice works on the rows in memory.
@@ -204,7 +202,7 @@ def summed_in_slices(
     # the GIL while it collects); results come back in slice order.
     workers = max(1, min(SLICE_WORKERS, pl.thread_pool_size()))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for frames in pool.map(one_slice, range(0, rows, slice_rows)):
+        for frames in pool.map(one_slice, range(0, max(rows, 1), slice_rows)):
             for i, frame in enumerate(frames):
                 parts[i].append(frame)
     out = []

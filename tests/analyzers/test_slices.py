@@ -70,7 +70,16 @@ def test_a_selection_by_due_time_is_not_sliced(tmp_path: Path) -> None:
     trimmed = RowSelection(trim_start_s=1.0)
     queries = [(_gap_counts, [GAP_US, TOKENS_IN_CHUNK])]
     assert summed_in_slices(run, trimmed, queries, slice_rows=7) is None
-    assert summed_in_slices(run, RowSelection(), queries, slice_rows=60) is None
+    # Fewer rows than a slice: one slice, the same counts.
+    one = summed_in_slices(run, RowSelection(), queries, slice_rows=60)
+    assert one is not None
+    assert_frame_equal(
+        one[0].collect().sort(queries[0][1]),
+        _gap_counts(scan_run(run))
+        .collect()
+        .with_columns(pl.col("_count", "_arrivals").cast(pl.Int64))
+        .sort(queries[0][1]),
+    )
 
 
 @pytest.mark.parametrize("by_workload", [True, False])
@@ -79,7 +88,10 @@ def test_analyze_is_the_same_sliced_or_whole(
 ) -> None:
     run = make_run(tmp_path / "run", n=240, workloads=("a", "b", "c"), fail_first=5)
     options = AnalysisOptions(by_workload=by_workload)
-    whole = analyze(run, options)
+    # A selection by due time is never sliced; from the first due time on, it keeps every row.
+    whole = analyze(
+        run, AnalysisOptions(by_workload=by_workload, selection=RowSelection(start_s=0))
+    )
     monkeypatch.setattr(frames, "SLICE_ROWS", 11)
     monkeypatch.setattr(
         frames.summed_in_slices, "__kwdefaults__", {"slice_rows": 11, "columns": None}
