@@ -10,6 +10,7 @@ __all__ = [
     "budget",
     "cache",
     "calibration_points",
+    "chunk_sums",
     "compare",
     "decompose",
     "errors",

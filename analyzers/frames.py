@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -158,22 +159,28 @@ def select_rows(lf: pl.LazyFrame, selection: RowSelection) -> pl.LazyFrame:
 
 SLICE_ROWS: Final = 25_000
 """Requests per slice of ``summed_in_slices``: their chunks exploded stay a few hundred MiB."""
+SLICE_WORKERS: Final = 4
+"""Slices of ``summed_in_slices`` in flight at once (at most Polars' thread count)."""
 
 
 def summed_in_slices(
     run: Path | str,
     selection: RowSelection,
-    queries: Sequence[tuple[Callable[[pl.LazyFrame], pl.LazyFrame], Sequence[str]]],
+    queries: Sequence[tuple[Callable[[pl.LazyFrame], pl.LazyFrame], Sequence[str] | None]],
     *,
     slice_rows: int = SLICE_ROWS,
+    columns: Sequence[str] | None = None,
 ) -> list[pl.LazyFrame] | None:
-    """Each ``(query, keys)`` (a group-by on ``keys`` whose other columns are sums or
-    counts) over the selected rows of ``run``, computed ``slice_rows`` requests at a time
-    (all queries of a slice in one pass over it) and summed: the same frames as
+    """Each ``(query, keys)`` over the selected rows of ``run``, computed ``slice_rows``
+    requests at a time: each slice is read once, every query runs on it, and the slices'
+    results are put together: with ``keys`` (a group-by on ``keys`` whose other columns are
+    sums or counts), summed per key; with ``keys`` None (a per-request query, one row per
+    request), concatenated in row order. The same frames as
     ``query(select_rows(scan_run(run), selection))`` without ever holding more than one
-    slice's chunks. None where that cannot be done slice by slice (a selection that trims
-    or windows by the run's first and last due time), or for fewer rows than one slice
-    (one pass is as cheap): then the caller runs the queries whole."""
+    slice's chunks (a run of fewer rows is one slice, read once). None where that cannot
+    be done slice by slice (a selection that trims or windows by the run's first and last
+    due time): then the caller runs the queries whole. ``columns``: the only
+    run columns the queries read (None: all)."""
     if (
         selection.trim_start_s > 0
         or selection.trim_end_s > 0
@@ -183,22 +190,29 @@ def summed_in_slices(
         return None
     scan = scan_run(run)
     rows = int(scan.select(pl.len()).collect().item())
-    if rows <= slice_rows:
-        return None
-    parts: list[list[pl.DataFrame]] = [[] for _ in queries]
-    for start in range(0, rows, slice_rows):
+
+    def one_slice(start: int) -> list[pl.DataFrame]:
+        # Read once: every query of the slice works on the rows in memory.
         part = select_rows(scan.slice(start, slice_rows), selection)
-        for i, frame in enumerate(pl.collect_all([query(part) for query, _ in queries])):
-            parts[i].append(frame)
+        part = (part.select(columns) if columns is not None else part).collect().lazy()
+        return pl.collect_all([query(part) for query, _ in queries])
+
+    parts: list[list[pl.DataFrame]] = [[] for _ in queries]
+    # A slice decodes on one core: a few at a time keep the others busy (Polars releases
+    # the GIL while it collects); results come back in slice order.
+    workers = max(1, min(SLICE_WORKERS, pl.thread_pool_size()))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for frames in pool.map(one_slice, range(0, max(rows, 1), slice_rows)):
+            for i, frame in enumerate(frames):
+                parts[i].append(frame)
     out = []
     for (_, keys), frames in zip(queries, parts, strict=True):
+        whole = pl.concat(frames, how="vertical").lazy()
+        if keys is None:
+            out.append(whole)
+            continue
         summed = [c for c in frames[0].columns if c not in keys]
-        out.append(
-            pl.concat(frames, how="vertical")
-            .lazy()
-            .group_by(list(keys))
-            .agg(pl.col(c).cast(pl.Int64).sum() for c in summed)
-        )
+        out.append(whole.group_by(list(keys)).agg(pl.col(c).cast(pl.Int64).sum() for c in summed))
     return out
 
 

@@ -36,10 +36,9 @@ from analyzers.analysis import (
     ToolCalls,
 )
 from analyzers.cache import EXPECTED_CACHED, CacheBasis, cache_expectation, cache_tokens
+from analyzers.chunk_sums import RequestPass, itl_counts_by_class, itl_keys, workloads
 from analyzers.frames import (
-    GAP_US,
     TOKENS_IN_CHUNK,
-    chunk_frame,
     run_health,
     scan_run,
     select_rows,
@@ -55,6 +54,36 @@ from analyzers.validity import ClassCount, RunValidity, ValidityThresholds, asse
 from traces import schema as s
 
 _OUTCOME_OTHER: Final = "other"
+
+
+READ_COLUMNS: Final = (
+    s.REQUEST_ID,
+    s.WORKLOAD,
+    s.OUTCOME,
+    s.DUE_NS,
+    s.SENT_NS,
+    s.FIRST_BYTE_NS,
+    s.FIRST_TOKEN_NS,
+    s.FIRST_REASONING_NS,
+    s.END_NS,
+    s.CHUNK_OFFSETS_US,
+    s.CHUNK_TOKENS,
+    s.COMPLETION_TOKENS,
+    s.REASONING_TOKENS,
+    s.PROMPT_TOKENS,
+    s.INPUT_TOKENS,
+    s.IMAGE_TOKENS,
+    s.CACHED_TOKENS,
+    s.SERVER_SLIP_MS,
+    s.SLO_TTFT_MS,
+    s.SLO_TPOT_MS,
+    s.TRACE_INDEX,
+    s.API,
+    s.ITEMS,
+    s.TOOL_CALL_CHUNKS,
+)
+"""The run columns ``request_frame``, ``itl_counts_by_class`` and ``token_window_query`` read
+(``frames.chunk_frame`` names ``REQUEST_ID``)."""
 
 
 def request_frame(
@@ -100,6 +129,14 @@ def request_frame(
         (ok & (pl.col(s.TOOL_CALL_CHUNKS) > 0)).fill_null(False).alias("_tool"),
         *g.goodput_columns(slo),
     )
+
+
+def _joined(lf: pl.LazyFrame, expected: pl.DataFrame | None) -> pl.LazyFrame:
+    """``lf`` with the expected cached tokens per request (``EXPECTED_CACHED``) joined on
+    the trace index, when there are any."""
+    if expected is None:
+        return lf
+    return lf.join(expected.lazy(), on=s.TRACE_INDEX, how="left", maintain_order="left")
 
 
 def _expected_column(expected: bool) -> pl.Expr:
@@ -172,24 +209,9 @@ def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
     return aggs
 
 
-def _itl_keys(by_workload: bool) -> list[str]:
-    return [e.CLASS, GAP_US, TOKENS_IN_CHUNK] if by_workload else [GAP_US, TOKENS_IN_CHUNK]
-
-
-def _itl_counts(lf: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
-    """How many ok requests' chunks after the first have each (``CLASS``,) gap and tokens."""
-    rows = lf.filter(e.is_ok())
-    keys = _itl_keys(by_workload)
-    if by_workload:
-        rows = rows.with_columns(pl.col(s.WORKLOAD).cast(pl.String).alias(e.CLASS))
-    chunks = chunk_frame(rows, keep=keys[:-2]).filter(pl.col(GAP_US).is_not_null())
-    # Counting equal (gap, tokens) pairs keeps the percentiles exact at a fraction of the rows.
-    return chunks.group_by(keys).agg(pl.len().alias("_count"))
-
-
 def _itl_frame(counted: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
-    """Distinct (``CLASS``, gap, tokens) from ``_itl_counts``, with ``ITL_MS`` = gap / tokens
-    and ``_w`` the tokens they stand for (count x tokens)."""
+    """Distinct (``CLASS``, gap, tokens) from ``itl_counts_by_class``, with ``ITL_MS`` =
+    gap / tokens and ``_w`` the tokens they stand for (count x tokens)."""
     return counted.select(
         pl.col(e.CLASS) if by_workload else pl.lit(e.ALL).alias(e.CLASS),
         e.itl_ms(),
@@ -363,14 +385,20 @@ def _cache_depths(frame: pl.DataFrame) -> tuple[CacheDepth, ...]:
 
 def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis:
     """Analyze a run directory, Parquet file or glob of shards (see ``AnalysisOptions``)."""
+    return analyze_pass(run, options)[0]
+
+
+def analyze_pass(
+    run: Path | str, options: AnalysisOptions | None = None
+) -> tuple[Analysis, RequestPass]:
+    """``analyze``, and the rows it read (``RequestPass``) for the report's series."""
     options = options or AnalysisOptions()
     lf = select_rows(scan_run(run), options.selection)
     basis: CacheBasis | None = None
     expected = None
     if options.cache is not None:
         expected, basis = cache_expectation(run, options.cache)
-    if expected is not None:
-        lf = lf.join(expected.lazy(), on=s.TRACE_INDEX, how="left", maintain_order="left")
+    lf = _joined(lf, expected)
     bounds = lf.select(
         pl.len().alias("n"), pl.col(s.DUE_NS).min().alias("t0"), pl.col(s.END_NS).max()
     ).collect()
@@ -382,20 +410,31 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
     req = request_frame(lf, options.slo, options.by_workload, expected=expected is not None)
     aggs = _request_aggs(pcts)
     itl_aggs = _itl_aggs(pcts)
-    queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
-    # The two queries that explode every chunk run a slice of requests at a time where the
-    # selection allows it (their counts and sums add up over slices exactly).
+    # One pass over the run, a slice of requests at a time where the selection allows it:
+    # the chunk sums add up over slices exactly, the per-request rows are concatenated.
     bw = options.by_workload
     window_ns = max(1, int(window_s * 1e9))
+    classes_of_run = workloads(lf) if bw else None
     sliced = summed_in_slices(
         run,
         options.selection,
         [
-            (lambda part: _itl_counts(part, bw), _itl_keys(bw)),
+            (lambda part: itl_counts_by_class(part, bw, classes_of_run), itl_keys(bw)),
             (lambda part: token_window_query(part, t0, window_ns), ["_w"]),
+            (
+                lambda part: request_frame(
+                    _joined(part, expected), options.slo, bw, expected=expected is not None
+                ),
+                None,
+            ),
         ],
+        columns=READ_COLUMNS,
     )
-    itl = _itl_frame(sliced[0] if sliced is not None else _itl_counts(lf, bw), bw)
+    if sliced is not None:
+        req = sliced[2]
+    queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
+    itl_counted = sliced[0] if sliced is not None else itl_counts_by_class(lf, bw, classes_of_run)
+    itl = _itl_frame(itl_counted, bw)
     queries.append(itl.select(pl.lit(e.ALL).alias(e.CLASS), *itl_aggs))
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))
@@ -439,7 +478,14 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         thresholds=options.thresholds,
     )
     del n
-    return Analysis(
+    read = RequestPass(
+        run=str(run),
+        selection=options.selection,
+        by_workload=bw,
+        requests=req,
+        itl_counts=itl_counted,
+    )
+    analysis = Analysis(
         run=str(run),
         options=options,
         overall=overall,
@@ -451,6 +497,7 @@ def analyze(run: Path | str, options: AnalysisOptions | None = None) -> Analysis
         cache_by_turn=cache_by_turn,
         cache_basis=basis,
     )
+    return analysis, read
 
 
 def summarize(run: Path | str, percentiles: tuple[float, ...] = (50.0, 90.0, 99.0)) -> Analysis:

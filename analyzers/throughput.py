@@ -14,7 +14,7 @@ from typing import Final
 
 import polars as pl
 
-from analyzers.frames import ARRIVAL_NS, TOKENS_IN_CHUNK, chunk_frame
+from analyzers.chunk_sums import window_tokens
 from traces import schema as s
 
 _NICE_WINDOWS: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -49,11 +49,7 @@ class ThroughputWindow:
 
 def token_window_query(lf: pl.LazyFrame, t0: int, window_ns: int) -> pl.LazyFrame:
     """Content tokens arriving per window (``_w``, ``_tokens``), from ``lf``'s chunks."""
-    return (
-        chunk_frame(lf)
-        .group_by(((pl.col(ARRIVAL_NS) - t0) // window_ns).alias("_w"))
-        .agg(pl.col(TOKENS_IN_CHUNK).sum().cast(pl.Int64).alias("_tokens"))
-    )
+    return window_tokens(lf, t0, window_ns)
 
 
 def window_queries(

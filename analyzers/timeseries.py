@@ -30,10 +30,11 @@ from typing import Final
 import polars as pl
 
 from analyzers import exprs as e
-from analyzers.frames import GAP_US, TOKENS_IN_CHUNK, RowSelection, chunk_frame, scan_run
+from analyzers.chunk_sums import COUNT, RequestPass, itl_counts_by_class, itl_keys, workloads
+from analyzers.frames import GAP_US, TOKENS_IN_CHUNK, RowSelection, scan_run, summed_in_slices
 from analyzers.frames import select_rows as apply_selection
 from analyzers.goodput import SLOTargets
-from analyzers.metrics import request_frame
+from analyzers.metrics import READ_COLUMNS, request_frame
 from analyzers.throughput import auto_window_s
 from traces import schema as s
 
@@ -313,22 +314,13 @@ def _fidelity(req: pl.DataFrame, cap: int) -> FidelitySamples:
     )
 
 
-def _itl(lf: pl.LazyFrame, by_workload: bool, per_decade: int) -> tuple[Histogram, ...]:
-    rows = lf.filter(e.is_ok()).with_columns(
-        (pl.col(s.WORKLOAD) if by_workload else pl.lit(e.ALL)).cast(pl.String).alias(e.CLASS)
-    )
-    chunks = chunk_frame(rows, keep=[e.CLASS]).filter(pl.col(GAP_US).is_not_null())
-    # Distinct (class, gap, tokens) with their count: exact at a fraction of the rows.
-    counted = (
-        chunks.group_by(e.CLASS, GAP_US, TOKENS_IN_CHUNK)
-        .agg(pl.len().alias("_n"))
-        .select(
-            pl.col(e.CLASS),
-            (pl.col(GAP_US).cast(pl.Float64) / 1e3 / pl.col(TOKENS_IN_CHUNK)).alias("_itl"),
-            (pl.col("_n").cast(pl.Int64) * pl.col(TOKENS_IN_CHUNK).cast(pl.Int64)).alias("_w"),
-        )
-        .collect()
-    )
+def _itl(counts: pl.LazyFrame, by_workload: bool, per_decade: int) -> tuple[Histogram, ...]:
+    """The histograms from ``metrics.itl_counts_by_class``' distinct (class, gap, tokens)."""
+    counted = counts.select(
+        pl.col(e.CLASS) if by_workload else pl.lit(e.ALL).alias(e.CLASS),
+        (pl.col(GAP_US).cast(pl.Float64) / 1e3 / pl.col(TOKENS_IN_CHUNK)).alias("_itl"),
+        (pl.col(COUNT).cast(pl.Int64) * pl.col(TOKENS_IN_CHUNK).cast(pl.Int64)).alias("_w"),
+    ).collect()
     positive = counted.filter(pl.col("_itl") > 0).get_column("_itl")
     if counted.height == 0 or positive.len() == 0:
         return ()
@@ -362,12 +354,53 @@ def _itl(lf: pl.LazyFrame, by_workload: bool, per_decade: int) -> tuple[Histogra
     return tuple(out)
 
 
-def run_series(run: Path | str, options: SeriesOptions | None = None) -> RunSeries:
+def run_series(
+    run: Path | str, options: SeriesOptions | None = None, *, reuse: RequestPass | None = None
+) -> RunSeries:
     """The chart series of a run directory, Parquet file or glob of shards (see the module
-    docstring). One collect of the request columns, one of the ITL histogram."""
+    docstring). One collect of the request columns, one of the ITL histogram. ``reuse``:
+    what ``metrics.analyze_pass`` read of the same run, selection and grouping (taken
+    instead of reading the run again; ignored when any of them differs)."""
     options = options or SeriesOptions()
+    bw = options.by_workload
+    if (
+        reuse is not None
+        and reuse.run == str(run)
+        and reuse.selection == options.selection
+        and reuse.by_workload == bw
+    ):
+        counts, req = reuse.itl_counts, reuse.requests.collect()
+    else:
+        counts, req = _read(run, options)
+    return _series(run, options, counts, req)
+
+
+def _read(run: Path | str, options: SeriesOptions) -> tuple[pl.LazyFrame, pl.DataFrame]:
     lf = apply_selection(scan_run(run), options.selection)
-    req = request_frame(lf, SLOTargets(), options.by_workload).collect()
+    bw = options.by_workload
+    classes_of_run = workloads(lf) if bw else None
+    # One pass, a slice of requests at a time where the selection allows it (as analyze).
+    sliced = summed_in_slices(
+        run,
+        options.selection,
+        [
+            (lambda part: itl_counts_by_class(part, bw, classes_of_run), itl_keys(bw)),
+            (lambda part: request_frame(part, SLOTargets(), bw), None),
+        ],
+        columns=READ_COLUMNS,
+    )
+    if sliced is None:
+        counts = itl_counts_by_class(lf, bw, classes_of_run)
+        req = request_frame(lf, SLOTargets(), bw).collect()
+    else:
+        counts, req = sliced[0], sliced[1].collect()
+    return counts, req
+
+
+def _series(
+    run: Path | str, options: SeriesOptions, counts: pl.LazyFrame, req: pl.DataFrame
+) -> RunSeries:
+    bw = options.by_workload
     due_min = req.get_column(s.DUE_NS).min()
     t0 = int(due_min) if isinstance(due_min, int) else 0
     end_max = req.get_column(s.END_NS).max()
@@ -389,6 +422,6 @@ def run_series(run: Path | str, options: SeriesOptions | None = None) -> RunSeri
         cdfs=tuple(cdfs),
         windows=_windows(req, t0, window_s),
         samples=_samples(req, t0, options.max_points),
-        itl=_itl(lf, options.by_workload, options.itl_bins_per_decade),
+        itl=_itl(counts, bw, options.itl_bins_per_decade),
         fidelity=_fidelity(req, options.max_points),
     )

@@ -7,9 +7,11 @@ Generates a run directory (``bench/analyze.py``'s generator: ok requests of one-
 content chunks, here with the simulator-style server timings ``decompose`` splits with),
 then runs each command as the user does, ``python -m loadgen.cli.root CMD RUN``, each in a
 fresh process under a fresh wrapper, so the peak RSS (``ru_maxrss`` of the one child) is
-that command's own. Prints wall seconds, peak MiB, the exit code, and the load average (the
-machine may be shared: compare figures of one run, not across runs). Default: 50,000
-requests (a quick look); ``--requests 1000000`` is the issue's size (~0.9 GiB of Parquet).
+that command's own. Prints wall seconds, CPU seconds (user plus system of that process: they
+move less with the machine's load than the wall time), peak MiB, the exit code, and the
+load average (the machine may be shared: compare figures of one run, not across runs).
+Default: 50,000 requests (a quick look); ``--requests 1000000`` is the issue's size (~0.9
+GiB of Parquet).
 ``--baseline TREE`` (a checkout of another revision, e.g. ``git archive main | tar -x -C
 /tmp/base``, C extensions copied in) runs each command with that tree's code too, rounds
 interleaved (``--rounds``: this tree then the baseline, then the other way round), and
@@ -82,10 +84,11 @@ def measure(cmd: list[str]) -> int:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] if proc.returncode else []
-    print(json.dumps({"wall_s": wall, "peak_mib": peak_kib / 1024, "rc": proc.returncode,
-                      "tail": tail}))  # fmt: skip
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_mib": usage.ru_maxrss / 1024,
+                      "rc": proc.returncode, "tail": tail}))  # fmt: skip
     return 0
 
 
@@ -136,22 +139,28 @@ def main(argv: list[str] | None = None) -> int:
                     figures.setdefault((command, name), []).append(r)
                     print(
                         f"  round {rnd + 1} {name:>4} {command:>10}: {r['wall_s']:7.2f} s, "
-                        f"peak {r['peak_mib']:6.0f} MiB, exit {r['rc']} {' '.join(r['tail'])}"
+                        f"cpu {r['cpu_s']:7.2f} s, peak {r['peak_mib']:6.0f} MiB, "
+                        f"exit {r['rc']}, load {os.getloadavg()[0]:.2f} {' '.join(r['tail'])}"
                     )
         for command in args.commands.split(","):
             line = f"{command:>10}:"
             for name in trees:
                 rows = figures[(command, name)]
                 wall = median(r["wall_s"] for r in rows)
+                cpu = median(r["cpu_s"] for r in rows)
                 peak = median(r["peak_mib"] for r in rows)
-                line += f"  {name} {wall:6.2f} s {peak:6.0f} MiB"
+                line += f"  {name} {wall:6.2f} s (cpu {cpu:6.2f} s) {peak:6.0f} MiB"
             if args.baseline is not None:
                 this, base = figures[(command, "this")], figures[(command, "base")]
                 ratio_wall = median(r["wall_s"] for r in this) / median(r["wall_s"] for r in base)
                 ratio_peak = median(r["peak_mib"] for r in this) / median(
                     r["peak_mib"] for r in base
                 )
-                line += f"  (this/base: wall {ratio_wall:.2f}x, peak {ratio_peak:.2f}x)"
+                ratio_cpu = median(r["cpu_s"] for r in this) / median(r["cpu_s"] for r in base)
+                line += (
+                    f"  (this/base: wall {ratio_wall:.2f}x, cpu {ratio_cpu:.2f}x, "
+                    f"peak {ratio_peak:.2f}x)"
+                )
             print(line)
         print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}")
         if args.json is not None:

@@ -186,7 +186,7 @@ def load_run_report(
     from analyzers.decompose import DecomposeOptions, decompose
     from analyzers.errors import AnalyzerError
     from analyzers.goodput import SLOTargets
-    from analyzers.metrics import analyze
+    from analyzers.metrics import analyze_pass
     from analyzers.slo.evaluate import evaluate
     from analyzers.timeseries import SeriesOptions, run_series
 
@@ -195,13 +195,14 @@ def load_run_report(
     if goodput == SLOTargets() and options.slo_ttft_ms is not None:
         goodput = SLOTargets(ttft_ms=options.slo_ttft_ms)
     percentiles = tuple(sorted({*options.percentiles, *slos.percentiles}))
-    analysis = analyze(
+    analysis, read = analyze_pass(
         run,
         AnalysisOptions(
             percentiles=percentiles, selection=options.selection, slo=goodput, cache=options.cache
         ),
     )
-    series = run_series(run, SeriesOptions(selection=options.selection))
+    # The series take the rows analyze read (one pass over the run for both).
+    series = run_series(run, SeriesOptions(selection=options.selection), reuse=read)
     decomposition: Decomposition | None = None
     note: str | None = None
     try:

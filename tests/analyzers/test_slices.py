@@ -1,5 +1,6 @@
 """Chunk queries summed slice by slice (``analyzers.frames.summed_in_slices``) equal the
-same query over the whole run, and ``analyze`` gives the same figures either way."""
+same query over the whole run, and ``analyze`` and the report's series give the same
+figures either way."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from analyzers.frames import (
     select_rows,
     summed_in_slices,
 )
-from analyzers.metrics import analyze
+from analyzers.goodput import SLOTargets
+from analyzers.metrics import analyze, analyze_pass
+from analyzers.timeseries import SeriesOptions, run_series
 from traces.schema import REQUEST_ID
 
 
@@ -67,7 +70,16 @@ def test_a_selection_by_due_time_is_not_sliced(tmp_path: Path) -> None:
     trimmed = RowSelection(trim_start_s=1.0)
     queries = [(_gap_counts, [GAP_US, TOKENS_IN_CHUNK])]
     assert summed_in_slices(run, trimmed, queries, slice_rows=7) is None
-    assert summed_in_slices(run, RowSelection(), queries, slice_rows=60) is None
+    # Fewer rows than a slice: one slice, the same counts.
+    one = summed_in_slices(run, RowSelection(), queries, slice_rows=60)
+    assert one is not None
+    assert_frame_equal(
+        one[0].collect().sort(queries[0][1]),
+        _gap_counts(scan_run(run))
+        .collect()
+        .with_columns(pl.col("_count", "_arrivals").cast(pl.Int64))
+        .sort(queries[0][1]),
+    )
 
 
 @pytest.mark.parametrize("by_workload", [True, False])
@@ -76,9 +88,14 @@ def test_analyze_is_the_same_sliced_or_whole(
 ) -> None:
     run = make_run(tmp_path / "run", n=240, workloads=("a", "b", "c"), fail_first=5)
     options = AnalysisOptions(by_workload=by_workload)
-    whole = analyze(run, options)
+    # A selection by due time is never sliced; from the first due time on, it keeps every row.
+    whole = analyze(
+        run, AnalysisOptions(by_workload=by_workload, selection=RowSelection(start_s=0))
+    )
     monkeypatch.setattr(frames, "SLICE_ROWS", 11)
-    monkeypatch.setattr(frames.summed_in_slices, "__kwdefaults__", {"slice_rows": 11})
+    monkeypatch.setattr(
+        frames.summed_in_slices, "__kwdefaults__", {"slice_rows": 11, "columns": None}
+    )
     sliced = analyze(run, options)
     # The same figures; a mean summed slice by slice may differ from the whole's in the
     # last bit (the order of a floating-point sum), nothing more.
@@ -106,3 +123,36 @@ def test_same_tells_a_real_difference() -> None:
     assert _same((1.0, {"x": [2.0]}), (1.0 + 1e-15, {"x": [2.0]}))
     assert not _same((1.0, {"x": [2.0]}), (1.0, {"x": [2.0001]}))
     assert not _same(1, 2)
+
+
+@pytest.mark.parametrize("by_workload", [True, False])
+def test_report_series_are_the_same_sliced_or_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_workload: bool
+) -> None:
+    run = make_run(tmp_path / "run", n=240, workloads=("a", "b", "c"), fail_first=5)
+    options = SeriesOptions(by_workload=by_workload)
+    whole = run_series(run, options)
+    monkeypatch.setattr(
+        frames.summed_in_slices, "__kwdefaults__", {"slice_rows": 40, "columns": None}
+    )
+    sliced = run_series(run, options)
+    assert sliced.itl
+    assert sum(sum(h.weights) for h in sliced.itl) > 0
+    assert _same(sliced, whole)
+
+
+@pytest.mark.parametrize("slice_rows", [40, 1000])
+def test_series_from_analyze_pass_are_the_series_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_rows: int
+) -> None:
+    run = make_run(tmp_path / "run", n=240, workloads=("a", "b"), fail_first=5)
+    monkeypatch.setattr(
+        frames.summed_in_slices, "__kwdefaults__", {"slice_rows": slice_rows, "columns": None}
+    )
+    analysis, read = analyze_pass(run, AnalysisOptions(slo=SLOTargets(ttft_ms=150.0)))
+    assert _same(analysis, analyze(run, AnalysisOptions(slo=SLOTargets(ttft_ms=150.0))))
+    assert _same(run_series(run, SeriesOptions(), reuse=read), run_series(run, SeriesOptions()))
+    # Another selection is read again, not taken from the pass.
+    other = SeriesOptions(selection=RowSelection(trim_start_s=2.0))
+    assert _same(run_series(run, other, reuse=read), run_series(run, other))
+    assert not _same(run_series(run, other), run_series(run, SeriesOptions()))

@@ -30,4 +30,5 @@ def test_analysis_scale_measures_each_command(tmp_path: Path) -> None:
     for row in doc:
         assert row["rc"] == 0, row
         assert row["wall_s"] > 0
+        assert row["cpu_s"] > 0
         assert row["peak_mib"] > 0
