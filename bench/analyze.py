@@ -82,6 +82,7 @@ def generate(path: Path, requests: int, tokens: int, rate_per_s: float = 1000.0)
                 pl.lit(tokens, dtype=pl.Int32).alias(s.OUTPUT_TOKENS),
                 pl.lit(0, dtype=pl.Int16).alias(s.N_IMAGES),
                 pl.lit(False).alias(s.WARMUP),
+                pl.lit(False).alias(s.DRAIN),
                 pl.col("due").alias(s.DUE_NS),
                 pl.col("sent").alias(s.SENT_NS),
                 (pl.col("sent") + 200_000).alias(s.REQUEST_WRITTEN_NS),
