@@ -6,6 +6,7 @@ analyzers' results become dicts. Must not import loadgen or httpx.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from analyzers.analysis import Analysis, ClassSummary, MetricStats
@@ -15,9 +16,12 @@ from analyzers.slo.gate import GateReport
 from analyzers.validity import RunValidity
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from analyzers.compare.crossover import SweepComparison
     from analyzers.compare.runs import Comparison
     from analyzers.compare.verdict import ComparisonVerdict
+    from analyzers.server_metrics import ServerMetricsSummary
 
 
 def _metric_json(m: MetricStats) -> dict[str, Any]:
@@ -379,5 +383,25 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
                 "requests": d.requests,
             }
             for d in c.metrics
+        ],
+    }
+
+
+def server_metrics_json(summary: ServerMetricsSummary, timeline: pl.DataFrame) -> dict[str, Any]:
+    """``loadgen server-metrics --json``: the gauges (``null`` where the server exposed
+    none), the queue and prefill cross-checks, and the timeline rows (``t_s``, ``running``,
+    ``waiting``, ``kv_usage``: the max of each bucket)."""
+    return {
+        "samples": summary.samples,
+        "scrapes": summary.scrapes,
+        "duration_s": summary.duration_s,
+        "running": None if summary.running is None else asdict(summary.running),
+        "waiting": None if summary.waiting is None else asdict(summary.waiting),
+        "kv_usage": None if summary.kv_usage is None else asdict(summary.kv_usage),
+        "queue": asdict(summary.queue),
+        "prefill": None if summary.prefill is None else asdict(summary.prefill),
+        "timeline": [
+            {"t_s": t_s, "running": running, "waiting": waiting, "kv_usage": kv}
+            for t_s, running, waiting, kv in timeline.iter_rows()
         ],
     }

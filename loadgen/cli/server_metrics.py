@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from loadgen.cli.options.output import json_option
 from loadgen.cli.options.runpath import RUN_PATH
 from reports import fmt
 
@@ -34,9 +35,17 @@ from reports import fmt
     show_default=True,
     help="Timeline rows to print at most (0: none).",
 )
-def server_metrics(run: Path, bucket: float, rows: int) -> None:
+@json_option
+def server_metrics(run: Path, bucket: float, rows: int, as_json: bool) -> None:
     """Queue depth, running requests and KV-cache usage the server reported during RUN,
-    and how its queue and prefill totals compare with the per-request decomposition."""
+    and how its queue and prefill totals compare with the per-request decomposition.
+
+    \b
+    Examples:
+      loadgen server-metrics runs/r1
+      loadgen server-metrics runs/r1 --bucket 5 --rows 0
+      loadgen server-metrics runs/r1 --json | jq .queue
+    """
     from analyzers.server_metrics import summarize_server_metrics, timeline
     from loadgen.cli.runstatus import refuse_newer
     from traces.errors import UserError
@@ -48,6 +57,12 @@ def server_metrics(run: Path, bucket: float, rows: int) -> None:
     except UserError as exc:
         click.echo(f"error: {exc}", err=True)
         raise click.exceptions.Exit(exc.exit_code) from exc
+    if as_json:
+        from loadgen.cli.echo import echo_json
+        from reports.jsondoc import server_metrics_json
+
+        echo_json(server_metrics_json(summary, table))
+        return
     click.echo(
         f"{summary.samples} samples from {summary.scrapes} scrapes over {summary.duration_s:.1f} s"
     )

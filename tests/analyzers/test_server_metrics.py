@@ -143,3 +143,16 @@ def test_cli_prints_series_checks_and_timeline(tmp_path: Path) -> None:
     assert "     1.0        5        5     0.400" in out
     help_text = CliRunner().invoke(server_metrics, ["--help"]).output
     assert "Usage: server-metrics [OPTIONS] RUN" in help_text
+
+
+def test_cli_json_has_the_same_figures_as_the_text(tmp_path: Path) -> None:
+    run = vllm_run(tmp_path / "run")
+    result = CliRunner().invoke(server_metrics, [str(run), "--bucket", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert (doc["samples"], doc["scrapes"], doc["duration_s"]) == (27, 3, 2.0)
+    assert doc["running"] == {
+        "name": "vllm:num_requests_running", "scrapes": 3, "mean": 2.0, "max": 5.0
+    }  # fmt: skip
+    assert doc["queue"]["histogram_mean_ms"] == 312.5
+    assert {"t_s": 1.0, "running": 5.0, "waiting": 5.0, "kv_usage": 0.4} in doc["timeline"]
