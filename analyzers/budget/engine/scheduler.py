@@ -101,7 +101,16 @@ class StepResult:
 
 
 class _Seq:
-    __slots__ = ("admitted", "blocks", "computed", "encoded", "generated", "registered", "spec")
+    __slots__ = (
+        "admitted",
+        "blocks",
+        "computed",
+        "encoded",
+        "generated",
+        "hashed",
+        "registered",
+        "spec",
+    )
 
     def __init__(self, spec: SeqSpec) -> None:
         self.spec = spec
@@ -109,6 +118,8 @@ class _Seq:
         self.generated = 0
         self.blocks: list[int] = []
         self.registered = 0
+        self.hashed = len(spec.block_hashes)
+        """Prompt blocks with a hash (``registered`` reaches it once the prompt is done)."""
         self.encoded = False
         self.admitted = False
 
@@ -340,8 +351,8 @@ class Scheduler:
                 if spec.encoder_s:
                     encoders.append(spec.encoder_s)  # the vision encoder runs in the first step
             computed = seq.computed = seq.computed + n
-            hashes = spec.block_hashes
-            if seq.registered < len(hashes):
+            if seq.registered < seq.hashed:
+                hashes = spec.block_hashes
                 full = min(computed, spec.prompt_tokens) // bs
                 pool.register_run(seq.blocks, hashes, seq.registered, min(full, len(hashes)))
                 seq.registered = max(seq.registered, full)
