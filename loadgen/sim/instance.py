@@ -43,7 +43,7 @@ class Instance:
         self.name = name
         self.role: Role = role
         self.physics = physics
-        self.scheduler = Scheduler(physics.step_s, limits, role=role)
+        self.scheduler = Scheduler(physics.clock, limits, role=role)
         self._scale = time_scale
         self._timer = timer
         self._on_step = on_step

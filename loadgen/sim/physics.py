@@ -25,8 +25,8 @@ from analyzers.budget import (
     image_tokens,
     kv_capacity_tokens,
     kv_transfer_time_s,
-    step_time_s,
 )
+from analyzers.budget.engine.step import StepClock
 from analyzers.budget.profile import load_profile_for
 from analyzers.errors import BudgetError
 from loadgen.errors import ConfigError
@@ -79,10 +79,12 @@ class Physics:
         except BudgetError as exc:
             raise ConfigError(f"simulator physics: {exc}") from exc
         self.choice = choice
+        self.clock = StepClock(self.model, self.deploy)
+        """``step_s`` as a scheduler's timer, with its fast path from a step's sums."""
 
     def step_s(self, work: Sequence[SequenceWork]) -> float:
         """Seconds of one forward step over ``work`` (the budget's ``step_time_s``)."""
-        return step_time_s(self.model, self.deploy, work)
+        return self.clock(work)
 
     def kv_capacity_tokens(self) -> int:
         """Tokens of KV cache the instance holds after the weights (budget model)."""

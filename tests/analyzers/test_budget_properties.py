@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from analyzers.budget import catalog
 from analyzers.budget.decode import decode_step_time_s, tpot_s
 from analyzers.budget.engine.step import (
+    EXACT_SUMS,
     SequenceWork,
+    StepClock,
     attention_flops,
     linear_flops,
     step_cost,
@@ -24,6 +26,7 @@ from analyzers.budget.kv import (
     max_concurrent_requests,
 )
 from analyzers.budget.prefill import prefill_time_s
+from analyzers.budget.profile import PhaseProfile, StepProfile
 from analyzers.budget.queueing import max_utilisation, mdc_wait_s, mg1_wait_s
 from analyzers.budget.specs import Deployment, ModelSpec
 
@@ -178,3 +181,42 @@ def test_a_step_with_more_work_is_never_faster(
         assert step_time_s(model, deploy, [*work[:i], bigger, *work[i + 1 :]]) >= base * (1 - 1e-12)
     extra = SequenceWork(new_tokens=more_new, cached_tokens=more_cached)
     assert step_time_s(model, deploy, [*work, extra]) >= base * (1 - 1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    MODELS,
+    deployments(),
+    st.booleans(),
+    st.lists(
+        st.tuples(st.integers(0, 2) | st.integers(0, 4000), st.integers(0, 1_000_000)),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_the_step_clock_from_sums_is_step_time_s_bit_for_bit(
+    model: ModelSpec,
+    deploy: Deployment,
+    profiled: bool,
+    seqs: list[tuple[int, int]],
+) -> None:
+    # The scheduler times steps from integer sums (no per-sequence objects): the engine's
+    # outputs stay byte-identical only if that is the very same float as step_time_s.
+    if profiled:
+        phase = PhaseProfile(
+            compute_efficiency=0.55, layer_overhead_s=2e-5, sequence_overhead_s=1e-5
+        )
+        deploy = replace(deploy, profile=StepProfile(name="p", gpu="x", prefill=phase))
+    clock = StepClock(model, deploy)
+    twice = sum(n * (2 * c + n) for n, c in seqs)
+    if not clock.sums or twice >= EXACT_SUMS:
+        return
+    work = [SequenceWork(new_tokens=n, cached_tokens=c) for n, c in seqs]
+    fast = clock.from_sums(
+        sum(n for n, _ in seqs),
+        twice,
+        sum(n + c for n, c in seqs),
+        sum(1 for n, c in seqs if n == 1 and c > 0),
+        sum(1 for n, _ in seqs if n > 0),
+    )
+    assert fast == step_time_s(model, deploy, work) == clock(work)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import islice
 
 
 class BlockPool:
@@ -80,16 +81,22 @@ class BlockPool:
         for block in out:
             refs[block] = 1
         if k < n:
-            # Locals: a long prompt evicts hundreds of cached blocks at once.
-            pop, hashes, by_hash, append = cached.popitem, self._hash, self._by_hash, out.append
-            for _ in range(n - k):
-                block = pop(last=False)[0]
-                key = hashes[block]
-                if key is not None:
-                    del by_hash[key]
-                    hashes[block] = None
+            # A long prompt evicts hundreds of cached blocks at once: take them in bulk.
+            # Every cached block has a hash (``free`` caches only those).
+            m = n - k
+            if m == len(cached):
+                evicted = list(cached)
+                cached.clear()
+            else:
+                evicted = list(islice(cached, m))
+                for block in evicted:
+                    del cached[block]
+            hashes, by_hash = self._hash, self._by_hash
+            for block in evicted:
+                del by_hash[hashes[block]]  # type: ignore[arg-type]
+                hashes[block] = None
                 refs[block] = 1
-                append(block)
+            out += evicted
         return out
 
     def free(self, blocks: Sequence[int]) -> None:
@@ -118,8 +125,7 @@ class BlockPool:
         if not self.caching:
             return
         hashes, by_hash = self._hash, self._by_hash
-        for i in range(start, stop):
-            block, key = blocks[i], keys[i]
+        for block, key in zip(blocks[start:stop], keys[start:stop], strict=True):
             if hashes[block] is None and key not in by_hash:
                 hashes[block] = key
                 by_hash[key] = block

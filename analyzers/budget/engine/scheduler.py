@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from analyzers.budget.engine.kvblocks import BlockPool
-from analyzers.budget.engine.step import SequenceWork
+from analyzers.budget.engine.step import EXACT_SUMS, SequenceWork, StepClock
 from analyzers.errors import CapacityError
 
 Role = Literal["mixed", "prefill", "decode"]
@@ -101,7 +101,16 @@ class StepResult:
 
 
 class _Seq:
-    __slots__ = ("admitted", "blocks", "computed", "encoded", "generated", "registered", "spec")
+    __slots__ = (
+        "admitted",
+        "blocks",
+        "computed",
+        "encoded",
+        "generated",
+        "hashed",
+        "registered",
+        "spec",
+    )
 
     def __init__(self, spec: SeqSpec) -> None:
         self.spec = spec
@@ -109,6 +118,8 @@ class _Seq:
         self.generated = 0
         self.blocks: list[int] = []
         self.registered = 0
+        self.hashed = len(spec.block_hashes)
+        """Prompt blocks with a hash (``registered`` reaches it once the prompt is done)."""
         self.encoded = False
         self.admitted = False
 
@@ -126,6 +137,7 @@ class Scheduler:
         self.role: Role = role
         self.pool = BlockPool(limits.num_blocks, caching=limits.prefix_cache and role != "decode")
         self._timer = timer
+        self._clock = timer if isinstance(timer, StepClock) and timer.sums else None
         self._waiting: deque[_Seq] = deque()
         self._running: list[_Seq] = []
         self._held: dict[int, _Seq] = {}
@@ -309,24 +321,38 @@ class Scheduler:
     def _apply(
         self, plan: list[tuple[_Seq, int]], admitted: list[Admission], preempted: list[int]
     ) -> StepResult:
-        work = [SequenceWork(new_tokens=n, cached_tokens=seq.computed) for seq, n in plan]
-        duration = self._timer(work)
+        clock = self._clock
+        duration = 0.0
+        if clock is None:
+            duration = self._timer(
+                [SequenceWork(new_tokens=n, cached_tokens=seq.computed) for seq, n in plan]
+            )
+        encoders: list[float] = []
         prefilled: list[int] = []
         sampled: list[int] = []
         finished: list[int] = []
         leaving: set[int] = set()
         bs = self.limits.block_size
         role, pool = self.role, self.pool
-        batch_tokens = 0
+        # The step's sums for the clock (before this step's tokens are counted as computed).
+        batch_tokens = held = twice = decoding = busy = 0
         for seq, n in plan:
+            c = seq.computed
             batch_tokens += n
+            held += c
+            twice += n * (c + c + n)
+            if n:
+                busy += 1
+                if n == 1 and c:
+                    decoding += 1
             spec = seq.spec
             if not seq.encoded:
                 seq.encoded = True
-                duration += spec.encoder_s  # the vision encoder runs inside the first step
+                if spec.encoder_s:
+                    encoders.append(spec.encoder_s)  # the vision encoder runs in the first step
             computed = seq.computed = seq.computed + n
-            hashes = spec.block_hashes
-            if seq.registered < len(hashes):
+            if seq.registered < seq.hashed:
+                hashes = spec.block_hashes
                 full = min(computed, spec.prompt_tokens) // bs
                 pool.register_run(seq.blocks, hashes, seq.registered, min(full, len(hashes)))
                 seq.registered = max(seq.registered, full)
@@ -349,6 +375,15 @@ class Scheduler:
                 del self._seqs[seq_id]
         if leaving:
             self._running = [s for s in self._running if s.spec.seq_id not in leaving]
+        if clock is not None:
+            if twice < EXACT_SUMS:
+                duration = clock.from_sums(batch_tokens, twice, held + batch_tokens, decoding, busy)
+            else:  # too large for exact float sums: the per-sequence arithmetic
+                duration = clock(
+                    [SequenceWork(new_tokens=n, cached_tokens=q.computed - n) for q, n in plan]
+                )
+        for seconds in encoders:
+            duration += seconds
         return StepResult(
             duration_s=duration,
             batch_tokens=batch_tokens,

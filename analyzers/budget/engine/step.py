@@ -153,6 +153,24 @@ def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]
         per_context = 2 * model.q_heads * (model.attention_qk_dim + model.attention_v_dim)
         attention = per_context * model.self_attention_layers * integral
         kv = held * kv_bytes_per_token(model)
+    decoding = busy = 0
+    if deploy.profile is not None:
+        decoding = sum(1 for w in work if w.new_tokens == 1 and w.cached_tokens > 0)
+        busy = sum(1 for w in work if w.new_tokens > 0)
+    return _cost(model, deploy, tokens, attention, kv, decoding, busy)
+
+
+def _cost(
+    model: ModelSpec,
+    deploy: Deployment,
+    tokens: int,
+    attention: float,
+    kv: float,
+    decoding: int,
+    busy: int,
+) -> StepCost:
+    """The ``StepCost`` of a step of ``tokens`` new tokens, ``attention`` FLOPs and ``kv``
+    bytes of KV, ``decoding`` of its ``busy`` sequences decoding (one new token)."""
     linear = linear_flops(model, tokens)
     weight = weights_read_bytes(model, tokens)
     compute_rate = deploy.compute_flops(model.weight_dtype)
@@ -161,8 +179,6 @@ def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]
     collective = launch = 0.0
     profile = deploy.profile
     if profile is not None:
-        decoding = sum(1 for w in work if w.new_tokens == 1 and w.cached_tokens > 0)
-        busy = sum(1 for w in work if w.new_tokens > 0)
         terms = step_terms(
             model,
             deploy.hardware,
@@ -204,3 +220,62 @@ def step_cost(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]
 def step_time_s(model: ModelSpec, deploy: Deployment, work: Sequence[SequenceWork]) -> float:
     """Seconds of one forward step over ``work`` (see ``step_cost``)."""
     return step_cost(model, deploy, work).time_s
+
+
+EXACT_SUMS = 1 << 53
+"""Below this, twice a step's context integral is exact in a float, whatever the order of
+its terms: :meth:`StepClock.from_sums` then equals ``step_time_s`` bit for bit."""
+
+
+class StepClock:
+    """``step_time_s`` of one model on one deployment, callable on a step's work, with a
+    fast path from a step's integer sums (no per-sequence objects).
+
+    ``from_sums`` takes what ``step_cost`` sums over the work of a model without a sliding
+    window (``sums`` is True): the new tokens, twice the context integral
+    (``sum(n (2 c + n))``, an integer), the KV held after the step (``sum(c + n)``), the
+    decoding and the busy sequences. Each term of the integral is a multiple of 1/2, so
+    while twice the sum stays below ``EXACT_SUMS`` the float loop of ``step_cost`` adds
+    them without rounding and ``from_sums`` returns the very same float."""
+
+    __slots__ = ("_attention", "_fixed", "_kv", "_linear", "deploy", "model", "sums")
+
+    def __init__(self, model: ModelSpec, deploy: Deployment) -> None:
+        self.model = model
+        self.deploy = deploy
+        self.sums = model.attention != "sliding"
+        per_context = 2 * model.q_heads * (model.attention_qk_dim + model.attention_v_dim)
+        self._attention = per_context * model.self_attention_layers
+        self._kv = kv_bytes_per_token(model)
+        self._linear: dict[int, tuple[float, float]] = {}
+        self._fixed: tuple[float, float, float] | None = None
+        if deploy.profile is None:
+            self._fixed = (
+                deploy.compute_flops(model.weight_dtype),
+                deploy.bandwidth_bytes_per_s(),
+                deploy.step_overhead_s,
+            )
+
+    def __call__(self, work: Sequence[SequenceWork]) -> float:
+        return step_time_s(self.model, self.deploy, work)
+
+    def from_sums(
+        self, tokens: int, twice_integral: int, held: int, decoding: int, busy: int
+    ) -> float:
+        """Seconds of a step with these sums (see the class doc; needs ``sums`` and
+        ``twice_integral < EXACT_SUMS``)."""
+        attention = self._attention * (twice_integral / 2)
+        kv = held * self._kv
+        fixed = self._fixed
+        if fixed is None:
+            return _cost(self.model, self.deploy, tokens, attention, kv, decoding, busy).time_s
+        pair = self._linear.get(tokens)
+        if pair is None:
+            pair = (linear_flops(self.model, tokens), weights_read_bytes(self.model, tokens))
+            if len(self._linear) < 1 << 16:  # one entry per batch size seen: bounded
+                self._linear[tokens] = pair
+        compute_rate, memory_rate, overhead = fixed
+        # StepCost.time_s with no profile (collective_s = launch_s = 0), term by term.
+        compute_s = (pair[0] + attention) / compute_rate
+        memory_s = (pair[1] + kv) / memory_rate
+        return max(0.0, max(compute_s, memory_s) + 0.0) + overhead

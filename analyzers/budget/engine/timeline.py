@@ -32,7 +32,7 @@ from analyzers.budget.engine.scheduler import (
     SchedulerLimits,
     SeqSpec,
 )
-from analyzers.budget.engine.step import SequenceWork, step_time_s
+from analyzers.budget.engine.step import StepClock
 from analyzers.budget.kv import kv_capacity_tokens, kv_transfer_time_s
 from analyzers.budget.specs import Deployment, LinkSpec, ModelSpec
 from analyzers.errors import BudgetError, CapacityError
@@ -394,10 +394,7 @@ def _replay_instance(shape: EngineShape, name: str, role: Role, longest: int) ->
         prefix_cache=False,  # cached tokens come from each request's reported usage
     )
 
-    def timer(work: Sequence[SequenceWork]) -> float:
-        return step_time_s(model, deploy, work)
-
-    return VirtualInstance(name, Scheduler(timer, limits, role=role))
+    return VirtualInstance(name, Scheduler(StepClock(model, deploy), limits, role=role))
 
 
 def replay_schedule(

@@ -210,7 +210,7 @@ class _Cluster:
         if prefix in ("r", "p"):
             self.physics: Physics = physics
         return [
-            VirtualInstance(f"{prefix}{i}", Scheduler(physics.step_s, limits, role=role))
+            VirtualInstance(f"{prefix}{i}", Scheduler(physics.clock, limits, role=role))
             for i in range(count)
         ]
 
