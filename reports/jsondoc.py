@@ -16,7 +16,7 @@ from analyzers.slo.gate import GateReport
 from analyzers.validity import RunValidity
 
 if TYPE_CHECKING:
-    import polars as pl
+    from collections.abc import Iterable
 
     from analyzers.compare.crossover import SweepComparison
     from analyzers.compare.runs import Comparison
@@ -387,10 +387,12 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
     }
 
 
-def server_metrics_json(summary: ServerMetricsSummary, timeline: pl.DataFrame) -> dict[str, Any]:
+def server_metrics_json(
+    summary: ServerMetricsSummary, timeline: Iterable[tuple[Any, ...]]
+) -> dict[str, Any]:
     """``loadgen server-metrics --json``: the gauges (``null`` where the server exposed
-    none), the queue and prefill cross-checks, and the timeline rows (``t_s``, ``running``,
-    ``waiting``, ``kv_usage``: the max of each bucket)."""
+    none), the queue and prefill cross-checks, and the timeline's rows (``t_s``,
+    ``running``, ``waiting``, ``kv_usage``: the max of each bucket)."""
     return {
         "samples": summary.samples,
         "scrapes": summary.scrapes,
@@ -402,6 +404,6 @@ def server_metrics_json(summary: ServerMetricsSummary, timeline: pl.DataFrame) -
         "prefill": None if summary.prefill is None else asdict(summary.prefill),
         "timeline": [
             {"t_s": t_s, "running": running, "waiting": waiting, "kv_usage": kv}
-            for t_s, running, waiting, kv in timeline.iter_rows()
+            for t_s, running, waiting, kv in timeline
         ],
     }

@@ -61,7 +61,7 @@ def server_metrics(run: Path, bucket: float, rows: int, as_json: bool) -> None:
         from loadgen.cli.echo import echo_json
         from reports.jsondoc import server_metrics_json
 
-        echo_json(server_metrics_json(summary, table))
+        echo_json(server_metrics_json(summary, table.iter_rows()))
         return
     click.echo(
         f"{summary.samples} samples from {summary.scrapes} scrapes over {summary.duration_s:.1f} s"
