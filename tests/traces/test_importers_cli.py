@@ -22,6 +22,7 @@ FIXTURES = {
     "splitwise": DATA / "splitwise.csv",
     "servegen": DATA / "servegen_tiny",
     "dataset": DATA / "dataset_qa.jsonl",
+    "aiperf": DATA / "aiperf_custom.jsonl",
 }
 EXTRA_ARGS = {"dataset": ["--map", "prompt=q,output=a"]}
 

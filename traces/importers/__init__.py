@@ -5,6 +5,7 @@ Part of ``traces``: pyarrow and the standard library only, nothing else of ours.
 """
 
 __all__ = [
+    "aiperf",
     "azure_llm",
     "azure_lmm",
     "base",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Final
 
 from traces.importers import (
+    aiperf,
     azure_llm,
     azure_lmm,
     burstgpt,
@@ -36,6 +37,7 @@ REGISTRY: Final[dict[str, Importer]] = {
     "splitwise": splitwise.IMPORTER,
     "servegen": servegen.IMPORTER,
     "dataset": dataset.IMPORTER,
+    "aiperf": aiperf.IMPORTER,
 }
 
 
