@@ -130,6 +130,7 @@ CASES: list[Case] = [
     _c("trace import", "missing", "mooncake", "{D}/nope.jsonl", "-o", "{D}/i.parquet"),
     _c("trace import", "malformed", "mooncake", "{D}/bad.csv", "-o", "{D}/i.parquet"),
     _c("trace import", "malformed", "aiperf", "{D}/bad-aiperf.jsonl", "-o", "{D}/i.parquet"),
+    _c("trace import", "malformed", "aiperf_dag", "{D}/bad-aiperf.jsonl", "-o", "{D}/i.parquet"),
     _c("trace synth", "malformed", "--requests", "3", "-o", "{D}/x.csv"),
     _c("trace synth", "usage", "--requests", "0", "-o", "{D}/x.parquet"),
     _c("trace", "usage", "no-such-subcommand"),

@@ -17,6 +17,8 @@ from traces.importers.errors import SourceError
 from traces.importers.registry import import_trace
 from traces.io import read_trace_table
 
+DATA = Path(__file__).parent / "data"
+
 LINES = [
     {"text": "What is machine learning?", "output_length": 50},
     {
@@ -96,3 +98,42 @@ def test_malformed_line_names_its_line(tmp_path: Path, bad: object, needle: str)
     assert "line 2" in str(err.value)
     assert needle in str(err.value)
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_dag_forks_and_spawns_become_branches(tmp_path: Path) -> None:
+    out = tmp_path / "d.parquet"
+    import_trace("aiperf_dag", DATA / "aiperf_dag.jsonl", out, ImportOptions())
+    rows = {r["request_id"]: r for r in read_trace_table(out).to_pylist()}
+    got = {rid: (r["parent"], r["branch"], r["think_s"], r["arrival_s"]) for rid, r in rows.items()}
+    assert got == {
+        "root:0": (None, None, None, 0.0),
+        "branch-a:0": ("root:0", "fork", None, 0.0),
+        "branch-a:1": ("branch-a:0", None, 0.5, 0.5),
+        "branch-b:0": ("root:0", "fork", None, 0.0),
+        "branch-b:1": ("branch-b:0", None, None, 0.0),
+        "critic:0": ("branch-b:0", "spawn", 0.25, 0.25),
+    }
+    # a fork continues the parent's messages; a spawn starts fresh
+    fork = json.loads(rows["branch-a:0"]["messages"])
+    assert fork[:2] == json.loads(rows["root:0"]["messages"])
+    assert json.loads(rows["critic:0"]["messages"])[0]["content"] == "Critic."
+    assert rows["critic:0"]["tools"] is not None
+    assert (rows["root:0"]["output_tokens"], rows["critic:0"]["output_tokens"]) == (128, 256)
+
+
+@pytest.mark.parametrize(
+    ("lines", "needle"),
+    [
+        ([{"session_id": "a", "turns": [{"messages": [{"role": "user"}], "forks": ["b"]}]},
+          {"session_id": "b", "turns": [{"messages": []}]}], "turns[0].messages"),
+        ([{"session_id": "a", "orchestrator": True, "spawns": ["b"]}], "not supported"),
+        ([{"session_id": "a", "turns": [{"messages": [{"role": "user"}], "forks": ["zz"]}]}],
+         "unknown session 'zz'"),
+    ],
+)  # fmt: skip
+def test_dag_bad_line_is_named(tmp_path: Path, lines: list[object], needle: str) -> None:
+    src = _write(tmp_path / "bad.dag.jsonl", lines)
+    with pytest.raises(SourceError) as err:
+        import_trace("aiperf_dag", src, tmp_path / "o.parquet", ImportOptions())
+    assert f"line {len(lines)}" in str(err.value)
+    assert needle in str(err.value)

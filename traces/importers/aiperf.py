@@ -33,8 +33,8 @@ Both kinds may be mixed in one file (a line with ``turns`` is a conversation). M
 * Fields not mapped (``extra``, ``image``/``images`` and other media) are ignored; the
   count of lines carrying media is recorded in provenance (``media_ignored``).
 
-AIPerf's conversation-DAG format (FORK/SPAWN, ``dag_jsonl``) is documented separately and is
-not read here. Imports ``traces`` and the standard library only (plus pyarrow).
+AIPerf's conversation-DAG files (``dag_jsonl``, FORK/SPAWN) are read by ``aiperf_dag``.
+Imports ``traces`` and the standard library only (plus pyarrow).
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ from traces.importers.sink import TraceSink
 DEFAULT_OUTPUT_TOKENS: Final = 256
 MEDIA_FIELDS: Final = ("image", "images", "audio", "audios", "video", "videos")
 DISPATCH_FIELDS: Final = ("timestamp", "delay", "output_length", "extra")
-KEYS: Final = ("id", "t", "in", "out", "msgs", "session", "turn", "parent", "think", "line")
+KEYS: Final = (
+    "id", "t", "in", "out", "msgs", "session", "turn", "parent", "think", "line", "branch", "tools",
+)  # fmt: skip
 
 Row = tuple[Any, ...]
 
@@ -115,21 +117,19 @@ def read(path: Path, options: ImportOptions, sink: TraceSink) -> None:
     per_word = options.tokens_per_word
     default_out = options.output_tokens or DEFAULT_OUTPUT_TOKENS
     sink.note("token_estimate", f"ceil(words*{per_word})")
-    cols: dict[str, list[Any]] = {k: [] for k in KEYS}
+    batch: list[Row] = []
     pending: list[tuple[float, int, Row]] = []  # later turns, by arrival
     seq = 0
     clock = 0.0
     media = 0
 
     def flush() -> None:
-        if cols["id"]:
-            sink.add(_batch(cols))
-        for k in KEYS:
-            cols[k] = []
+        if batch:
+            sink.add(batch_table(batch))
+        batch.clear()
 
     def emit(row: Row) -> None:
-        for key, value in zip(KEYS, row, strict=True):
-            cols[key].append(value)
+        batch.append(row)
 
     def release(until: float) -> None:
         while pending and pending[0][0] <= until:
@@ -191,7 +191,7 @@ def read(path: Path, options: ImportOptions, sink: TraceSink) -> None:
             else:
                 seq += 1
                 heapq.heappush(pending, (when, seq, row))
-        if len(cols["id"]) >= options.batch_rows:
+        if len(batch) >= options.batch_rows:
             flush()
             if sink.done:
                 return
@@ -201,20 +201,26 @@ def read(path: Path, options: ImportOptions, sink: TraceSink) -> None:
         sink.note("media_ignored", media)
 
 
-def _batch(cols: dict[str, list[Any]]) -> pa.Table:
+def batch_table(rows: list[Row]) -> pa.Table:
+    """One batch of rows, each a tuple in ``KEYS`` order (``branch`` and ``tools`` optional)."""
+    n = len(rows)
+    padded = [(*r, *(None,) * (len(KEYS) - len(r))) for r in rows]
+    by: dict[str, Any] = {k: [r[i] for r in padded] for i, k in enumerate(KEYS)}
     return pa.table(
         {
-            s.REQUEST_ID: pa.array(cols["id"], pa.string()),
-            s.ARRIVAL_S: pa.array(cols["t"], pa.float64()),
-            s.INPUT_TOKENS: pa.array(cols["in"], pa.int64()),
-            s.OUTPUT_TOKENS: pa.array(cols["out"], pa.int64()),
-            s.MESSAGES: pa.array(cols["msgs"], pa.string()),
-            s.API: pa.array([s.API_CHAT] * len(cols["id"]), pa.string()),
-            s.SESSION_ID: pa.array(cols["session"], pa.string()),
-            s.TURN: pa.array(cols["turn"], pa.int32()),
-            s.PARENT: pa.array(cols["parent"], pa.string()),
-            s.THINK_S: pa.array(cols["think"], pa.float32()),
-            LINE_COLUMN: pa.array(cols["line"], pa.int64()),
+            s.REQUEST_ID: pa.array(by["id"], pa.string()),
+            s.ARRIVAL_S: pa.array(by["t"], pa.float64()),
+            s.INPUT_TOKENS: pa.array(by["in"], pa.int64()),
+            s.OUTPUT_TOKENS: pa.array(by["out"], pa.int64()),
+            s.MESSAGES: pa.array(by["msgs"], pa.string()),
+            s.API: pa.array([s.API_CHAT] * n, pa.string()),
+            s.SESSION_ID: pa.array(by["session"], pa.string()),
+            s.TURN: pa.array(by["turn"], pa.int32()),
+            s.PARENT: pa.array(by["parent"], pa.string()),
+            s.THINK_S: pa.array(by["think"], pa.float32()),
+            s.BRANCH: pa.array(by["branch"], pa.string()),
+            s.TOOLS: pa.array(by["tools"], pa.string()),
+            LINE_COLUMN: pa.array(by["line"], pa.int64()),
         }
     )
 

@@ -11,6 +11,7 @@ from typing import Final
 
 from traces.importers import (
     aiperf,
+    aiperf_dag,
     azure_llm,
     azure_lmm,
     burstgpt,
@@ -38,6 +39,7 @@ REGISTRY: Final[dict[str, Importer]] = {
     "servegen": servegen.IMPORTER,
     "dataset": dataset.IMPORTER,
     "aiperf": aiperf.IMPORTER,
+    "aiperf_dag": aiperf_dag.IMPORTER,
 }
 
 

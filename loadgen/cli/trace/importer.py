@@ -101,7 +101,7 @@ def _formats_help() -> str:
     type=float,
     default=1.0,
     show_default=True,
-    help="[sharegpt, dataset, aiperf] Token estimate per word of text.",
+    help="[sharegpt, dataset, aiperf, aiperf_dag] Token estimate per word of text.",
 )
 @click.option(
     "--turns",
@@ -134,7 +134,8 @@ def _formats_help() -> str:
     "--output-tokens",
     type=int,
     default=None,
-    help="[aiperf] Output tokens of a turn without output_length (default 256).",
+    help="[aiperf, aiperf_dag] Output tokens of a turn without output_length / max_tokens "
+    "(default 256).",
 )
 def import_(
     fmt: str,
@@ -165,6 +166,7 @@ def import_(
       loadgen trace import dataset train.parquet --map prompt=question,output=answer \\
           --rate 4 -o qa.parquet
       loadgen trace import aiperf conversations.jsonl --output-tokens 200 -o chat.parquet
+      loadgen trace import aiperf_dag tree.dag.jsonl -o tree.parquet
 
     The source is streamed in batches (bounded memory) and validated as it is read; a
     bad value is reported with its file, line and column. Provenance (format, source
