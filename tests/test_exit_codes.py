@@ -129,6 +129,8 @@ CASES: list[Case] = [
     _c("sim", "usage", "--ttft-ms", "-1"),
     _c("trace import", "missing", "mooncake", "{D}/nope.jsonl", "-o", "{D}/i.parquet"),
     _c("trace import", "malformed", "mooncake", "{D}/bad.csv", "-o", "{D}/i.parquet"),
+    _c("trace import", "malformed", "aiperf", "{D}/bad-aiperf.jsonl", "-o", "{D}/i.parquet"),
+    _c("trace import", "malformed", "aiperf_dag", "{D}/bad-aiperf.jsonl", "-o", "{D}/i.parquet"),
     _c("trace synth", "malformed", "--requests", "3", "-o", "{D}/x.csv"),
     _c("trace synth", "usage", "--requests", "0", "-o", "{D}/x.parquet"),
     _c("trace", "usage", "no-such-subcommand"),
@@ -170,6 +172,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     (d / "broken" / "run.json").write_text("{")
     (d / "bad.parquet").write_text("not parquet")
     (d / "bad.csv").write_text("a,b\n1,2\n")
+    (d / "bad-aiperf.jsonl").write_text('{"text": "ok"}\n{"turns": "not a list"}\n')
     (d / "bad-key.toml").write_text("no_such_option = 1\n")
     (d / "bad-value.toml").write_text("rate = 0\nslo = [[1]]\n")
     synth = ["trace", "synth", "--requests", "5", "--rate", "50", "-o", str(d / "t.parquet")]

@@ -22,6 +22,8 @@ FIXTURES = {
     "splitwise": DATA / "splitwise.csv",
     "servegen": DATA / "servegen_tiny",
     "dataset": DATA / "dataset_qa.jsonl",
+    "aiperf": DATA / "aiperf_custom.jsonl",
+    "aiperf_dag": DATA / "aiperf_dag.jsonl",
 }
 EXTRA_ARGS = {"dataset": ["--map", "prompt=q,output=a"]}
 

@@ -5,6 +5,8 @@ Part of ``traces``: pyarrow and the standard library only, nothing else of ours.
 """
 
 __all__ = [
+    "aiperf",
+    "aiperf_dag",
     "azure_llm",
     "azure_lmm",
     "base",

@@ -61,6 +61,8 @@ class ImportOptions:
     columns: tuple[tuple[str, str], ...] = ()
     """``dataset``: (trace target, source column) pairs of ``--map``."""
     image_size: ImageSpec | None = None
+    output_tokens: int | None = None
+    """``aiperf``: output tokens of a turn without ``output_length``."""
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit <= 0:
@@ -91,6 +93,8 @@ class ImportOptions:
             raise ImportOptionError(f"--turns must be 'first' or 'all', got {self.turns!r}")
         if self.image_size is not None and min(self.image_size.width, self.image_size.height) <= 0:
             raise ImportOptionError("--image-size must be positive WIDTHxHEIGHT")
+        if self.output_tokens is not None and self.output_tokens <= 0:
+            raise ImportOptionError(f"--output-tokens must be positive, got {self.output_tokens}")
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from their defaults, JSON-ready (for provenance)."""

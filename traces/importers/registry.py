@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Final
 
 from traces.importers import (
+    aiperf,
+    aiperf_dag,
     azure_llm,
     azure_lmm,
     burstgpt,
@@ -36,6 +38,8 @@ REGISTRY: Final[dict[str, Importer]] = {
     "splitwise": splitwise.IMPORTER,
     "servegen": servegen.IMPORTER,
     "dataset": dataset.IMPORTER,
+    "aiperf": aiperf.IMPORTER,
+    "aiperf_dag": aiperf_dag.IMPORTER,
 }
 
 

@@ -101,7 +101,7 @@ def _formats_help() -> str:
     type=float,
     default=1.0,
     show_default=True,
-    help="[sharegpt, dataset] Token estimate per word of text.",
+    help="[sharegpt, dataset, aiperf, aiperf_dag] Token estimate per word of text.",
 )
 @click.option(
     "--turns",
@@ -130,6 +130,13 @@ def _formats_help() -> str:
     default=None,
     help="[azure_mm2025] Size of every synthesized image, WIDTHxHEIGHT (default 1920x1080).",
 )
+@click.option(
+    "--output-tokens",
+    type=int,
+    default=None,
+    help="[aiperf, aiperf_dag] Output tokens of a turn without output_length / max_tokens "
+    "(default 256).",
+)
 def import_(
     fmt: str,
     path: Path,
@@ -149,6 +156,7 @@ def import_(
     think_s: float | None,
     mapping: tuple[str, ...],
     image_size: str | None,
+    output_tokens: int | None,
 ) -> None:
     """Convert the public trace at PATH, in FORMAT, into a trace file (schema v1).
 
@@ -157,6 +165,8 @@ def import_(
       loadgen trace import mooncake conversation_trace.jsonl -o mooncake.parquet
       loadgen trace import dataset train.parquet --map prompt=question,output=answer \\
           --rate 4 -o qa.parquet
+      loadgen trace import aiperf conversations.jsonl --output-tokens 200 -o chat.parquet
+      loadgen trace import aiperf_dag tree.dag.jsonl -o tree.parquet
 
     The source is streamed in batches (bounded memory) and validated as it is read; a
     bad value is reported with its file, line and column. Provenance (format, source
@@ -178,6 +188,7 @@ def import_(
         think_s=think_s,
         columns=parse_mapping(",".join(mapping)) if mapping else (),
         image_size=_image_size(image_size),
+        output_tokens=output_tokens,
     )
     result = import_trace(fmt, path, out, options)
     skipped = ", ".join(f"{k.reason}={k.count}" for k in result.skipped)
