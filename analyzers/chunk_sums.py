@@ -219,7 +219,7 @@ def itl_counts_by_class(
     if not by_workload:
         return itl_counts(rows, spreads=even_spreads(rows))
     rows = rows.with_columns(pl.col(s.WORKLOAD).cast(pl.String).alias(e.CLASS))
-    if classes is None or len(classes) > _SPLIT_CLASSES:
+    if not classes or len(classes) > _SPLIT_CLASSES:  # no rows yet (a live run): no classes
         return itl_counts(rows, [e.CLASS])
     per_class = []
     for c in classes:

@@ -80,8 +80,9 @@ def die_with_parent(parent_pid: int, sig: signal.Signals = signal.SIGTERM) -> bo
     return True
 
 
-class _NotStarted(Exception):
-    """The parent called the run off (or died) before sending the start."""
+class _NotStarted(LoadgenError):
+    """The parent called the run off (or died) before sending the start (raised in a
+    worker, reported to the parent, which turns it into its own one-line error)."""
 
 
 def _await_start(conn: Connection, timeout_s: float) -> int:

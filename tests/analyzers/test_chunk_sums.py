@@ -18,6 +18,8 @@ from analyzers.chunk_sums import (
     WINDOW_TOKENS,
     even_spreads,
     itl_counts,
+    itl_counts_by_class,
+    itl_keys,
     window_tokens,
 )
 from analyzers.frames import ARRIVAL_NS, GAP_US, TOKENS_IN_CHUNK, chunk_frame
@@ -112,3 +114,12 @@ def test_window_tokens_equal_the_exploded_chunks(tmp_path: Path, window_ns: int)
     got = window_tokens(lf, t0, window_ns).drop_nulls(WINDOW).collect().sort(WINDOW)
     assert expected.height > 1
     assert_frame_equal(got, expected)
+
+
+def test_itl_counts_by_class_of_no_rows_is_empty_not_an_error(tmp_path: Path) -> None:
+    """A live run analysed before its first row (no workload classes yet) used to fail
+    with "cannot concat empty list": it must give an empty frame with the keys."""
+    none = _rows(tmp_path).head(0).with_columns(pl.lit(s.OUTCOME_OK).alias(s.OUTCOME))
+    got = itl_counts_by_class(none, True, ()).collect()
+    assert got.height == 0
+    assert set(itl_keys(True)) <= set(got.columns)
