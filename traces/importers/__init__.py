@@ -6,7 +6,6 @@ Part of ``traces``: pyarrow and the standard library only, nothing else of ours.
 
 __all__ = [
     "aiperf",
-    "aiperf_dag",
     "azure_llm",
     "azure_lmm",
     "base",

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Final
 
 from traces.importers import (
-    aiperf,
-    aiperf_dag,
     azure_llm,
     azure_lmm,
     burstgpt,
@@ -21,6 +19,8 @@ from traces.importers import (
     sharegpt,
     splitwise,
 )
+from traces.importers.aiperf import custom as aiperf
+from traces.importers.aiperf import dag as aiperf_dag
 from traces.importers.base import Importer, ImportOptions
 from traces.importers.errors import ImportOptionError
 from traces.importers.sink import ImportResult, TraceSink

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from traces import schema as s
-from traces.importers.aiperf import DEFAULT_OUTPUT_TOKENS, batch_table
+from traces.importers.aiperf.custom import DEFAULT_OUTPUT_TOKENS, batch_table
 from traces.importers.base import Importer, ImportOptions
 from traces.importers.errors import SourceError
 from traces.importers.parse import iter_jsonl
