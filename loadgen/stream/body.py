@@ -1,4 +1,5 @@
-"""A response body read whole (``/v1/embeddings``, not streamed): ``BodyFeed``.
+"""A response body read whole (``/v1/embeddings``, not streamed): ``BodyFeed``, on
+``BodyReads`` (the reads kept to a limit, which ``loadgen.stream.whole`` shares).
 
 The transport's sink, as ``EventFeed`` is for streams: each read is kept as it arrives
 (no decoding on the hot path) up to a limit, and the body is decoded once it has ended
@@ -13,12 +14,13 @@ from loadgen.openai.embeddings import read_embeddings
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, size_text
 from loadgen.stream.state import StreamState
 
-__all__ = ["BodyFeed"]
+__all__ = ["BodyFeed", "BodyReads"]
 
 
-class BodyFeed:
-    """One whole-body response's reads: ``take(ts, data)`` per read, ``finish(ts)`` at
-    its end."""
+class BodyReads:
+    """The reads of one response body that is decoded whole, at its end: ``take(ts,
+    data)`` keeps each read (up to ``max_bytes``: beyond, the read ends and the state gets
+    the error), ``body()`` hands them over joined, once. Subclasses decode in ``finish``."""
 
     __slots__ = ("_limit", "_parts", "_size", "_state")
 
@@ -42,13 +44,25 @@ class BodyFeed:
         self._parts.append(data)
         return False
 
+    def body(self) -> bytes:
+        """The reads joined (and let go)."""
+        data = b"".join(self._parts)
+        self._parts.clear()
+        return data
+
+
+class BodyFeed(BodyReads):
+    """One embeddings response's reads: ``take(ts, data)`` per read, ``finish(ts)`` at
+    its end."""
+
+    __slots__ = ()
+
     def finish(self, ts: int) -> None:
         """The body ended: decode it into the state (once)."""
         state = self._state
         if state.error is not None:
             return
-        reply = read_embeddings(b"".join(self._parts))
-        self._parts.clear()
+        reply = read_embeddings(self.body())
         state.usage_raw = reply.usage
         state.items = reply.items
         state.timings = reply.timings

@@ -5,39 +5,21 @@ The same two calls as ``loadgen.stream.feed.EventFeed`` (``take`` per socket rea
 (up to ``max_bytes``) and decoded once, at the end: the usage, the finish reason and any
 server timings in the body (the simulator's ``metrics``, llama.cpp's ``timings``) go into
 the state; no content chunk is added, so the row has no first token and no inter-token
-gaps (TTFT and TPOT are undefined for it, not zero). Imports ``loadgen.openai`` only.
+gaps (TTFT and TPOT are undefined for it, not zero). Imports ``loadgen.openai`` and
+``loadgen.stream.body`` only.
 """
 
 from __future__ import annotations
 
 from loadgen.openai.chunks import chunk_kind, decode_object, error_message
 from loadgen.openai.timings import parse_timings
-from loadgen.stream.state import StreamState
+from loadgen.stream.body import BodyReads
 
 
-class WholeBody:
+class WholeBody(BodyReads):
     """One JSON response body, gathered and decoded at its end (``finish``)."""
 
-    __slots__ = ("_max_bytes", "_parts", "_size", "_state")
-
-    def __init__(self, state: StreamState, *, max_bytes: int) -> None:
-        self._state = state
-        self._max_bytes = max_bytes
-        self._parts: list[bytes] = []
-        self._size = 0
-
-    def take(self, ts: int, data: bytes) -> bool:
-        """Keep one read; True (read no more) once the body is longer than ``max_bytes``."""
-        self._size += len(data)
-        if self._size > self._max_bytes:
-            if self._state.error is None:
-                self._state.error = (
-                    f"response body longer than {self._max_bytes} bytes (--max-event-mib)"
-                )
-            self._parts.clear()
-            return True
-        self._parts.append(data)
-        return False
+    __slots__ = ()
 
     def finish(self, ts: int) -> None:
         """The body ended: decode it into the state."""
@@ -45,7 +27,7 @@ class WholeBody:
         if state.error is not None:
             return
         try:
-            obj = decode_object(b"".join(self._parts))
+            obj = decode_object(self.body())
         except ValueError as exc:
             state.error = f"non-streamed response: {exc}"
             return
