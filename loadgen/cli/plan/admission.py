@@ -13,47 +13,18 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 import click
 
 from loadgen.cli.options.engine import engine_config, engine_options, pop_engine_options
+from loadgen.cli.plan.flags import stream_options
 from loadgen.errors import ConfigError
 
 
 @click.command("admission")
 @engine_options(model_help="Catalog model of the engine (e.g. llama-3.1-8b).", time_scale=False)
-@click.option(
-    "--trace",
-    "trace_path",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    default=None,
-    help="Workload (lengths and arrival shape); default: a Poisson stream of --prompt-tokens.",
-)
-@click.option(
-    "--prompt-tokens",
-    type=click.IntRange(min=1),
-    default=2000,
-    show_default=True,
-    help="Prompt length of every request of the synthetic stream (without --trace).",
-)
-@click.option(
-    "--output-tokens",
-    type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
-    help="Output length of every request of the synthetic stream (without --trace).",
-)
-@click.option(
-    "--requests",
-    "n_requests",
-    type=click.IntRange(min=10),
-    default=1500,
-    show_default=True,
-    help="Requests of the synthesized stream (or the trace's first N).",
-)
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the stream.")
+@stream_options(prompt_tokens=2000, output_tokens=16, requests=1500)
 @click.option(
     "--rate",
     type=click.FloatRange(min=0, min_open=True),

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import click
 
 from loadgen.cli.options.engine import engine_config, engine_options, pop_engine_options
+from loadgen.cli.plan.flags import stream_options
 from loadgen.errors import ConfigError
 
 _DEFAULT_SIZES = "256,512,1024,2048,4096,8192,16384,none"
@@ -50,36 +50,7 @@ def parse_sizes(text: str) -> list[int | None]:
     required=True,
     help="Offered load, requests/s (a --trace is scaled to it, keeping its burstiness).",
 )
-@click.option(
-    "--trace",
-    "trace_path",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    default=None,
-    help="Workload (length mix and arrival shape); default: a Poisson stream of one shape.",
-)
-@click.option(
-    "--prompt-tokens",
-    type=click.IntRange(min=1),
-    default=4000,
-    show_default=True,
-    help="Prompt length of every request of the synthetic stream (without --trace).",
-)
-@click.option(
-    "--output-tokens",
-    type=click.IntRange(min=1),
-    default=256,
-    show_default=True,
-    help="Output length of every request of the synthetic stream (without --trace).",
-)
-@click.option(
-    "--requests",
-    "n_requests",
-    type=click.IntRange(min=10),
-    default=300,
-    show_default=True,
-    help="Requests of the synthetic stream (or the trace's first N).",
-)
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the stream.")
+@stream_options(prompt_tokens=4000, output_tokens=256, requests=300)
 @click.option(
     "--chunk-sizes",
     default=_DEFAULT_SIZES,

@@ -4,9 +4,10 @@ dtypes overridden."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -62,3 +63,51 @@ catalog_option = click.option(
     help="User TOML catalog adding or overriding entries.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def stream_options(
+    *, prompt_tokens: int, output_tokens: int, requests: int
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The workload options of the commands that run the offline engine at a load (``plan
+    admission``, ``plan chunk``): ``--trace`` (``trace_path``), or a seeded Poisson stream
+    of ``--prompt-tokens`` and ``--output-tokens``, ``--requests`` (``n_requests``) long,
+    and ``--seed``; the defaults are each command's."""
+    options = (
+        click.option(
+            "--trace",
+            "trace_path",
+            type=click.Path(path_type=Path, exists=True, dir_okay=False),
+            default=None,
+            help="Workload (lengths and arrival shape); default: a Poisson stream of one shape.",
+        ),
+        click.option(
+            "--prompt-tokens",
+            type=click.IntRange(min=1),
+            default=prompt_tokens,
+            show_default=True,
+            help="Prompt length of every request of the synthetic stream (without --trace).",
+        ),
+        click.option(
+            "--output-tokens",
+            type=click.IntRange(min=1),
+            default=output_tokens,
+            show_default=True,
+            help="Output length of every request of the synthetic stream (without --trace).",
+        ),
+        click.option(
+            "--requests",
+            "n_requests",
+            type=click.IntRange(min=10),
+            default=requests,
+            show_default=True,
+            help="Requests of the synthetic stream (or the trace's first N).",
+        ),
+        click.option("--seed", type=int, default=1, show_default=True, help="Seed of the stream."),
+    )
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
