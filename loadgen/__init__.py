@@ -26,6 +26,7 @@ __all__ = [
     "prepare",
     "redact",
     "replay",
+    "rows",
     "run",
     "schedule",
     "sessions",

@@ -14,11 +14,8 @@ cancellation, which is re-raised after recording. The replay defers building the
 a finished stream to the loop's spare time (``defer_records``; a cancelled request is
 still recorded at once).
 
-Every value a record takes from the server is checked where the record is built, so the
-recorder never meets a row its columns cannot hold: the stream's summary checks JSON
-types (``finish_reason``, usage counts), ``loadgen.fit`` the ranges of the columns (per-chunk
-token counts, usage counts, arrival offsets, the status). A value that fails is left out,
-the chunks received are kept, and the request is a ``protocol_error`` naming the field.
+The record is built, and every value it takes from the server checked, by
+``loadgen.rows`` (the stream's summary checks JSON types, ``loadgen.fit`` column ranges).
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ import orjson
 
 from loadgen.deferred import DeferredCalls
 from loadgen.dispatched import DispatchLog
-from loadgen.fit import fit_columns
 from loadgen.http.pool import FastTransport, Outgoing, RequestTemplate, Timeouts
 from loadgen.http.stamping import (
     STAMPED,
@@ -48,6 +44,7 @@ from loadgen.openai.chunks import reply_text
 from loadgen.openai.refusals import is_admission_rejected, is_context_exceeded
 from loadgen.openai.timings import ServerTimings, timings_from_headers
 from loadgen.redact import Scrubber
+from loadgen.rows import RowBuilder
 from loadgen.stream.body import BodyFeed
 from loadgen.stream.feed import NATIVE, EventFeed
 from loadgen.stream.responses import ResponsesFeed, ResponsesState
@@ -59,14 +56,6 @@ from traces.errors import shown
 from traces.records import RequestRecord, TraceRequest
 
 _ERROR_BODY_LIMIT = 2048
-_NO_TIMINGS = ServerTimings()
-_TOOL_CALL_APIS = frozenset({s.API_CHAT, s.API_COMPLETIONS})
-"""The APIs whose streamed chunks the client classifies for ``delta.tool_calls`` (a
-completions stream has none: 0); the others record null."""
-_UNFINISHED = {
-    s.API_RESPONSES: "stream ended without response.completed or response.incomplete",
-    s.API_EMBEDDINGS: "the embeddings reply ended before its body",
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,15 +133,18 @@ class StreamingClient:
         self._templates: dict[str, RequestTemplate] = {}
         self._base_url = base_url.rstrip("/")
         self._now_ns = now_ns
-        self._run_id = run_id
-        self._worker = worker
         self._headers = dict(headers or {})
         self._headers.setdefault("content-type", "application/json")
         self._headers.setdefault("accept", "text/event-stream" if stream else "application/json")
         self._headers.setdefault("accept-encoding", "identity")
         # The server's strings are stored (error bodies, in-stream errors): never with the
         # credentials sent to it, whatever it echoes.
-        self._scrubber = Scrubber.of(headers={**http.headers, **self._headers}, urls=[base_url])
+        self._rows = RowBuilder(
+            run_id=run_id,
+            worker=worker,
+            scrubber=Scrubber.of(headers={**http.headers, **self._headers}, urls=[base_url]),
+            stream=stream,
+        )
         self._timeout_s = timeout_s
         self._timeout_ns = int(timeout_s * 1e9)
         limits = http.timeout
@@ -269,7 +261,7 @@ class StreamingClient:
             error = f"unreadable response: {type(exc).__name__}: {shown(str(exc), 200)}"
         except asyncio.CancelledError:
             sink(
-                self._record(
+                self._rows.build(
                     job,
                     due_ns,
                     sent,
@@ -282,7 +274,7 @@ class StreamingClient:
             )
             raise
         make = partial(
-            self._record,
+            self._rows.build,
             job,
             due_ns,
             sent,
@@ -400,91 +392,6 @@ class StreamingClient:
                     body.append(data)
                 feed.take(ts, data)
         feed.finish(self._now_ns())
-
-    def _record(
-        self,
-        job: PreparedRequest,
-        due_ns: int,
-        sent_ns: int,
-        end_ns: int,
-        progress: Progress,
-        state: StreamState,
-        outcome: str,
-        error: str | None,
-        header_timings: ServerTimings | None = None,
-    ) -> RequestRecord:
-        parsed = state.summary()
-        fit = fit_columns(parsed, progress.status)
-        if outcome == s.OUTCOME_OK:
-            problem = parsed.error or fit.problem
-            if problem is not None:
-                outcome, error = s.OUTCOME_PROTOCOL_ERROR, problem
-            elif not parsed.done and parsed.finish_reason is None:
-                outcome, error = (
-                    s.OUTCOME_PROTOCOL_ERROR,
-                    _UNFINISHED.get(
-                        job.trace.api, "stream ended without [DONE] or a finish_reason"
-                    ),
-                )
-        req = job.trace
-        usage = fit.usage
-        timings = parsed.timings or header_timings or _NO_TIMINGS
-        return RequestRecord(
-            run_id=self._run_id,
-            trace_index=req.index,
-            request_id=req.request_id,
-            x_request_id=job.x_request_id,
-            worker=self._worker,
-            workload=req.workload,
-            api=req.api,
-            input_tokens=req.input_tokens,
-            output_tokens=req.output_tokens,
-            n_images=len(req.images or ()),
-            image_tokens=req.image_tokens,
-            session_id=req.session_id,
-            slo_ttft_ms=req.slo_ttft_ms,
-            slo_tpot_ms=req.slo_tpot_ms,
-            warmup=job.warmup,
-            due_ns=due_ns,
-            sent_ns=progress.sent_ns if progress.sent_ns is not None else sent_ns,
-            connect_start_ns=progress.connect_start_ns,
-            connected_ns=progress.connected_ns,
-            request_written_ns=progress.written_ns,
-            headers_ns=progress.headers_ns,
-            first_byte_ns=progress.first_byte_ns,
-            first_token_ns=parsed.first_token_ns,
-            first_reasoning_ns=parsed.first_reasoning_ns,
-            end_ns=end_ns,
-            chunk_offsets_us=fit.content_offsets_us,
-            chunk_tokens=fit.chunk_tokens,
-            reasoning_offsets_us=fit.reasoning_offsets_us,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cached_tokens=usage.cached_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            outcome=outcome,
-            http_status=fit.status,
-            error=self._scrubber.scrub_optional(error),
-            finish_reason=self._scrubber.scrub_optional(parsed.finish_reason),
-            server_queue_ms=timings.queue_ms,
-            server_prefill_ms=timings.prefill_ms,
-            server_transfer_ms=timings.transfer_ms,
-            server_first_token_ms=timings.first_token_ms,
-            server_ttft_ms=timings.ttft_ms,
-            server_decode_ms=timings.decode_ms,
-            server_instance=self._scrubber.scrub_optional(timings.instance),
-            server_slip_ms=timings.slip_ms,
-            server_inference_ms=timings.inference_ms,
-            turn=req.turn,
-            parent=req.parent,
-            context_tokens=job.context_tokens,
-            items=parsed.items,
-            server_decode_wait_ms=timings.decode_wait_ms,
-            tool_call_chunks=(
-                parsed.tool_call_chunks if self._stream and req.api in _TOOL_CALL_APIS else None
-            ),
-            first_tool_call_ns=parsed.first_tool_call_ns,
-        )
 
 
 def _keeping(body: list[bytes], take: Callable[[int, bytes], bool]) -> Callable[[int, bytes], bool]:

@@ -339,7 +339,7 @@ def _prepare_all(
         for client in clients:
             ready = client.ready(job)
             progress = Progress(client._now_ns)
-            record = client._record(
+            record = client._rows.build(
                 job, start_ns, start_ns, start_ns + 1, progress, StreamState(start_ns), "ok", None
             )
             assert record_problem(record) is None, (record_problem(record), ready)
