@@ -1,7 +1,7 @@
 """A stream's numbers checked against the run table's columns: what a record may hold.
 
 Every value a record takes from the server is checked where the record is built
-(``loadgen.client``), so the recorder never meets a row its columns cannot hold: per-chunk
+(``loadgen.rows``), so the recorder never meets a row its columns cannot hold: per-chunk
 token counts, usage counts, arrival offsets and the status are cut to their columns'
 ranges, and the first misfit is named (the request is then a ``protocol_error``). Called
 once per finished request, never per chunk. Imports ``loadgen.openai``,

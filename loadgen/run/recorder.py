@@ -14,7 +14,7 @@ the GIL for milliseconds inside pyarrow, which would delay the event loop's next
 request; appending an IPC batch does not (measured: p99 loop wake-up delay 3.1 ms with
 Parquet flushes, 0.4 ms with IPC appends).
 
-The record builder (``loadgen.client``) sees to it that every value fits its column, so a
+The record builder (``loadgen.rows``) sees to it that every value fits its column, so a
 write fails only for something outside the run: a full disk, an I/O error, or a row that
 slipped past the builder (a bug). Then the recorder does not die quietly: the rows of that
 batch that do convert are still written, ``on_failure`` is told at once (the replay stops
