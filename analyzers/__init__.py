@@ -18,6 +18,7 @@ __all__ = [
     "frames",
     "goodput",
     "metrics",
+    "request_frame",
     "server_metrics",
     "slo",
     "throughput",

@@ -6,7 +6,9 @@
 edge cases) are the builders' docstrings in ``analyzers.exprs`` and docs/analysis.md.
 Latencies are over ``ok`` requests, the schedule lag over every sent request; ITL
 percentiles weight a chunk of ``k`` tokens ``k`` times.
-The throughput windows are ``analyzers.throughput``'s.
+The throughput windows are ``analyzers.throughput``'s; the per-request frame and its
+aggregations ``analyzers.request_frame``'s (``READ_COLUMNS`` and ``request_frame`` are
+re-exported here).
 
 Two collects: the run's bounds (to size the throughput windows), then every aggregation in
 one ``pl.collect_all``. Must not import loadgen or httpx.
@@ -15,7 +17,7 @@ one ``pl.collect_all``. Must not import loadgen or httpx.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import polars as pl
 
@@ -23,7 +25,6 @@ from analyzers import exprs as e
 from analyzers import goodput as g
 from analyzers.analysis import (
     METRICS,
-    REQUEST_METRICS,
     Analysis,
     AnalysisOptions,
     CacheDepth,
@@ -44,6 +45,14 @@ from analyzers.frames import (
     select_rows,
     summed_in_slices,
 )
+from analyzers.request_frame import (
+    OUTCOME_OTHER,
+    compared_aggs,
+    request_aggs,
+    with_expected,
+)
+from analyzers.request_frame import READ_COLUMNS as READ_COLUMNS
+from analyzers.request_frame import request_frame as request_frame
 from analyzers.throughput import (
     auto_window_s,
     token_window_query,
@@ -52,161 +61,6 @@ from analyzers.throughput import (
 )
 from analyzers.validity import ClassCount, RunValidity, ValidityThresholds, assess_validity
 from traces import schema as s
-
-_OUTCOME_OTHER: Final = "other"
-
-
-READ_COLUMNS: Final = (
-    s.REQUEST_ID,
-    s.WORKLOAD,
-    s.OUTCOME,
-    s.DUE_NS,
-    s.SENT_NS,
-    s.FIRST_BYTE_NS,
-    s.FIRST_TOKEN_NS,
-    s.FIRST_REASONING_NS,
-    s.END_NS,
-    s.CHUNK_OFFSETS_US,
-    s.CHUNK_TOKENS,
-    s.COMPLETION_TOKENS,
-    s.REASONING_TOKENS,
-    s.PROMPT_TOKENS,
-    s.INPUT_TOKENS,
-    s.IMAGE_TOKENS,
-    s.CACHED_TOKENS,
-    s.SERVER_SLIP_MS,
-    s.SLO_TTFT_MS,
-    s.SLO_TPOT_MS,
-    s.TRACE_INDEX,
-    s.API,
-    s.ITEMS,
-    s.TOOL_CALL_CHUNKS,
-)
-"""The run columns ``request_frame``, ``itl_counts_by_class`` and ``token_window_query`` read
-(``frames.chunk_frame`` names ``REQUEST_ID``)."""
-
-
-def request_frame(
-    lf: pl.LazyFrame, slo: g.SLOTargets, by_workload: bool, *, expected: bool = False
-) -> pl.LazyFrame:
-    """Per-request metric columns (latencies null unless ok), ``CLASS`` and goodput flags;
-    ``EXPECTED_CACHED`` from ``lf`` when ``expected`` (it holds the column), else null."""
-    ok = e.is_ok()
-    masked = [
-        pl.when(ok).then(expr)
-        for expr in (
-            e.ttft_ms(),
-            e.ttft_from_due_ms(),
-            e.ttfb_ms(),
-            e.time_to_first_reasoning_ms(),
-            e.tpot_ms(),
-            e.e2e_ms(),
-        )
-    ]
-    prompt = pl.col(s.PROMPT_TOKENS).cast(pl.Int64)
-    return lf.select(
-        (pl.col(s.WORKLOAD) if by_workload else pl.lit(e.ALL)).cast(pl.String).alias(e.CLASS),
-        pl.col(s.OUTCOME),
-        ok.alias("_ok"),
-        pl.col(s.DUE_NS),
-        pl.col(s.SENT_NS),
-        pl.col(s.FIRST_TOKEN_NS),
-        pl.col(s.END_NS),
-        *[m.alias(name) for m, name in zip(masked, _masked_names(), strict=True)],
-        e.schedule_lag_ms(),
-        e.content_tokens(),
-        pl.when(ok).then(prompt.fill_null(e.requested_prompt_tokens())).alias("_ok_prompt"),
-        e.requested_prompt_tokens(),
-        prompt.alias(s.PROMPT_TOKENS),
-        e.prompt_ratio(),
-        pl.col(s.CACHED_TOKENS).cast(pl.Int64),
-        e.cached_fraction(),
-        _expected_column(expected),
-        pl.col(s.SERVER_SLIP_MS),
-        pl.when(ok).then(pl.col(s.ITEMS).cast(pl.Int64)).alias("_ok_items"),
-        (pl.col(s.API).cast(pl.String) == s.API_EMBEDDINGS).alias("_embed"),
-        (ok & pl.col(s.TOOL_CALL_CHUNKS).is_not_null()).alias("_tool_known"),
-        (ok & (pl.col(s.TOOL_CALL_CHUNKS) > 0)).fill_null(False).alias("_tool"),
-        *g.goodput_columns(slo),
-    )
-
-
-def _joined(lf: pl.LazyFrame, expected: pl.DataFrame | None) -> pl.LazyFrame:
-    """``lf`` with the expected cached tokens per request (``EXPECTED_CACHED``) joined on
-    the trace index, when there are any."""
-    if expected is None:
-        return lf
-    return lf.join(expected.lazy(), on=s.TRACE_INDEX, how="left", maintain_order="left")
-
-
-def _expected_column(expected: bool) -> pl.Expr:
-    col = pl.col(EXPECTED_CACHED) if expected else pl.lit(None, dtype=pl.Int64)
-    return col.alias(EXPECTED_CACHED)
-
-
-def _compared_aggs(prompt: pl.Expr) -> list[pl.Expr]:
-    """Sums over the requests with a reported prompt and an expectation (``_cmp_*``)."""
-    both = (prompt > 0) & pl.col(EXPECTED_CACHED).is_not_null()
-    return [
-        both.sum().alias("_cmp_n"),
-        prompt.filter(both).sum().alias("_cmp_prompt"),
-        pl.col(EXPECTED_CACHED).filter(both).sum().alias("_cmp_exp"),
-        pl.col(s.CACHED_TOKENS).filter(both).fill_null(0).sum().alias("_cmp_obs"),
-    ]
-
-
-def _masked_names() -> tuple[str, ...]:
-    return (e.TTFT_MS, e.TTFT_FROM_DUE_MS, e.TTFB_MS, e.TTFR_MS, e.TPOT_MS, e.E2E_MS)
-
-
-def _stat_aggs(column: str, percentiles: tuple[float, ...]) -> list[pl.Expr]:
-    c = pl.col(column)
-    return [
-        c.count().alias(f"{column}__count"),
-        c.mean().alias(f"{column}__mean"),
-        c.max().cast(pl.Float64).alias(f"{column}__max"),
-        *(e.quantile(column, p) for p in percentiles),
-    ]
-
-
-def _request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
-    outcome = pl.col(s.OUTCOME)
-    ratio = pl.col(e.PROMPT_RATIO)
-    has_usage = pl.col(s.PROMPT_TOKENS).is_not_null()
-    has_prompt = pl.col(s.PROMPT_TOKENS) > 0
-    aggs = [
-        pl.len().alias("_n"),
-        pl.col("_ok").sum().alias("_ok"),
-        *((outcome == o).sum().alias(f"_outcome_{o}") for o in s.OUTCOMES),
-        (~outcome.is_in(list(s.OUTCOMES))).sum().alias(f"_outcome_{_OUTCOME_OTHER}"),
-        pl.col(s.SENT_NS).min().alias("_first_sent"),
-        pl.col(s.END_NS).max().alias("_last_end"),
-        pl.col(e.CONTENT_TOKENS).sum().alias("_out_tokens"),
-        pl.col("_ok_prompt").sum().alias("_ok_prompt"),
-        pl.col("_ok_items").sum().alias("_ok_items"),
-        pl.col("_embed").sum().alias("_embed"),
-        pl.col("_tool_known").sum().alias("_tool_known"),
-        pl.col("_tool").sum().alias("_tool_n"),
-        pl.col(e.CONTENT_TOKENS).filter(pl.col("_tool")).sum().alias("_tool_tokens"),
-        ratio.count().alias("_fid_n"),
-        pl.col(e.REQUESTED_PROMPT_TOKENS).filter(has_usage).mean().alias("_fid_req"),
-        pl.col(s.PROMPT_TOKENS).mean().alias("_fid_rep"),
-        ratio.median().alias("_fid_ratio"),
-        (ratio - 1).abs().median().alias("_fid_err"),
-        pl.col(s.CACHED_TOKENS).filter(has_usage).mean().alias("_cached"),
-        pl.col(e.CACHED_FRACTION).mean().alias("_cached_frac"),
-        pl.col(s.CACHED_TOKENS).filter(has_prompt).fill_null(0).sum().alias("_cached_sum"),
-        pl.col(s.PROMPT_TOKENS).filter(has_prompt).sum().alias("_prompt_sum"),
-        pl.col(s.CACHED_TOKENS).filter(has_usage).count().alias("_cached_n"),
-        *_compared_aggs(pl.col(s.PROMPT_TOKENS).cast(pl.Int64)),
-        e.quantile(e.SCHEDULE_LAG_MS, 99.0).alias("_lag_p99"),
-        e.quantile(s.SERVER_SLIP_MS, 99.0).alias("_slip_p99"),
-        e.quantile(e.TTFT_MS, 50.0).alias("_ttft_p50"),
-        *g.goodput_aggs(),
-    ]
-    for m in REQUEST_METRICS:
-        aggs.extend(_stat_aggs(m.key, percentiles))
-    return aggs
 
 
 def _itl_frame(counted: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
@@ -258,7 +112,7 @@ def _class_summary(
     per_s = 1 / duration if duration > 0 else 0.0
     outcomes = tuple(
         OutcomeCount(outcome=o, count=c, fraction=c / n if n else 0.0)
-        for o in (*s.OUTCOMES, _OUTCOME_OTHER)
+        for o in (*s.OUTCOMES, OUTCOME_OTHER)
         if (c := int(row[f"_outcome_{o}"] or 0))
     )
     p = options.percentiles
@@ -362,7 +216,7 @@ def cache_depth_query(lf: pl.LazyFrame) -> pl.LazyFrame:
             pl.len().alias("_n"),
             pl.col("_prompt").sum(),
             pl.col(s.CACHED_TOKENS).sum().alias("_cached"),
-            *_compared_aggs(pl.col("_prompt")),
+            *compared_aggs(pl.col("_prompt")),
         )
         .sort("_depth")
     )
@@ -398,7 +252,7 @@ def analyze_pass(
     expected = None
     if options.cache is not None:
         expected, basis = cache_expectation(run, options.cache)
-    lf = _joined(lf, expected)
+    lf = with_expected(lf, expected)
     bounds = lf.select(
         pl.len().alias("n"), pl.col(s.DUE_NS).min().alias("t0"), pl.col(s.END_NS).max()
     ).collect()
@@ -408,7 +262,7 @@ def analyze_pass(
     window_s = options.window_s or auto_window_s(span_s)
     pcts = tuple(options.percentiles)
     req = request_frame(lf, options.slo, options.by_workload, expected=expected is not None)
-    aggs = _request_aggs(pcts)
+    aggs = request_aggs(pcts)
     itl_aggs = _itl_aggs(pcts)
     # One pass over the run, a slice of requests at a time where the selection allows it:
     # the chunk sums add up over slices exactly, the per-request rows are concatenated.
@@ -423,7 +277,7 @@ def analyze_pass(
             (lambda part: token_window_query(part, t0, window_ns), ["_w"]),
             (
                 lambda part: request_frame(
-                    _joined(part, expected), options.slo, bw, expected=expected is not None
+                    with_expected(part, expected), options.slo, bw, expected=expected is not None
                 ),
                 None,
             ),
