@@ -20,6 +20,7 @@ __all__ = [
     "fit",
     "history",
     "http",
+    "inflight",
     "live",
     "openai",
     "pacer",

@@ -26,6 +26,7 @@ from typing import Any
 from loadgen.client import PreparedRequest, ReadyRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.history import LiveHistory
+from loadgen.inflight import InflightCap
 from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
 from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
@@ -105,10 +106,9 @@ class Replayer:
         self._stopping = False
         self._stop_reason = "completed"
         self._dispatched = 0
-        self._held_us = lag_histogram()
-        """Open loop with ``max_inflight``: each held request's wait for the cap (us)."""
-        self._dispatch_lag_us = lag_histogram()
-        """Open loop with ``max_inflight``: each request's schedule lag net of that wait."""
+        cap = shape.max_inflight if shape.concurrency is None else None
+        self._cap = InflightCap(cap, clock.now_ns) if cap is not None else None
+        """Open loop with ``max_inflight``: its slots and the cap's share of lateness."""
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; a second call cancels in-flight requests at once."""
@@ -240,7 +240,7 @@ class Replayer:
             if probe is not None:
                 probe.stop()
             self._client.flush()  # records the client deferred (``defer_records``)
-        capped = self._shape.concurrency is None and self._shape.max_inflight is not None
+        cap = self._cap
         return ReplayResult(
             dispatched=self._dispatched,
             stop_reason=self._stop_reason,
@@ -251,8 +251,8 @@ class Replayer:
             cpu_utilisation=monitor.cpu_utilisation(),
             cpu_s=monitor.cpu_seconds(),
             stamp_delay=probe.summary() if probe is not None else None,
-            held=summarize_us(self._held_us) if capped else None,
-            dispatch_lag=summarize_us(self._dispatch_lag_us) if capped else None,
+            held=cap.held() if cap is not None else None,
+            dispatch_lag=cap.dispatch_lag() if cap is not None else None,
             warm_connect=warm,
             warmup_end_ns=self._warm_end,
             dispatch_end_ns=self._dispatch_end,
@@ -295,22 +295,9 @@ class Replayer:
                 await self._timer.sleep_until(self._clock.to_mono_ns(due_ns))
 
     async def _one(
-        self, job: ReadyRequest, due_ns: int, slot: asyncio.Semaphore | None, held_ns: int
+        self, job: ReadyRequest, due_ns: int, slot: InflightCap | None, held_ns: int
     ) -> None:
-        sink = self._record
-        if slot is not None:
-            dispatch_lag, held_us = self._dispatch_lag_us, self._held_us
-
-            def sink(record: RequestRecord) -> None:
-                # The cap's share of this request's lateness, and the client's own rest.
-                if record.sent_ns is not None:
-                    lag = max(0, record.sent_ns - record.due_ns)
-                    held = min(held_ns, lag)
-                    if held > 0:
-                        held_us.record_value(max(1, held // 1000))
-                    dispatch_lag.record_value(max(1, (lag - held) // 1000))
-                self._record(record)
-
+        sink = self._record if slot is None else slot.sink(self._record, held_ns)
         try:
             await self._client.execute(job, due_ns, sink)
         finally:
@@ -322,7 +309,7 @@ class Replayer:
         tg: asyncio.TaskGroup,
         job: ReadyRequest,
         due_ns: int,
-        slot: asyncio.Semaphore | None,
+        slot: InflightCap | None,
         held_ns: int = 0,
     ) -> None:
         task = tg.create_task(self._one(job, due_ns, slot, held_ns))
@@ -377,17 +364,13 @@ class Replayer:
         first requests, prepared before the start."""
         dues = self._due_ns(start)
         deadline = self._deadline(start)
-        cap = self._shape.max_inflight
-        slot = asyncio.Semaphore(cap) if cap is not None else None
+        slot = self._cap
         now_ns = self._clock.now_ns
         requests = self._requests
         ahead: deque[tuple[int, ReadyRequest]] = deque(
             (dues[k], job) for k, job in enumerate(early)
         )
         following = len(early)
-        # When the dispatcher last got a slot it had to wait for: a request due before
-        # then was held by the cap until then (whatever lateness follows is the client's).
-        released_ns = 0
         while True:
             while (
                 following < len(requests)
@@ -406,17 +389,12 @@ class Replayer:
                 if deadline is not None and due >= deadline:
                     self._stop_reason = "duration"
                     return
-                if slot is not None:
-                    if slot.locked():
-                        await slot.acquire()
-                        released_ns = now_ns()
-                    else:
-                        await slot.acquire()
+                held_ns = await slot.acquire(due) if slot is not None else 0
                 if self._stopping:
                     if slot is not None:
                         slot.release()
                     return
-                self._spawn(tg, job, due, slot, max(0, released_ns - due))
+                self._spawn(tg, job, due, slot, held_ns)
             await asyncio.sleep(0)
 
     async def _closed_loop(self, tg: asyncio.TaskGroup, start: int, concurrency: int) -> None:
