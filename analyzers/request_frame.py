@@ -3,8 +3,8 @@ metric columns (latencies null unless ``ok``), ``CLASS`` and goodput flags
 (``request_frame``), the run columns it reads (``READ_COLUMNS``) and the aggregations
 ``analyzers.metrics`` collects over it (``request_aggs``, ``compared_aggs``).
 
-Definitions of the columns are the builders' docstrings in ``analyzers.exprs``. Must not
-import loadgen or httpx.
+Definitions of the columns are the builders' docstrings in ``analyzers.exprs``. Like the
+rest of ``analyzers``, it stays clear of the client (``loadgen``, ``httpx``).
 """
 
 from __future__ import annotations

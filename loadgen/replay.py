@@ -8,7 +8,9 @@ dispatching, gives in-flight requests a grace period, then cancels them; cancell
 requests are recorded with outcome ``cancelled``. A closed loop's ``max_rate`` is paced on
 the run's clock with absolute slots (``loadgen.pacer``). Closed-loop sessions (an open
 loop whose turns wait for their parents' replies) are dispatched by ``loadgen.turns``.
-With a duration, rows still in flight when dispatching ended are flagged ``drain``.
+With a duration, rows still in flight when dispatching ended are flagged ``drain``. Its values:
+the ``LoadShape`` it is given (``loadgen.shape``), the ``ReplayResult`` it returns
+(``loadgen.result``); both re-exported here.
 """
 
 from __future__ import annotations
@@ -17,23 +19,26 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from typing import Any
 
 from loadgen.client import PreparedRequest, ReadyRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.history import LiveHistory
+from loadgen.inflight import InflightCap
 from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
 from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
+from loadgen.result import ReplayResult
 from loadgen.schedule import due_offsets_ns
 from loadgen.sessions import SessionPlan
+from loadgen.shape import LoadShape, StartGate
 from loadgen.stalls import PROMPT_BUILD, StallWatch
 from loadgen.stampdelay import StampDelayProbe
 from loadgen.turns import ClosedSessions
 from loadgen.wakeup import DeadlineTimer, make_deadline_timer
-from traces.health import LagSummary, StallLog
+from traces.health import LagSummary
 from traces.records import RequestRecord, TraceRequest
 
 _POLL_S = 0.05
@@ -51,81 +56,7 @@ _GATED_WARM = 1
 """Open loop under a start gate: connections opened before the shard reports ready (the
 server is reached, the connect path warmed); a closed loop opens one per worker."""
 
-StartGate = Callable[[], Awaitable[int]]
-"""Awaited once the replay is ready to send (warm pool connected, the first requests
-prepared); returns the common start (epoch ns) every shard of the run waits for
-(``loadgen.run.workers``, ``loadgen.run.ray``)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoadShape:
-    """How requests are dispatched."""
-
-    concurrency: int | None = None
-    """Closed loop with this many requests in flight; None for open loop."""
-    time_factor: float = 1.0
-    """Open loop: multiplier of the trace's inter-arrival gaps."""
-    max_rate: float | None = None
-    """Closed loop: ceiling on dispatches per second."""
-    max_rate_phase_ns: int = 0
-    """Closed loop: when the first ``max_rate`` slot is due, after the start (shards sharing
-    one rate offset their slots so that together they are evenly spaced)."""
-    max_inflight: int | None = None
-    """Open loop: cap on requests in flight (dispatch waits; lateness is recorded)."""
-    duration_s: float | None = None
-    """Stop dispatching after this many seconds."""
-    grace_s: float = 5.0
-    """After a stop, how long in-flight requests may finish before they are cancelled."""
-    closed_sessions: bool = False
-    """Open loop: a session's turn waits for its parent's end plus think time
-    (``loadgen.turns``)."""
-    max_sessions: int | None = None
-    """Closed sessions: cap on sessions in progress."""
-    live_history: bool = False
-    """Closed sessions: a turn's history is what the server replied (``loadgen.history``),
-    not the trace's."""
-    warmup_s: float | None = None
-    """Requests due in the first this many seconds are flagged warm-up."""
-
-    @property
-    def mode(self) -> str:
-        return "closed" if self.concurrency is not None else "open"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplayResult:
-    """What the driver did, for run.json and the summary."""
-
-    dispatched: int
-    stop_reason: str
-    start_ns: int
-    end_ns: int
-    loop_lag: LagSummary
-    schedule_lag: LagSummary
-    cpu_utilisation: float
-    """The process's CPU time over the replay's wall time (1.0 = one core busy)."""
-    cpu_s: float
-    """The process's CPU seconds during the replay (start-up and summary excluded)."""
-    stamp_delay: LagSummary | None = None
-    """How long arrived bytes waited before the loop stamped them (``loadgen.stampdelay``);
-    None when the probe could not open its two sockets (descriptors at their limit)."""
-    held: LagSummary | None = None
-    """Open loop with ``max_inflight``: how long each request the cap held back waited
-    (samples: the requests held); None without a cap."""
-    dispatch_lag: LagSummary | None = None
-    """With ``max_inflight``: the schedule lag net of the cap's hold (the client's own
-    lateness); None without a cap (then it is ``schedule_lag``)."""
-    warm_connect: LagSummary | None = None
-    """Closed loop: the connects of the warm pool opened before the start (one per
-    worker; samples: the connections opened), which the first wave's rows then do not
-    carry; an open loop's under a start gate (``_GATED_WARM``); else None."""
-    warmup_end_ns: int | None = None
-    """With ``warmup_s``: requests due before it are flagged warm-up."""
-    dispatch_end_ns: int | None = None
-    """With ``duration_s``: when dispatching ended; rows in flight then are ``drain``."""
-    stalls: StallLog | None = None
-    """Event-loop stalls over the threshold during the replay, with their causes
-    (``loadgen.stalls``)."""
+__all__ = ["LoadShape", "ReplayResult", "Replayer", "StartGate"]
 
 
 class Replayer:
@@ -175,10 +106,9 @@ class Replayer:
         self._stopping = False
         self._stop_reason = "completed"
         self._dispatched = 0
-        self._held_us = lag_histogram()
-        """Open loop with ``max_inflight``: each held request's wait for the cap (us)."""
-        self._dispatch_lag_us = lag_histogram()
-        """Open loop with ``max_inflight``: each request's schedule lag net of that wait."""
+        cap = shape.max_inflight if shape.concurrency is None else None
+        self._cap = InflightCap(cap, clock.now_ns) if cap is not None else None
+        """Open loop with ``max_inflight``: its slots and the cap's share of lateness."""
 
     def stop(self, reason: str = "interrupted") -> None:
         """Stop dispatching; a second call cancels in-flight requests at once."""
@@ -310,7 +240,7 @@ class Replayer:
             if probe is not None:
                 probe.stop()
             self._client.flush()  # records the client deferred (``defer_records``)
-        capped = self._shape.concurrency is None and self._shape.max_inflight is not None
+        cap = self._cap
         return ReplayResult(
             dispatched=self._dispatched,
             stop_reason=self._stop_reason,
@@ -321,8 +251,8 @@ class Replayer:
             cpu_utilisation=monitor.cpu_utilisation(),
             cpu_s=monitor.cpu_seconds(),
             stamp_delay=probe.summary() if probe is not None else None,
-            held=summarize_us(self._held_us) if capped else None,
-            dispatch_lag=summarize_us(self._dispatch_lag_us) if capped else None,
+            held=cap.held() if cap is not None else None,
+            dispatch_lag=cap.dispatch_lag() if cap is not None else None,
             warm_connect=warm,
             warmup_end_ns=self._warm_end,
             dispatch_end_ns=self._dispatch_end,
@@ -365,22 +295,9 @@ class Replayer:
                 await self._timer.sleep_until(self._clock.to_mono_ns(due_ns))
 
     async def _one(
-        self, job: ReadyRequest, due_ns: int, slot: asyncio.Semaphore | None, held_ns: int
+        self, job: ReadyRequest, due_ns: int, slot: InflightCap | None, held_ns: int
     ) -> None:
-        sink = self._record
-        if slot is not None:
-            dispatch_lag, held_us = self._dispatch_lag_us, self._held_us
-
-            def sink(record: RequestRecord) -> None:
-                # The cap's share of this request's lateness, and the client's own rest.
-                if record.sent_ns is not None:
-                    lag = max(0, record.sent_ns - record.due_ns)
-                    held = min(held_ns, lag)
-                    if held > 0:
-                        held_us.record_value(max(1, held // 1000))
-                    dispatch_lag.record_value(max(1, (lag - held) // 1000))
-                self._record(record)
-
+        sink = self._record if slot is None else slot.sink(self._record, held_ns)
         try:
             await self._client.execute(job, due_ns, sink)
         finally:
@@ -392,7 +309,7 @@ class Replayer:
         tg: asyncio.TaskGroup,
         job: ReadyRequest,
         due_ns: int,
-        slot: asyncio.Semaphore | None,
+        slot: InflightCap | None,
         held_ns: int = 0,
     ) -> None:
         task = tg.create_task(self._one(job, due_ns, slot, held_ns))
@@ -447,17 +364,13 @@ class Replayer:
         first requests, prepared before the start."""
         dues = self._due_ns(start)
         deadline = self._deadline(start)
-        cap = self._shape.max_inflight
-        slot = asyncio.Semaphore(cap) if cap is not None else None
+        slot = self._cap
         now_ns = self._clock.now_ns
         requests = self._requests
         ahead: deque[tuple[int, ReadyRequest]] = deque(
             (dues[k], job) for k, job in enumerate(early)
         )
         following = len(early)
-        # When the dispatcher last got a slot it had to wait for: a request due before
-        # then was held by the cap until then (whatever lateness follows is the client's).
-        released_ns = 0
         while True:
             while (
                 following < len(requests)
@@ -476,17 +389,12 @@ class Replayer:
                 if deadline is not None and due >= deadline:
                     self._stop_reason = "duration"
                     return
-                if slot is not None:
-                    if slot.locked():
-                        await slot.acquire()
-                        released_ns = now_ns()
-                    else:
-                        await slot.acquire()
+                held_ns = await slot.acquire(due) if slot is not None else 0
                 if self._stopping:
                     if slot is not None:
                         slot.release()
                     return
-                self._spawn(tg, job, due, slot, max(0, released_ns - due))
+                self._spawn(tg, job, due, slot, held_ns)
             await asyncio.sleep(0)
 
     async def _closed_loop(self, tg: asyncio.TaskGroup, start: int, concurrency: int) -> None:
