@@ -138,13 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="2 s per rate instead of 5 s")
     parser.add_argument(
+        "--smoke", action="store_true", help="0.5 s per rate: that it runs, not a figure"
+    )
+    parser.add_argument(
         "--concurrency", type=int, default=CONCURRENCY, help=f"slots (default {CONCURRENCY})"
     )
     parser.add_argument("--json", type=Path, default=None, help="also save the results here")
     args = parser.parse_args(argv)
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
-    seconds = SECONDS[args.quick]
+    seconds = 0.5 if args.smoke else SECONDS[args.quick]
     ingest = _ingest_module()
     server = ingest._Server()
     results: list[RateResult] = []

@@ -169,6 +169,9 @@ def shard_check(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a shorter schedule (about 20 s)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="with --quick, 400 requests: that it runs"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also save the results here")
     parser.add_argument(
         "--pairs", type=int, default=5, help="(e): interleaved 1- and 2-worker runs (default 5)"
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
     ingest = _ingest_module()
-    n = 1500 if args.quick else 5000
+    n = 400 if args.smoke else 1500 if args.quick else 5000
     server = ingest._Server()
     try:
         with tempfile.TemporaryDirectory(prefix="replay-bench-") as tmp:

@@ -13,7 +13,9 @@ from benchrun import run_bench
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_max_rate_quick_runs_and_prints_each_rate(tmp_path: Path) -> None:
-    stdout, doc = run_bench("max_rate.py", "--quick", out_json=tmp_path / "out.json", timeout_s=110)
+    stdout, doc = run_bench(
+        "max_rate.py", "--quick", "--smoke", out_json=tmp_path / "out.json", timeout_s=110
+    )
     assert "[target within 1%]" in stdout
     assert [r["asked_per_s"] for r in doc["rates"]] == [1.0, 50.0, 200.0, 1000.0, 5000.0]
     for r in doc["rates"]:

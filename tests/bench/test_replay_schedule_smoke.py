@@ -14,7 +14,7 @@ from benchrun import run_bench
 @pytest.mark.timeout(120)
 def test_replay_schedule_quick_runs_and_prints_each_target(tmp_path: Path) -> None:
     stdout, doc = run_bench(
-        "replay_schedule.py", "--quick", out_json=tmp_path / "out.json", timeout_s=110
+        "replay_schedule.py", "--quick", "--smoke", out_json=tmp_path / "out.json", timeout_s=110
     )
     for line in ("(c) open loop", "(d) process start", "(e) closed loop", "[target"):
         assert line in stdout

@@ -99,7 +99,7 @@ class Load:
     poisson: bool = False
 
 
-LOW = Load("low", 0.5, 30, 10)
+LOW = Load("low", 0.5, 20, 10)
 MEDIUM = Load("medium", 0.8, 40, 10, poisson=True)
 SATURATING = Load("saturating", 2.5, 60, 0)
 
