@@ -37,9 +37,13 @@ demo: $(STAMP)
 demo-compare: $(STAMP)
 	$(VENV)/bin/loadgen demo-compare
 
-# The whole suite: lint, types (tests included) and pytest; CI runs this.
+# The whole suite: lint, types (tests included) and pytest; CI runs this. pytest runs in
+# two passes: the tests that time nothing on every core (pytest-xdist, at most 4 workers),
+# then the `serial` ones (real servers, real processes, timing) one at a time, alone on
+# the machine. tests/conftest.py says which are which.
 test: lint typecheck $(TEST_NEEDS)
-	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest
+	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m 'not serial' --numprocesses=auto --maxprocesses=4
+	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m serial
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -35,6 +35,8 @@ from runbuilders import make_run
 
 from loadgen.cli.root import cli
 
+pytestmark = pytest.mark.serial
+
 EXIT = {"ok": 0, "breach": 1, "usage": 2, "missing": 2, "malformed": 2, "invalid": 3, "down": 4}
 
 

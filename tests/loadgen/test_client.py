@@ -28,6 +28,8 @@ from loadgen.stream.feed import NATIVE
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
 
+pytestmark = pytest.mark.serial
+
 TRANSPORTS = ["fast", "httpx"]
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

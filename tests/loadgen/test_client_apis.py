@@ -19,6 +19,8 @@ from loadgen.run.session import make_transport
 from traces import schema as s
 from traces.records import RequestRecord, TraceRequest
 
+pytestmark = pytest.mark.serial
+
 TRANSPORTS = ["fast", "httpx"]
 
 

@@ -18,6 +18,8 @@ from loadgen.cli.options.config import dump_toml
 from loadgen.cli.root import cli
 from loadgen.sim.launch import SimProcess, start_sim
 
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:

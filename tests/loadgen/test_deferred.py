@@ -13,6 +13,8 @@ from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.deferred import DeferredCalls
 from traces.records import RequestRecord, TraceRequest
 
+pytestmark = pytest.mark.serial
+
 
 def test_calls_wait_for_the_loop_and_run_in_order() -> None:
     async def main() -> list[str]:

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import orjson
+import pytest
 
 from loadgen.run.deployment import (
     LLAMACPP_PROPS,
@@ -23,6 +24,8 @@ from loadgen.run.deployment import (
     vllm_cache_facts,
 )
 from traces.deployment import DeploymentInfo
+
+pytestmark = pytest.mark.serial
 
 VLLM_METRICS = (
     b"# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"

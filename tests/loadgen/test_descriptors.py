@@ -12,7 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_NOFILE")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_NOFILE"),
+    pytest.mark.serial,
+]
 
 _PROBE = """
 import json, resource, sys

@@ -15,6 +15,8 @@ from loadgen.errors import RunLiveError
 from loadgen.run.runlock import RunLock
 from traces import schema as s
 
+pytestmark = pytest.mark.serial
+
 
 def test_each_marker_appends_one_record_and_a_torn_tail_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / s.DISPATCH_FILE

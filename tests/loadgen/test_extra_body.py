@@ -19,6 +19,8 @@ from traces.io import read_trace, write_trace
 from traces.prompts.maker import Prompt, PromptMaker
 from traces.runinfo import Capabilities
 
+pytestmark = pytest.mark.serial
+
 
 def _trace(path: Path, *, check: bool = True, **columns: list[object]) -> Path:
     n = len(next(iter(columns.values()))) if columns else 2

@@ -58,7 +58,7 @@ async def fetch_drained(
         return resp.status_code, pieces
 
 
-pytestmark = pytest.mark.usefixtures("body_decoder")
+pytestmark = [pytest.mark.usefixtures("body_decoder"), pytest.mark.serial]
 """Every test runs with both decoders of chunked bodies (``conftest.body_decoder``)."""
 
 

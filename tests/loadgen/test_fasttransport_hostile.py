@@ -23,7 +23,7 @@ from loadgen.http.exchange import Exchange
 from loadgen.http.pool import FastTransport, Outgoing, Timeouts, origin_of
 from loadgen.http.stamping import STAMPED, MalformedResponse, Progress, read_head
 
-pytestmark = pytest.mark.usefixtures("body_decoder")
+pytestmark = [pytest.mark.usefixtures("body_decoder"), pytest.mark.serial]
 
 SSE = b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
 POST = b"POST /v1/x HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\n\r\n{}"

@@ -41,6 +41,8 @@ from traces import schema as s
 from traces.io import read_run_info, write_trace
 from traces.records import RequestRecord, TraceRequest
 
+pytestmark = pytest.mark.serial
+
 MIB = 1024 * 1024
 KINDS = ["fast", "httpx"]
 """The replay's transports (``--transport``): the same row for the same server bytes."""

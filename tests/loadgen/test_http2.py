@@ -18,6 +18,8 @@ from loadgen.run.session import SessionOptions, SessionResult, run_session
 from traces import schema as s
 from traces.io import write_trace
 
+pytestmark = pytest.mark.serial
+
 needs_h2 = pytest.mark.skipif(
     importlib.util.find_spec("h2") is None,
     reason="the h2 package is not installed (pip install 'llm-loadgen[http2]')",

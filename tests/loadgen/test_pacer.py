@@ -31,6 +31,8 @@ from traces.prompts.maker import PromptMaker
 from traces.records import RequestRecord, TraceRequest
 from traces.runinfo import Capabilities
 
+pytestmark = pytest.mark.serial
+
 MS = 1_000_000
 
 

@@ -14,6 +14,8 @@ from loadgen.cli.echo import cli_console
 from loadgen.cli.progress import live_progress
 from loadgen.live import LiveSnapshot
 
+pytestmark = pytest.mark.serial
+
 
 class _Stats:
     def snapshot(self) -> LiveSnapshot:

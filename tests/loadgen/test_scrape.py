@@ -30,6 +30,8 @@ from traces import schema as s
 from traces.io import read_run_info, write_trace
 from traces.schema import SERVER_METRICS_SCHEMA
 
+pytestmark = pytest.mark.serial
+
 LLAMACPP_METRICS = """\
 # HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens
 # TYPE llamacpp:prompt_tokens_total counter

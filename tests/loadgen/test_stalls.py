@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from loadgen.live import LoopLagMonitor
 from loadgen.stalls import (
     HOST,
@@ -17,6 +19,8 @@ from loadgen.stalls import (
     merge_stall_logs,
 )
 from traces.health import MAX_STALLS_LISTED
+
+pytestmark = pytest.mark.serial
 
 MS = 1_000_000
 

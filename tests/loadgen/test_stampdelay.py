@@ -14,6 +14,8 @@ import pytest
 from loadgen.stampdelay import StampDelayProbe
 from traces.health import LagSummary
 
+pytestmark = pytest.mark.serial
+
 BUSY_S = 0.3
 
 Runner = Callable[[Coroutine[Any, Any, LagSummary]], LagSummary]

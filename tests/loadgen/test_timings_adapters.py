@@ -36,6 +36,8 @@ from loadgen.openai.timings import ServerTimings, parse_timings, timings_from_he
 from loadgen.stream.state import summarize_stream
 from traces.records import RequestRecord, TraceRequest
 
+pytestmark = pytest.mark.serial
+
 LLAMACPP_CHAT_STREAM = (
     b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":1795953908,"id":"chatcmpl-wQoufYvWCTg2WHcwKpaWDuylNA3m2P0U","model":"tiny-llama","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}\n\n'
     b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":" leap"}}],"created":1795953908,"id":"chatcmpl-wQoufYvWCTg2WHcwKpaWDuylNA3m2P0U","model":"tiny-llama","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}\n\n'

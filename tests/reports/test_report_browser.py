@@ -22,7 +22,7 @@ import pytest
 from reports.html.report import write_report
 from reports.html.run import ReportOptions
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 INSTALL_TIMEOUT_S = 600
 BROWSER_TIMEOUT_S = 90

@@ -21,6 +21,8 @@ from traces.deployment import (
 from traces.errors import DeploymentError
 from traces.runinfo import RunInfo
 
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "deployments").glob("*.toml"))
 

@@ -420,12 +420,9 @@ def test_no_arrival_within_duration_raises() -> None:
         synthesize(_config(requests=None, duration_s=0.001, arrival=ArrivalSpec(rate=0.001)))
 
 
-def test_hundred_thousand_requests_are_fast() -> None:
-    import time
-
-    start = time.perf_counter()
+def test_hundred_thousand_requests() -> None:
+    # Scale, not speed: the synthesizer's time is measured by bench/prompts.py.
     table = synthesize(
         SynthConfig(requests=100_000, seed=1, prefix=PrefixSpec(groups=8, tokens=2048))
     ).table
     assert table.num_rows == 100_000
-    assert time.perf_counter() - start < 10.0
