@@ -34,7 +34,7 @@ from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.openai.chunks import classify
 from loadgen.openai.timings import ServerTimings, parse_timings, timings_from_headers
 from loadgen.stream.state import summarize_stream
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 LLAMACPP_CHAT_STREAM = (
     b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],"created":1795953908,"id":"chatcmpl-wQoufYvWCTg2WHcwKpaWDuylNA3m2P0U","model":"tiny-llama","system_fingerprint":"b0-unknown","object":"chat.completion.chunk"}\n\n'
@@ -236,7 +236,7 @@ def test_client_records_header_timings(
             200, headers={"content-type": "text/event-stream", **headers}, content=stream()
         )
 
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
 
     async def main() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
