@@ -63,6 +63,7 @@ bench: $(STAMP)
 	$(PY) bench/analyze.py --requests 200000
 	$(PY) bench/analysis_scale.py
 	$(PY) bench/wakeup.py
+	$(PY) bench/record_cost.py
 	$(PY) bench/hostile.py
 	$(PY) bench/calibrate.py
 

@@ -13,7 +13,7 @@ client runs in a fresh process pinned to CPU 0, interleaved with the others:
   by splitting on ``b"\\n\\n"`` (no dechunking, no JSON): the practical limit.
 * ``httpx-raw``: a plain ``httpx.AsyncClient`` ``aiter_raw`` loop, same counting.
 * ``loadgen``: ``StreamingClient`` over the fast transport (``loadgen.http.pool``:
-  asyncio.Protocol + httptools, the replay's default), producing real ``RequestRecord`` rows.
+  asyncio.Protocol + httptools, the replay's default), producing real run rows (``RunRow``).
 * ``loadgen-httpx``: the same client over httpx's own transport (``--transport httpx``).
 
 Two measurements: throughput (many concurrent streams, zero inter-token delay: tokens per
@@ -665,14 +665,14 @@ async def _client_loadgen(
     from loadgen.clock import Clock
     from loadgen.collector import steady_collector
     from loadgen.run.session import make_transport
-    from traces.records import RequestRecord, TraceRequest
+    from traces.records import RunRow, TraceRequest
     from traces.schema import OUTCOME_OK
 
     clock = Clock()
     body = _request_body(spec.tokens)
     base_url = f"http://{HOST}:{spec.port}/v1"
     transport = make_transport(transport_kind, clock.now_ns, max_connections=spec.streams)
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
 
     def job(i: int, xid: str, payload: bytes, tokens: int) -> PreparedRequest:
         trace = TraceRequest(
@@ -687,7 +687,7 @@ async def _client_loadgen(
             http, base_url=base_url, now_ns=clock.now_ns, run_id="warm", headers={}
         )
         warm_body = _request_body(WARMUP_TOKENS)
-        sink: list[RequestRecord] = []
+        sink: list[RunRow] = []
         await asyncio.gather(
             *(
                 warm_client.execute(

@@ -88,13 +88,13 @@ def child_main(url: str, timeout_s: float, out: Path) -> int:
     from loadgen.client import PreparedRequest, StreamingClient
     from loadgen.clock import Clock
     from loadgen.http.pool import FastTransport
-    from traces.records import RequestRecord, TraceRequest
+    from traces.records import RunRow, TraceRequest
 
     async def main() -> dict[str, Any]:
         clock = Clock()
         transport = FastTransport(clock.now_ns, max_connections=4)
         limits = httpx.Timeout(timeout_s)
-        records: list[RequestRecord] = []
+        records: list[RunRow] = []
         stall_ns = 0
         ticking = True
 

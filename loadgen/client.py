@@ -9,7 +9,7 @@ stream's ``StreamState``, in one C call where the extension is built). Nothing o
 is kept once it is counted. With the fast transport no ``httpx.Request``, ``httpx.Response`` or
 ``asyncio.timeout`` is made per request: they cost more than the rest of a short
 exchange. Every outcome, including cancellation, becomes
-exactly one ``RequestRecord`` given to the sink; exceptions never escape except
+exactly one row (``RunRow``) given to the sink; exceptions never escape except
 cancellation, which is re-raised after recording. The replay defers building the record of
 a finished stream to the loop's spare time (``defer_records``; a cancelled request is
 still recorded at once).
@@ -53,7 +53,7 @@ from loadgen.stream.state import StreamState
 from loadgen.stream.whole import WholeBody
 from traces import schema as s
 from traces.errors import shown
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 _ERROR_BODY_LIMIT = 2048
 
@@ -208,7 +208,7 @@ class StreamingClient:
         self,
         job: PreparedRequest | ReadyRequest,
         due_ns: int,
-        sink: Callable[[RequestRecord], None],
+        sink: Callable[[RunRow], None],
     ) -> str | None:
         """Send ``job`` now, stream the response, and give its record to ``sink``. Returns
         the reply's content text when the job asks to keep it (``keep_reply``), else None.

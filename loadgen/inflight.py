@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from loadgen.live import lag_histogram, summarize_us
 from traces.health import LagSummary
-from traces.records import RequestRecord
+from traces.records import RunRow
 
 __all__ = ["InflightCap"]
 
@@ -43,14 +43,12 @@ class InflightCap:
     def release(self) -> None:
         self._slot.release()
 
-    def sink(
-        self, record_sink: Callable[[RequestRecord], None], held_ns: int
-    ) -> Callable[[RequestRecord], None]:
+    def sink(self, record_sink: Callable[[RunRow], None], held_ns: int) -> Callable[[RunRow], None]:
         """``record_sink``, first noting the cap's share of the record's lateness
         (``held_ns``) and the client's own rest."""
         dispatch_lag, held_us = self._dispatch_lag_us, self._held_us
 
-        def sink(record: RequestRecord) -> None:
+        def sink(record: RunRow) -> None:
             if record.sent_ns is not None:
                 lag = max(0, record.sent_ns - record.due_ns)
                 held = min(held_ns, lag)

@@ -18,7 +18,7 @@ from hdrh.histogram import HdrHistogram
 from loadgen.stalls import StallWatch
 from traces import schema as s
 from traces.health import LagSummary
-from traces.records import RequestRecord
+from traces.records import RunRow
 
 _MAX_US = 3_600_000_000  # one hour, in microseconds
 
@@ -85,7 +85,7 @@ class LiveStats:
     def on_dispatch(self) -> None:
         self.dispatched += 1
 
-    def on_record(self, record: RequestRecord) -> None:
+    def on_record(self, record: RunRow) -> None:
         """Account one finished request."""
         self.done += 1
         self.by_outcome[record.outcome] = self.by_outcome.get(record.outcome, 0) + 1

@@ -20,7 +20,6 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import replace
 from typing import Any
 
 from loadgen.client import PreparedRequest, ReadyRequest, StreamingClient
@@ -39,7 +38,7 @@ from loadgen.stampdelay import StampDelayProbe
 from loadgen.turns import ClosedSessions
 from loadgen.wakeup import DeadlineTimer, make_deadline_timer
 from traces.health import LagSummary
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 _POLL_S = 0.05
 """Longest single sleep while waiting for a due time, so a stop is noticed quickly."""
@@ -69,7 +68,7 @@ class Replayer:
         shape: LoadShape,
         client: StreamingClient,
         preparer: Preparer,
-        sink: Callable[[RequestRecord], None],
+        sink: Callable[[RunRow], None],
         stats: LiveStats,
         clock: Clock,
         ordinals: Sequence[int] | None = None,
@@ -119,12 +118,12 @@ class Replayer:
         self._stopping = True
         self._stop_reason = reason
 
-    def _record(self, record: RequestRecord) -> None:
+    def _record(self, row: RunRow) -> None:
         end = self._dispatch_end
-        if end is not None and record.end_ns is not None and record.end_ns > end:
-            record = replace(record, drain=True)  # in flight when dispatching ended
-        self._sink(record)
-        self._stats.on_record(record)
+        if end is not None and row.end_ns is not None and row.end_ns > end:
+            row = row._replace(drain=True)  # in flight when dispatching ended
+        self._sink(row)
+        self._stats.on_record(row)
 
     # -- what ``loadgen.turns.ClosedSessions`` drives (its ``Dispatch``)
     @property

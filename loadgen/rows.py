@@ -1,4 +1,4 @@
-"""Builds a request's run row (``RequestRecord``) from its finished stream.
+"""Builds a request's run row (``RunRow``) from its finished stream.
 
 What ``loadgen.client`` knows when a request ends (the prepared job, the exchange's
 ``Progress``, the stream's ``StreamState`` and the outcome so far) becomes one row here.
@@ -23,7 +23,7 @@ from loadgen.openai.timings import ServerTimings
 from loadgen.redact import Scrubber
 from loadgen.stream.state import StreamState
 from traces import schema as s
-from traces.records import RequestRecord
+from traces.records import RunRow
 
 if TYPE_CHECKING:
     from loadgen.client import PreparedRequest
@@ -60,7 +60,7 @@ class RowBuilder:
         outcome: str,
         error: str | None,
         header_timings: ServerTimings | None = None,
-    ) -> RequestRecord:
+    ) -> RunRow:
         """The row of one finished (or cancelled) request: its outcome checked against
         what the stream carried (a ``protocol_error`` when a value fails its column or the
         stream did not finish), the server's strings scrubbed."""
@@ -80,59 +80,62 @@ class RowBuilder:
         req = job.trace
         usage = fit.usage
         timings = parsed.timings or header_timings or _NO_TIMINGS
-        return RequestRecord(
-            run_id=self.run_id,
-            trace_index=req.index,
-            request_id=req.request_id,
-            x_request_id=job.x_request_id,
-            worker=self.worker,
-            workload=req.workload,
-            api=req.api,
-            input_tokens=req.input_tokens,
-            output_tokens=req.output_tokens,
-            n_images=len(req.images or ()),
-            image_tokens=req.image_tokens,
-            session_id=req.session_id,
-            slo_ttft_ms=req.slo_ttft_ms,
-            slo_tpot_ms=req.slo_tpot_ms,
-            warmup=job.warmup,
-            due_ns=due_ns,
-            sent_ns=progress.sent_ns if progress.sent_ns is not None else sent_ns,
-            connect_start_ns=progress.connect_start_ns,
-            connected_ns=progress.connected_ns,
-            request_written_ns=progress.written_ns,
-            headers_ns=progress.headers_ns,
-            first_byte_ns=progress.first_byte_ns,
-            first_token_ns=parsed.first_token_ns,
-            first_reasoning_ns=parsed.first_reasoning_ns,
-            end_ns=end_ns,
-            chunk_offsets_us=fit.content_offsets_us,
-            chunk_tokens=fit.chunk_tokens,
-            reasoning_offsets_us=fit.reasoning_offsets_us,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cached_tokens=usage.cached_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            outcome=outcome,
-            http_status=fit.status,
-            error=self.scrubber.scrub_optional(error),
-            finish_reason=self.scrubber.scrub_optional(parsed.finish_reason),
-            server_queue_ms=timings.queue_ms,
-            server_prefill_ms=timings.prefill_ms,
-            server_transfer_ms=timings.transfer_ms,
-            server_first_token_ms=timings.first_token_ms,
-            server_ttft_ms=timings.ttft_ms,
-            server_decode_ms=timings.decode_ms,
-            server_instance=self.scrubber.scrub_optional(timings.instance),
-            server_slip_ms=timings.slip_ms,
-            server_inference_ms=timings.inference_ms,
-            turn=req.turn,
-            parent=req.parent,
-            context_tokens=job.context_tokens,
-            items=parsed.items,
-            server_decode_wait_ms=timings.decode_wait_ms,
-            tool_call_chunks=(
+        # Positional, in RECORD_FIELDS order (RunRow's): one name per line, checked by
+        # tests/loadgen/test_row_build.py against the record built by name.
+        return RunRow(
+            self.run_id,  # run_id
+            req.index,  # trace_index
+            req.request_id,  # request_id
+            job.x_request_id,  # x_request_id
+            self.worker,  # worker
+            req.workload,  # workload
+            req.api,  # api
+            req.input_tokens,  # input_tokens
+            req.output_tokens,  # output_tokens
+            len(req.images or ()),  # n_images
+            req.image_tokens,  # image_tokens
+            req.session_id,  # session_id
+            req.slo_ttft_ms,  # slo_ttft_ms
+            req.slo_tpot_ms,  # slo_tpot_ms
+            job.warmup,  # warmup
+            due_ns,  # due_ns
+            progress.sent_ns if progress.sent_ns is not None else sent_ns,  # sent_ns
+            progress.connect_start_ns,  # connect_start_ns
+            progress.connected_ns,  # connected_ns
+            progress.written_ns,  # request_written_ns
+            progress.headers_ns,  # headers_ns
+            progress.first_byte_ns,  # first_byte_ns
+            parsed.first_token_ns,  # first_token_ns
+            parsed.first_reasoning_ns,  # first_reasoning_ns
+            end_ns,  # end_ns
+            fit.content_offsets_us,  # chunk_offsets_us
+            fit.chunk_tokens,  # chunk_tokens
+            fit.reasoning_offsets_us,  # reasoning_offsets_us
+            usage.prompt_tokens,  # prompt_tokens
+            usage.completion_tokens,  # completion_tokens
+            usage.cached_tokens,  # cached_tokens
+            usage.reasoning_tokens,  # reasoning_tokens
+            outcome,  # outcome
+            fit.status,  # http_status
+            self.scrubber.scrub_optional(error),  # error
+            self.scrubber.scrub_optional(parsed.finish_reason),  # finish_reason
+            timings.queue_ms,  # server_queue_ms
+            timings.prefill_ms,  # server_prefill_ms
+            timings.transfer_ms,  # server_transfer_ms
+            timings.first_token_ms,  # server_first_token_ms
+            timings.ttft_ms,  # server_ttft_ms
+            timings.decode_ms,  # server_decode_ms
+            self.scrubber.scrub_optional(timings.instance),  # server_instance
+            timings.slip_ms,  # server_slip_ms
+            timings.inference_ms,  # server_inference_ms
+            req.turn,  # turn
+            req.parent,  # parent
+            job.context_tokens,  # context_tokens
+            False,  # drain (the replay sets it: loadgen.replay)
+            parsed.items,  # items
+            timings.decode_wait_ms,  # server_decode_wait_ms
+            (  # tool_call_chunks
                 parsed.tool_call_chunks if self.stream and req.api in _TOOL_CALL_APIS else None
             ),
-            first_tool_call_ns=parsed.first_tool_call_ns,
+            parsed.first_tool_call_ns,  # first_tool_call_ns
         )

@@ -1,14 +1,18 @@
 """Typed values for one row of each table, and their conversion to and from Arrow.
 
 ``TraceRequest`` is one workload row; ``RequestRecord`` is one run row. Both are frozen,
-slotted, keyword-only dataclasses; no dict or tuple crosses a module boundary.
+slotted, keyword-only dataclasses; no dict or tuple crosses a module boundary, with one
+exception: ``RunRow``, the run row as the replay's hot path makes it, is a typed named tuple
+of ``RequestRecord``'s fields, because building and taking apart the dataclass cost the
+client more than the rest of the row together (see ``RunRow``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -180,17 +184,99 @@ class RequestRecord:
     first_tool_call_ns: int | None = None
 
 
+class RunRow(NamedTuple):
+    """One row of the run table as the replay makes it: ``RequestRecord``'s fields, in
+    its order, as a typed named tuple.
+
+    Why a second type: a frozen dataclass of 53 fields costs the event loop several
+    microseconds per request to build (one ``object.__setattr__`` per field) and the
+    recorder as much again to take apart (one ``getattr`` per field); a named tuple is
+    built in one step and a batch of them turns into columns with ``zip``
+    (``bench/record_cost.py`` measures both). ``RequestRecord`` stays the value for
+    everything else: the offline engine, readers, tests. Every field is required (built
+    positionally, by ``loadgen.rows``); ``run_row`` converts a record.
+    """
+
+    run_id: str
+    trace_index: int
+    request_id: str
+    x_request_id: str
+    worker: int
+    workload: str
+    api: str
+    input_tokens: int
+    output_tokens: int
+    n_images: int
+    image_tokens: int | None
+    session_id: str | None
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    warmup: bool
+    due_ns: int
+    sent_ns: int | None
+    connect_start_ns: int | None
+    connected_ns: int | None
+    request_written_ns: int | None
+    headers_ns: int | None
+    first_byte_ns: int | None
+    first_token_ns: int | None
+    first_reasoning_ns: int | None
+    end_ns: int | None
+    chunk_offsets_us: Sequence[int]
+    chunk_tokens: Sequence[int] | None
+    reasoning_offsets_us: Sequence[int]
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    reasoning_tokens: int | None
+    outcome: str
+    http_status: int | None
+    error: str | None
+    finish_reason: str | None
+    server_queue_ms: float | None
+    server_prefill_ms: float | None
+    server_transfer_ms: float | None
+    server_first_token_ms: float | None
+    server_ttft_ms: float | None
+    server_decode_ms: float | None
+    server_instance: str | None
+    server_slip_ms: float | None
+    server_inference_ms: float | None
+    turn: int | None
+    parent: str | None
+    context_tokens: int | None
+    drain: bool
+    items: int | None
+    server_decode_wait_ms: float | None
+    tool_call_chunks: int | None
+    first_tool_call_ns: int | None
+
+
 RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+if RunRow._fields != RECORD_FIELDS:  # pragma: no cover - a field added to one type only
+    raise TypeError("RunRow and RequestRecord must have the same fields in the same order")
+_RECORD_VALUES = attrgetter(*RECORD_FIELDS)
+
+
+def run_row(record: RequestRecord) -> RunRow:
+    """``record`` as a ``RunRow``."""
+    return RunRow._make(_RECORD_VALUES(record))
 
 
 def records_to_batch(records: Iterable[RequestRecord]) -> pa.RecordBatch:
-    """Build one Arrow record batch in ``RUN_SCHEMA`` from run records. Raises what Arrow
+    """Build one Arrow record batch in ``RUN_SCHEMA`` from run records (``rows_to_batch``
+    of their rows)."""
+    return rows_to_batch([run_row(r) for r in records])
+
+
+def rows_to_batch(rows: Sequence[RunRow]) -> pa.RecordBatch:
+    """Build one Arrow record batch in ``RUN_SCHEMA`` from run rows. Raises what Arrow
     raises for a value its column cannot hold, and ``ValueError`` for a null where the
     column takes none (Arrow builds such a batch, and only the Parquet writer refuses it)."""
-    rows = list(records)
+    columns = zip(*rows, strict=True) if rows else ((),) * len(RECORD_FIELDS)
     arrays = [
-        pa.array([getattr(r, name) for r in rows], type=s.RUN_SCHEMA.field(name).type)
-        for name in RECORD_FIELDS
+        pa.array(column, type=field.type)
+        for column, field in zip(columns, s.RUN_SCHEMA, strict=True)
     ]
     for field, array in zip(s.RUN_SCHEMA, arrays, strict=True):
         if array.null_count and not field.nullable:
@@ -273,7 +359,7 @@ _RECORD_CHECKS = tuple(
 )
 
 
-def record_problem(record: RequestRecord) -> str | None:
+def record_problem(record: RequestRecord | RunRow) -> str | None:
     """The first value of ``record`` its run-table column cannot hold, as ``field: what``
     (a null in a column that takes none, a wrong type, an integer beyond the column's
     range); None when ``records_to_batch`` takes every value. Checks each list item in

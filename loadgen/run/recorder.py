@@ -1,7 +1,8 @@
 """Incremental writer of a run's request rows, off the event loop.
 
-Records are queued by the replay (a cheap, non-blocking ``add``); a background thread turns
-them into Arrow batches and appends each to the run's journal, an Arrow IPC stream
+Rows (``traces.records.RunRow``) are queued by the replay (a cheap, non-blocking ``add``);
+a background thread turns them into Arrow batches (``rows_to_batch``: a batch's rows become
+columns in one ``zip``) and appends each to the run's journal, an Arrow IPC stream
 (``requests.parts/journal.arrows``), every ``flush_rows`` rows or ``flush_interval_s``
 seconds. A crash therefore loses at most the last unflushed batch, and the journal is
 readable up to its last complete batch (``traces.io.read_journal``). Beside the journal,
@@ -42,7 +43,7 @@ from loadgen.errors import RecorderError
 from loadgen.stalls import RECORDER_FLUSH
 from traces import schema as s
 from traces.io import file_metadata, read_run_file
-from traces.records import RequestRecord, record_problem, records_to_batch
+from traces.records import RequestRecord, RunRow, record_problem, rows_to_batch, run_row
 
 _STOP = object()
 _ROW_GROUP_ROWS = 65_536
@@ -97,15 +98,16 @@ class RunRecorder:
         """Why writing stopped (one line), or None while it works."""
         return self._failure
 
-    def add(self, record: RequestRecord) -> None:
-        """Queue one record. Never blocks, safe to call from the event loop. After a
-        failure the record is dropped (``close`` reports how many were)."""
+    def add(self, row: RunRow | RequestRecord) -> None:
+        """Queue one row (a ``RequestRecord`` is converted on the recorder's thread). Never
+        blocks, safe to call from the event loop. After a failure the row is dropped
+        (``close`` reports how many were)."""
         self._added += 1
         if self._failure is None:
-            self._queue.put(record)
+            self._queue.put(row)
 
     def _run(self) -> None:
-        pending: list[RequestRecord] = []
+        pending: list[RunRow] = []
         deadline = time.monotonic() + self._flush_interval_s
         try:
             while True:
@@ -117,8 +119,10 @@ class RunRecorder:
                 if item is _STOP:
                     self._write(pending)
                     return
-                if isinstance(item, RequestRecord):
+                if isinstance(item, RunRow):
                     pending.append(item)
+                elif isinstance(item, RequestRecord):
+                    pending.append(run_row(item))
                 if len(pending) >= self._flush_rows or time.monotonic() >= deadline:
                     self._write(pending)
                     pending = []
@@ -128,43 +132,43 @@ class RunRecorder:
         except BaseException as exc:  # reported at once and by close(): never a silent death
             self._fail(f"cannot write to {self._journal_path}: {type(exc).__name__}: {exc}")
 
-    def _write(self, records: list[RequestRecord]) -> None:
-        if not records:
+    def _write(self, rows: list[RunRow]) -> None:
+        if not rows:
             return
         start = time.perf_counter_ns()
         try:
-            self._write_batch(records)
+            self._write_batch(rows)
         finally:
             if self._on_flush is not None:
                 self._on_flush(RECORDER_FLUSH, start, time.perf_counter_ns())
 
-    def _write_batch(self, records: list[RequestRecord]) -> None:
+    def _write_batch(self, rows: list[RunRow]) -> None:
         try:
-            batch = records_to_batch(records)
+            batch = rows_to_batch(rows)
         except Exception:
-            self._write_convertible(records)
+            self._write_convertible(rows)
             return
         self._append(batch)
 
-    def _write_convertible(self, records: list[RequestRecord]) -> None:
+    def _write_convertible(self, rows: list[RunRow]) -> None:
         """A batch that did not convert: write the rows that do, then fail naming the first
         that does not (slow, and only ever on this path)."""
-        good: list[RequestRecord] = []
-        bad: tuple[RequestRecord, str] | None = None
-        for record in records:
+        good: list[RunRow] = []
+        bad: tuple[RunRow, str] | None = None
+        for row in rows:
             try:
-                records_to_batch([record])
+                rows_to_batch([row])
             except Exception as exc:
                 if bad is None:
-                    bad = (record, record_problem(record) or f"{type(exc).__name__}: {exc}")
+                    bad = (row, record_problem(row) or f"{type(exc).__name__}: {exc}")
             else:
-                good.append(record)
+                good.append(row)
         if good:
-            self._append(records_to_batch(good))
+            self._append(rows_to_batch(good))
         if bad is not None:
-            record, problem = bad
+            row, problem = bad
             raise RecorderError(
-                f"the row of request {record.request_id!r} cannot be stored: {problem}"
+                f"the row of request {row.request_id!r} cannot be stored: {problem}"
             )
 
     def _append(self, batch: pa.RecordBatch) -> None:

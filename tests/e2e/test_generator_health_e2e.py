@@ -42,7 +42,7 @@ from loadgen.run.session import make_transport, run_session
 from loadgen.sim.launch import SimProcess
 from traces.io import read_run_info, write_trace
 from traces.prompts.maker import PromptMaker
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 from traces.runinfo import Capabilities
 
 SimFactory = Callable[..., SimProcess]
@@ -64,7 +64,7 @@ async def _replay(
     gap_s: float,
     stall_s: float = 0.0,
     max_inflight: int | None = None,
-) -> tuple[ReplayResult, list[RequestRecord]]:
+) -> tuple[ReplayResult, list[RunRow]]:
     clock = Clock()
     requests = [
         TraceRequest(
@@ -72,7 +72,7 @@ async def _replay(
         )
         for i in range(n)
     ]
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
     transport = make_transport("fast", clock.now_ns, max_connections=n)
     async with httpx.AsyncClient(transport=transport, timeout=10.0) as http:
         client = StreamingClient(
@@ -144,7 +144,7 @@ def test_a_stalled_loop_is_client_bound_by_its_stamp_delay(sim: SimFactory) -> N
     assert worst.cause in ("loop busy", "host"), worst
 
 
-def _worst_stamp_lag_ms(server: SimProcess, records: list[RequestRecord]) -> float:
+def _worst_stamp_lag_ms(server: SimProcess, records: list[RunRow]) -> float:
     """The longest a content chunk waited between the simulator's write and the replay's
     stamp, over every chunk of ``records`` (the simulator's own record of its writes)."""
     worst = 0

@@ -26,7 +26,7 @@ from loadgen.http.stamping import Progress
 from loadgen.run.session import make_transport
 from loadgen.stream.feed import NATIVE
 from traces import schema as s
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 pytestmark = pytest.mark.serial
 
@@ -79,14 +79,14 @@ async def records_of(
     timeout_s: float = 5.0,
     read_s: float | None = None,
     native: bool = NATIVE,
-) -> list[RequestRecord]:
+) -> list[RunRow]:
     """Send ``jobs`` one after the other, as the replay does (``ready`` first); ``native``
     picks the implementation that classifies the bodies (``loadgen.stream.feed``)."""
     clock = Clock()
     transport = make_transport(kind, clock.now_ns, max_connections=4)
     read = read_s if read_s is not None else timeout_s
     limits = httpx.Timeout(connect=timeout_s, read=read, write=timeout_s, pool=None)
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
     async with httpx.AsyncClient(transport=transport, timeout=limits) as http:
         client = StreamingClient(
             http,
@@ -111,7 +111,7 @@ def run(coro: Any) -> Any:
 def test_a_stream_is_recorded_with_causal_stamps(kind: str, native: bool) -> None:
     body = stream(3)
 
-    async def main() -> tuple[list[RequestRecord], list[bytes]]:
+    async def main() -> tuple[list[RunRow], list[bytes]]:
         replies = [response(body, sizes=[len(ROLE), len(token(1))])] * 2
         async with scripted_server(replies, splits=(60, 400)) as (url, log):
             got = await records_of(kind, url, [job(0), job(1)], native=native)
@@ -152,8 +152,8 @@ def test_both_transports_and_both_feeds_record_the_same_row() -> None:
     body = stream(5)
     natives = [True, False] if NATIVE else [False]
 
-    async def main() -> list[RequestRecord]:
-        out: list[RequestRecord] = []
+    async def main() -> list[RunRow]:
+        out: list[RunRow] = []
         for kind in TRANSPORTS:
             for native in natives:
                 async with scripted_server([response(body)]) as (url, _):
@@ -163,7 +163,7 @@ def test_both_transports_and_both_feeds_record_the_same_row() -> None:
     first, *others = run(main())
     timeless = {"sent_ns", "due_ns", "end_ns", "chunk_offsets_us"}
     for other in others:
-        for name in RequestRecord.__slots__:
+        for name in RunRow._fields:
             if name in timeless or name.endswith("_ns"):
                 continue
             assert getattr(first, name) == getattr(other, name), name
@@ -176,7 +176,7 @@ def test_an_http_error_is_a_row_with_the_servers_message(kind: str) -> None:
     error = orjson.dumps({"error": {"message": "model is overloaded", "code": 503}})
     reply = response(error, status=b"503 Service Unavailable", content_type=b"application/json")
 
-    async def main() -> list[RequestRecord]:
+    async def main() -> list[RunRow]:
         async with scripted_server([reply, response(stream(1))]) as (url, _):
             return await records_of(kind, url, [job(0), job(1)])
 
@@ -197,7 +197,7 @@ def test_a_disconnect_mid_body_keeps_the_chunks_it_got(kind: str, native: bool) 
     partial = chunked(ROLE + token(1) + token(2))[: -len(b"0\r\n\r\n")]
     reply = Paced(steps=((0.0, head), (0.01, partial)), close=True)
 
-    async def main() -> list[RequestRecord]:
+    async def main() -> list[RunRow]:
         async with scripted_server([reply]) as (url, _):
             return await records_of(kind, url, [job(0)], native=native)
 
@@ -219,7 +219,7 @@ def test_the_whole_request_times_out_even_while_bytes_keep_coming(kind: str, nat
     steps += [(0.05, chunked(token(k))[:-5]) for k in range(1, 41)]  # 2 s of tokens
     reply = Paced(steps=tuple(steps))
 
-    async def main() -> list[RequestRecord]:
+    async def main() -> list[RunRow]:
         async with scripted_server([reply]) as (url, _):
             return await records_of(kind, url, [job(0)], timeout_s=0.4, native=native)
 
@@ -236,7 +236,7 @@ def test_the_whole_request_times_out_even_while_bytes_keep_coming(kind: str, nat
 def test_a_silent_server_is_a_read_timeout(kind: str) -> None:
     reply = Paced(steps=((1.5, response(stream(1))),))
 
-    async def main() -> list[RequestRecord]:
+    async def main() -> list[RunRow]:
         async with scripted_server([reply]) as (url, _):
             return await records_of(kind, url, [job(0)], timeout_s=5.0, read_s=0.2)
 

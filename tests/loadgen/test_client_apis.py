@@ -17,7 +17,7 @@ from loadgen.clock import Clock
 from loadgen.openai.bodies import endpoint_path
 from loadgen.run.session import make_transport
 from traces import schema as s
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 pytestmark = pytest.mark.serial
 
@@ -57,10 +57,10 @@ def job(api: str) -> PreparedRequest:
     return PreparedRequest(trace=trace, x_request_id="t-q0", path=endpoint_path(api), body=b"{}")
 
 
-async def record_of(kind: str, url: str, api: str) -> RequestRecord:
+async def record_of(kind: str, url: str, api: str) -> RunRow:
     clock = Clock()
     transport = make_transport(kind, clock.now_ns, max_connections=1)
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
     async with httpx.AsyncClient(transport=transport, timeout=5.0) as http:
         client = StreamingClient(
             http,
@@ -75,8 +75,8 @@ async def record_of(kind: str, url: str, api: str) -> RequestRecord:
     return records[0]
 
 
-def replay_one(kind: str, body: bytes, api: str = s.API_RESPONSES, **kw: Any) -> RequestRecord:
-    async def main() -> RequestRecord:
+def replay_one(kind: str, body: bytes, api: str = s.API_RESPONSES, **kw: Any) -> RunRow:
+    async def main() -> RunRow:
         async with scripted_server([response(body, **kw)], splits=(25, 90, 200)) as (url, _):
             return await record_of(kind, url, api)
 

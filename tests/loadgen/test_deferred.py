@@ -11,7 +11,7 @@ import pytest
 
 from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.deferred import DeferredCalls
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 pytestmark = pytest.mark.serial
 
@@ -106,8 +106,8 @@ def test_the_client_defers_a_finished_streams_record_until_the_loop_is_free() ->
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
 
-    async def main() -> tuple[int, int, list[RequestRecord]]:
-        records: list[RequestRecord] = []
+    async def main() -> tuple[int, int, list[RunRow]]:
+        records: list[RunRow] = []
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
             client = StreamingClient(
                 http, base_url="http://test/v1", now_ns=lambda: 1, run_id="r", defer_records=True

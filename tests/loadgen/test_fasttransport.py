@@ -28,7 +28,7 @@ from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import STAMPED
 from loadgen.run.shard import make_transport
 from traces import schema as s
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 SSE = b"data: one\n\ndata: two\n\ndata: [DONE]\n\n"
 STALLED = Paced(
@@ -378,10 +378,10 @@ def test_an_injecting_request_id_is_a_failed_row_that_never_reaches_the_server(
     if kind == "httpx" and not xid.isascii():
         pytest.skip("httpx.Request refuses non-ASCII header values before any transport")
 
-    async def main() -> tuple[list[RequestRecord], list[bytes]]:
+    async def main() -> tuple[list[RunRow], list[bytes]]:
         clock = Clock()
         transport = make_transport(kind, clock.now_ns, max_connections=2)
-        records: list[RequestRecord] = []
+        records: list[RunRow] = []
         async with (
             scripted_server([response(CHAT)] * 2) as (url, log),
             httpx.AsyncClient(transport=transport) as http,
@@ -448,10 +448,10 @@ def test_the_request_clock_starts_on_the_wire(kind: str) -> None:
     the connect it had to make, or its write; time waiting before it (here a connection
     slot held by another request) is the client's delay, ``sent - due``."""
 
-    async def main() -> list[RequestRecord]:
+    async def main() -> list[RunRow]:
         clock = Clock()
         transport = make_transport(kind, clock.now_ns, max_connections=1)
-        records: list[RequestRecord] = []
+        records: list[RunRow] = []
         async with (
             scripted_server([response(CHAT)] * 2, splits=(5,)) as (url, log),
             httpx.AsyncClient(transport=transport) as http,
@@ -501,10 +501,10 @@ def test_the_request_clock_starts_on_the_wire(kind: str) -> None:
 
 
 def test_warm_pool_opens_connections_that_the_first_requests_reuse() -> None:
-    async def main() -> tuple[list[int], list[RequestRecord], int]:
+    async def main() -> tuple[list[int], list[RunRow], int]:
         clock = Clock()
         transport = FastTransport(clock.now_ns, max_connections=3)
-        records: list[RequestRecord] = []
+        records: list[RunRow] = []
         async with (
             scripted_server([response(CHAT)] * 3) as (url, _),
             httpx.AsyncClient(transport=transport) as http,

@@ -39,7 +39,7 @@ from loadgen.run.shard import make_transport
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES
 from traces import schema as s
 from traces.io import read_run_info, write_trace
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 pytestmark = pytest.mark.serial
 
@@ -50,7 +50,7 @@ KINDS = ["fast", "httpx"]
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    record: RequestRecord
+    record: RunRow
     peak_bytes: int
     """Peak of Python's allocations during the request (tracemalloc)."""
     cpu_s: float
@@ -67,7 +67,7 @@ async def one_request(
 ) -> Measured:
     clock = Clock()
     transport = make_transport(kind, clock.now_ns, max_connections=2)
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
     async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout_s)) as http:
         client = StreamingClient(
             http,

@@ -28,7 +28,7 @@ from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.run.session import SessionOptions, make_transport
 from loadgen.run.shard import shard_shape
 from traces.prompts.maker import PromptMaker
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 from traces.runinfo import Capabilities
 
 pytestmark = pytest.mark.serial
@@ -113,7 +113,7 @@ async def closed_loop(rate: float, n: int, concurrency: int) -> tuple[ReplayResu
         TraceRequest(index=i, request_id=f"q{i}", arrival_s=0.0, input_tokens=4, output_tokens=1)
         for i in range(n)
     ]
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
     async with scripted_server([response(SSE)] * n) as (url, log):
         transport = make_transport("fast", clock.now_ns, max_connections=concurrency)
         async with httpx.AsyncClient(transport=transport, timeout=5.0) as http:

@@ -34,7 +34,7 @@ from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.openai.chunks import classify
 from loadgen.openai.timings import ServerTimings, parse_timings, timings_from_headers
 from loadgen.stream.state import summarize_stream
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 pytestmark = pytest.mark.serial
 
@@ -238,7 +238,7 @@ def test_client_records_header_timings(
             200, headers={"content-type": "text/event-stream", **headers}, content=stream()
         )
 
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
 
     async def main() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:

@@ -26,7 +26,7 @@ from loadgen.client import PreparedRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.run.recorder import RunRecorder
 from loadgen.run.session import make_transport
-from traces.records import RequestRecord, TraceRequest
+from traces.records import RunRow, TraceRequest
 
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -47,7 +47,7 @@ class Rows:
     """What one batch of requests left: the records the client made, in order, and the
     table the recorder wrote (None if ``close`` raised: ``failure`` says why)."""
 
-    records: list[RequestRecord]
+    records: list[RunRow]
     table: pa.Table | None
     failure: str | None
 
@@ -74,10 +74,10 @@ async def _rows(
     native: bool,
     timeout_s: float,
 ) -> Rows:
-    records: list[RequestRecord] = []
+    records: list[RunRow] = []
     recorder = RunRecorder(run_dir, flush_interval_s=60)
 
-    def sink(record: RequestRecord) -> None:
+    def sink(record: RunRow) -> None:
         records.append(record)
         recorder.add(record)
 
