@@ -71,6 +71,7 @@ def test_two_node_cluster_gives_one_merged_run(
                 "--ray",
                 cluster.address,
             ],
+            env=cluster.driver_env(),
             capture_output=True,
             text=True,
             timeout=300,

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LocalRayCluster", "RayClusterError", "local_ray_cluster"]
+__all__ = ["LocalRayCluster", "RayClusterError", "local_ray_cluster", "ray_env"]
 
 _STARTED = "Ray runtime started"
 _ADDRESS = re.compile(r"ray start --address='[^':]+:(\d+)'")
@@ -46,6 +46,10 @@ class LocalRayCluster:
     temp_dir: Path
     logs: tuple[Path, ...]
     """Each ``ray start``'s own output, head first."""
+
+    def driver_env(self) -> dict[str, str]:
+        """The environment for a process that joins the cluster as a driver."""
+        return ray_env(self.temp_dir / "home")
 
     def node_ids(self) -> tuple[str, ...]:
         """Each node's Ray node id, head first (from the port files the node writes in its
@@ -70,8 +74,13 @@ def _free_port() -> int:
         return port
 
 
-def _ray_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+def ray_env(home: Path) -> dict[str, str]:
+    """This process's environment for a Ray process of the cluster (a node or a driver):
+    no ``RAY_ADDRESS``, no usage reports, and ``home`` as its home directory, so that
+    nothing of the user's ``~/.ray`` (an ``auth_token`` that another cluster generated
+    there turns a joining node away) reaches it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
+    env["HOME"] = str(home)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     # A loaded machine starts a node's agents slowly; the raylet's default patience for
     # them (its agent registration) is too short there.
@@ -191,7 +200,9 @@ def _start_nodes(
     """Start the head, then each worker node once the one before has started; every
     process goes into ``procs`` as it starts. The head's address and the nodes' logs."""
     ray = [sys.executable, "-m", "ray.scripts.scripts", "start"]
-    env = _ray_env()
+    home = root / "home"
+    home.mkdir()
+    env = ray_env(home)
     deadline = time.monotonic() + timeout_s
     address = ""
     logs: list[Path] = []
