@@ -17,7 +17,7 @@ ifeq ($(LOADGEN_VLLM),1)
 TEST_NEEDS := $(VLLM_STAMP)
 endif
 
-.PHONY: demo demo-compare test check lint typecheck bench clean
+.PHONY: demo demo-compare test test-ray-multinode check lint typecheck bench clean
 
 $(STAMP): pyproject.toml setup.py loadgen/stream/_sse_scan.c loadgen/http/_chunked.c
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
@@ -44,6 +44,12 @@ demo-compare: $(STAMP)
 test: lint typecheck $(TEST_NEEDS)
 	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m 'not serial' --numprocesses=auto --maxprocesses=4
 	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m serial
+
+# The opt-in two-node Ray test (tests/e2e/test_ray_multinode.py): a head and a worker node
+# started on this machine (`ray start`), one `loadgen replay --ray ADDRESS` across both, one
+# merged run. Starting and stopping the nodes takes 1-2 minutes on 2 cores.
+test-ray-multinode: $(STAMP)
+	LOADGEN_RAY_MULTINODE=1 $(PY) -m pytest -p no:cacheprovider tests/e2e/test_ray_multinode.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

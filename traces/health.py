@@ -38,6 +38,11 @@ class WorkerHealth:
     cpu_utilisation: float
     """CPU seconds over wall seconds of the replay (1.0 = one core busy)."""
     cpu_s: float
+    node: str | None = field(default=None, metadata=OMIT_NONE)
+    """The Ray node that ran the shard, by its node id (version 6; absent for a shard
+    run on the driver's host: ``--workers`` without ``--ray``)."""
+    host: str | None = field(default=None, metadata=OMIT_NONE)
+    """That Ray node's IP address (version 6; absent with ``node``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,8 @@ false when absent: a lost count inferred from the schedule); version 5 adds the 
 options (``config.sessions``, ``max_sessions``, ``history``, ``start_offset_s``,
 ``warmup_s``), the window of a time-bounded run (``result.not_sent``, ``warmup_end_ns``,
 ``dispatch_end_ns``, ``skipped``) and the optional ``health.stalls`` (event-loop stalls
-over 20 ms and their causes). A new optional key needs
+over 20 ms and their causes); version 6 adds ``health.workers[].node`` and ``host`` (the
+Ray node that ran a shard, absent for a shard of the driver's host). A new optional key needs
 a new version: a build that reads its own version strictly would refuse the key by name.
 Reading a document of
 
@@ -68,7 +69,7 @@ from traces.runconfig import (
     TraceRef,
 )
 
-RUN_INFO_VERSION: Final = 5
+RUN_INFO_VERSION: Final = 6
 """The ``schema_version`` this build writes and the newest it reads."""
 VERSION_KEY: Final = "schema_version"
 

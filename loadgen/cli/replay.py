@@ -318,7 +318,8 @@ def print_summary(result: SessionResult, console: Console, *, explain: bool = Fa
     "ray_address",
     default=None,
     metavar="local|auto|ADDRESS",
-    help="Run the --workers shards as Ray tasks (pip install 'llm-loadgen[ray]').",
+    help="Run the --workers shards as Ray tasks, spread over the cluster's nodes (pip "
+    "install 'llm-loadgen[ray]'); run.json names each shard's node.",
 )
 @click.option(
     "--tokenizer",
@@ -423,6 +424,7 @@ def replay(
           --warmup-time 30
       loadgen replay trace.parquet --api responses
       loadgen replay trace.parquet --api embeddings --embed-batch 8
+      loadgen replay trace.parquet --workers 6 --ray HEAD:6379   # one shard per node
     """
     refuse_redacted(click.get_current_context())
     opts = SessionOptions(

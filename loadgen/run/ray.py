@@ -5,7 +5,9 @@
 ``auto`` joins the cluster named by ``RAY_ADDRESS`` (or the local one), anything else is a
 cluster address. Each task replays ``index % N == k`` into a directory of its own node, and
 returns its rows as Parquet bytes, which the driver writes under ``run_dir/shard-k/``: no
-shared filesystem is needed.
+shared filesystem is needed. Tasks are spread over the cluster's nodes (one CPU each), and
+each shard's node id and IP address go into ``run.json`` (``health.workers[].node``,
+``host``).
 
 Common start: a small actor (``StartGate``) is the meeting point. Each task tells it when it
 is ready (pool connected, first requests prepared) and then waits on it; when every task
@@ -107,7 +109,18 @@ def run_shard_task(plan: ShardPlan, gate: Any = None) -> RayShardResult:
         )
         files = run_request_files(Path(tmp))
         data = files[0].read_bytes() if files else b""
-    return RayShardResult(outcome=outcome, rows_parquet=data)
+    node, host = _this_node()
+    return RayShardResult(outcome=replace(outcome, node=node, host=host), rows_parquet=data)
+
+
+def _this_node() -> tuple[str | None, str | None]:
+    """The Ray node this task runs on: its node id and IP address (None outside Ray)."""
+    ray = _ray()
+    if not ray.is_initialized():
+        return None, None
+    node: str = ray.get_runtime_context().get_node_id()
+    host: str = ray.util.get_node_ip_address()
+    return node, host
 
 
 def _ray() -> Any:
@@ -132,7 +145,9 @@ def run_ray_shards(plans: Sequence[ShardPlan], address: str) -> list[ShardOutcom
         started_here = True
     try:
         gate = ray.remote(num_cpus=0)(StartGate).remote()
-        task = ray.remote(num_cpus=1)(run_shard_task)
+        # SPREAD: one shard per node while there are nodes to spare, not packed onto the
+        # driver's node first (Ray's default): shards exist to add client cores.
+        task = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(run_shard_task)
         refs = [task.remote(plan, gate) for plan in plans]
         try:
             _start_together(ray, gate, refs, len(plans))

@@ -431,6 +431,8 @@ def _finish(
                     loop_lag_ms=o.replay.loop_lag,
                     cpu_utilisation=o.replay.cpu_utilisation,
                     cpu_s=o.replay.cpu_s,
+                    node=o.node,
+                    host=o.host,
                 )
                 for o in outcomes
             ),

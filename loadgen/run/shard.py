@@ -97,6 +97,10 @@ class ShardOutcome:
     by_outcome: tuple[tuple[str, int], ...]
     error: str | None = None
     """Why its rows could not all be written (``RecorderError``); None when they were."""
+    node: str | None = None
+    """The Ray node that ran it (its node id); None for a shard of this host."""
+    host: str | None = None
+    """That node's IP address; None for a shard of this host."""
 
 
 def run_event_loop(coro: Coroutine[Any, Any, _T]) -> _T:

@@ -68,3 +68,10 @@ def test_ray_shards_match_local_shards(tmp_path: Path, sim: Callable[..., SimPro
         assert sorted((w.shard, w.rows) for w in info.health.workers) == [(0, 15), (1, 15)]
     assert infos[1] is not None
     assert "Ray" in infos[1].clock.assumption
+    # Each Ray shard names its node (one node here); a local worker names none.
+    assert infos[0] is not None
+    assert infos[0].health is not None
+    assert infos[1].health is not None
+    assert {(w.node, w.host) for w in infos[0].health.workers} == {(None, None)}
+    assert len({w.node for w in infos[1].health.workers}) == 1
+    assert all(w.node and w.host for w in infos[1].health.workers)

@@ -42,7 +42,9 @@ def full_info() -> RunInfo:
         cpu_utilisation=0.25,
         cpu_s=0.5,
     )
-    base = run_info(generator_health=replace(health(), workers=(worker,)))
+    # A Ray shard names its node (version 6); a local worker does not.
+    on_node = replace(worker, shard=1, node="ab" * 28, host="10.0.0.2")
+    base = run_info(generator_health=replace(health(), workers=(worker, on_node)))
     return replace(
         base,
         prompts=PromptsInfo(
@@ -96,6 +98,8 @@ def test_layout_on_disk(tmp_path: Path) -> None:
     assert doc["prompts"]["name"] == "calibrated"
     assert doc["prompts"]["calibration"]["samples"][1] == {"words": 100, "prompt_tokens": 138}
     assert doc["health"]["workers"][0]["loop_lag_ms"]["p99_ms"] == 2.0
+    assert "node" not in doc["health"]["workers"][0]  # None: left out
+    assert doc["health"]["workers"][1]["host"] == "10.0.0.2"
     assert "reason" not in doc["server_metrics"]  # None: left out, as before
     assert doc["config"]["api_key_set"] is False
     running = run_info(duration_s=None, status="running").to_json()
