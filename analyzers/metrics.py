@@ -39,6 +39,7 @@ from analyzers.analysis import (
 from analyzers.cache import EXPECTED_CACHED, CacheBasis, cache_expectation, cache_tokens
 from analyzers.chunk_sums import RequestPass, itl_counts_by_class, itl_keys, workloads
 from analyzers.frames import (
+    GAP_US,
     TOKENS_IN_CHUNK,
     run_health,
     scan_run,
@@ -65,11 +66,15 @@ from traces import schema as s
 
 def _itl_frame(counted: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
     """Distinct (``CLASS``, gap, tokens) from ``itl_counts_by_class``, with ``ITL_MS`` =
-    gap / tokens and ``_w`` the tokens they stand for (count x tokens)."""
+    gap / tokens, ``_w`` the tokens they stand for (count x tokens) and ``_gw`` their
+    summed gaps, µs (count x gap: an integer, so the mean's numerator is exact whatever
+    order the group-by yields its rows in)."""
+    count = pl.col("_count").cast(pl.Int64)
     return counted.select(
         pl.col(e.CLASS) if by_workload else pl.lit(e.ALL).alias(e.CLASS),
         e.itl_ms(),
-        (pl.col("_count").cast(pl.Int64) * pl.col(TOKENS_IN_CHUNK).cast(pl.Int64)).alias("_w"),
+        (count * pl.col(TOKENS_IN_CHUNK).cast(pl.Int64)).alias("_w"),
+        (count * pl.col(GAP_US).cast(pl.Int64)).alias("_gw"),
     )
 
 
@@ -78,7 +83,9 @@ def _itl_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
     key = e.ITL_MS
     return [
         w.sum().alias(f"{key}__count"),
-        pl.when(w.sum() > 0).then((v * w).sum() / w.sum()).alias(f"{key}__mean"),
+        # Not (v * w).sum(): a float sum in the group-by's row order, which varies from
+        # run to run (the last digit of a rerun's results.json did).
+        pl.when(w.sum() > 0).then(pl.col("_gw").sum() / (w.sum() * 1000)).alias(f"{key}__mean"),
         v.max().alias(f"{key}__max"),
         *(e.weighted_quantile(key, "_w", p) for p in percentiles),
     ]

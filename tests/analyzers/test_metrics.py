@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,16 @@ from polars.testing import assert_frame_equal
 from analyzers import exprs as e
 from analyzers.analysis import Analysis, AnalysisOptions
 from analyzers.errors import InvalidRunError
-from analyzers.frames import RowSelection, chunk_frame, scan_run, select_rows, token_frame
-from analyzers.metrics import analyze, summarize
+from analyzers.frames import (
+    GAP_US,
+    TOKENS_IN_CHUNK,
+    RowSelection,
+    chunk_frame,
+    scan_run,
+    select_rows,
+    token_frame,
+)
+from analyzers.metrics import _itl_aggs, _itl_frame, analyze, summarize
 from analyzers.throughput import auto_window_s
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch
@@ -349,3 +359,31 @@ def test_cached_share_is_token_weighted_per_turn_depth(tmp_path: Path) -> None:
     ]
     assert [d.share for d in a.cache_by_turn] == pytest.approx([0.9, 0.1, 0.02])
     assert analyze(write_run(tmp_path / "plain", [rec(0)])).cache_by_turn == ()
+
+
+def test_itl_mean_is_exact_whatever_order_the_group_by_yields() -> None:
+    # The distinct (gap, tokens) counts come out of a group-by in an order that varies
+    # from run to run; a float sum of gap/tokens x weight in that order changed the
+    # last digit of a rerun's mean. The mean is the correctly rounded total gap over the
+    # tokens, the same for any order of the rows.
+    rng = random.Random(3)
+    rows = [
+        (rng.randint(1_000, 300_000), rng.choice([1, 3, 7]), rng.randint(1, 50))
+        for _ in range(5000)
+    ]
+    counted = pl.DataFrame(
+        {
+            GAP_US: [g for g, _, _ in rows],
+            TOKENS_IN_CHUNK: [k for _, k, _ in rows],
+            "_count": [c for _, _, c in rows],
+        },
+        schema={GAP_US: pl.Int32, TOKENS_IN_CHUNK: pl.Int32, "_count": pl.UInt32},
+    )
+    exact = float(Fraction(sum(g * c for g, _, c in rows), 1000 * sum(k * c for _, k, c in rows)))
+    means = set()
+    for seed in range(8):
+        shuffled = counted.sample(fraction=1.0, shuffle=True, seed=seed).lazy()
+        means.add(
+            _itl_frame(shuffled, False).select(_itl_aggs(())).collect()[f"{e.ITL_MS}__mean"].item()
+        )
+    assert means == {exact}

@@ -193,3 +193,28 @@ def test_decode_role_samples_the_first_token_in_its_first_step() -> None:
     assert r.sampled == (1,)
     assert r.batch_tokens == 1
     assert r.duration_s == pytest.approx(decode_step_time_s(PHYS.model, PHYS.deploy, [999]))
+
+
+@pytest.mark.parametrize("kw", [{}, {"num_blocks": 200}, {"num_blocks": 200, "preempt": True}])
+def test_the_step_clock_fast_path_equals_the_per_sequence_timer(kw: dict[str, object]) -> None:
+    # With a StepClock the decoding head of the batch is applied as it is planned and a
+    # queue head that did not fit is not retried until the pool changes; with a plain
+    # timer every sequence goes through the plan. The steps must be the same, bit for bit.
+    limits = SchedulerLimits(**{"num_blocks": 100_000, "max_batched_tokens": 512, **kw})  # type: ignore[arg-type]
+    arrivals = [
+        (
+            0.02 * i,
+            SeqSpec(
+                seq_id=i,
+                prompt_tokens=150 + 97 * (i % 5),
+                max_tokens=5 + 11 * (i % 4),
+                block_hashes=tuple(range(1, 1 + (i % 3) * 6)),
+            ),
+        )
+        for i in range(24)
+    ]
+    fast = Scheduler(PHYS.clock, limits)
+    plain = Scheduler(PHYS.step_s, limits)
+    assert fast._clock is not None
+    assert plain._clock is None
+    assert drive(fast, arrivals) == drive(plain, arrivals)

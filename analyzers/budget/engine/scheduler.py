@@ -108,12 +108,19 @@ class _Seq:
         "encoded",
         "generated",
         "hashed",
+        "max_tokens",
+        "prompt",
         "registered",
+        "seq_id",
         "spec",
     )
 
     def __init__(self, spec: SeqSpec) -> None:
         self.spec = spec
+        # The spec's fields the step reads for every sequence, every step, kept at hand.
+        self.seq_id = spec.seq_id
+        self.prompt = spec.prompt_tokens
+        self.max_tokens = spec.max_tokens
         self.computed = 0
         self.generated = 0
         self.blocks: list[int] = []
@@ -129,6 +136,22 @@ class _Seq:
         return self.spec.prompt_tokens + self.generated
 
 
+class _Head:
+    """The decoding sequences at the head of a step's batch, applied as the step is planned
+    (one new token each; a ``StepClock`` with sums times the step): their sums, the ids
+    that sampled and the sequences that finished (their blocks are freed after the
+    step's admissions, as for the rest of the batch)."""
+
+    __slots__ = ("done", "held", "sampled", "seqs", "twice")
+
+    def __init__(self) -> None:
+        self.seqs: list[_Seq] = []
+        self.held = 0
+        self.twice = 0
+        self.sampled: list[int] = []
+        self.done: list[_Seq] = []
+
+
 class Scheduler:
     """Waiting and running sequences of one instance and its KV cache (see module doc)."""
 
@@ -142,6 +165,9 @@ class Scheduler:
         self._running: list[_Seq] = []
         self._held: dict[int, _Seq] = {}
         self._seqs: dict[int, _Seq] = {}
+        self._blocked: tuple[_Seq, int] | None = None
+        """The queue's head and the pool's version when it last did not fit (no
+        preemption): it cannot fit before the pool changes, so it is not asked again."""
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.preemptions = 0
@@ -243,6 +269,9 @@ class Scheduler:
     def _admit(self, seq: _Seq, budget: int, admitted: list[Admission]) -> bool:
         """Try to admit the head of the queue; False when it does not fit."""
         limits, spec = self.limits, seq.spec
+        blocked = self._blocked
+        if blocked is not None and blocked[0] is seq and blocked[1] == self.pool.version:
+            return False  # as last time: nothing it depends on has changed
         first = not seq.admitted
         matched: list[int] = []
         if self.role != "decode" and seq.computed == 0:
@@ -259,6 +288,8 @@ class Scheduler:
             tokens = max(start, self._lifetime_tokens(spec))
         new = limits.blocks_for(tokens) - len(matched)
         if not self.pool.can_allocate(new, matched):
+            if not limits.preempt:  # with preemption, the step's budget matters too
+                self._blocked = (seq, self.pool.version)
             return False
         self.pool.take(matched)
         seq.blocks = [*matched, *self.pool.allocate(new)]
@@ -282,6 +313,7 @@ class Scheduler:
         preempted: list[int] = []
         admitted: list[Admission] = []
         running = self._running
+        head = _Head()
         if limits.preempt:
             i = 0
             while i < len(running) and budget > 0:
@@ -294,14 +326,35 @@ class Scheduler:
                 i += 1
         else:  # the same loop without growth (nothing is preempted): the hot path
             append = plan.append
+            # The decoding sequences at the head of the batch (most of a busy one) are
+            # applied here as they are planned (``_Head``); the rest go through the plan.
+            inline = self._clock is not None
+            seqs, sampled, done = head.seqs, head.sampled, head.done
+            held = twice = 0
             for seq in running:
                 if budget <= 0:
                     break
-                n = seq.spec.prompt_tokens + seq.generated - seq.computed
+                g = seq.generated
+                c = seq.computed
+                n = seq.prompt + g - c
+                if inline:
+                    if n == 1 and g and seq.registered >= seq.hashed:
+                        budget -= 1
+                        seqs.append(seq)
+                        held += c
+                        twice += c + c + 1
+                        seq.computed = c + 1
+                        g = seq.generated = g + 1
+                        sampled.append(seq.seq_id)
+                        if g >= seq.max_tokens:
+                            done.append(seq)  # freed in _apply, after admissions
+                        continue
+                    inline = False
                 if n > budget:
                     n = budget
                 append((seq, n))
                 budget -= n
+            head.held, head.twice = held, twice
         while (
             not preempted
             and self._waiting
@@ -314,12 +367,16 @@ class Scheduler:
             n = min(seq.known - seq.computed, budget)
             plan.append((seq, n))
             budget -= n
-        if not plan:
+        if not plan and not head.seqs:
             return None
-        return self._apply(plan, admitted, preempted)
+        return self._apply(plan, admitted, preempted, head)
 
     def _apply(
-        self, plan: list[tuple[_Seq, int]], admitted: list[Admission], preempted: list[int]
+        self,
+        plan: list[tuple[_Seq, int]],
+        admitted: list[Admission],
+        preempted: list[int],
+        head: _Head,
     ) -> StepResult:
         clock = self._clock
         duration = 0.0
@@ -329,15 +386,43 @@ class Scheduler:
             )
         encoders: list[float] = []
         prefilled: list[int] = []
-        sampled: list[int] = []
+        sampled = head.sampled
         finished: list[int] = []
         leaving: set[int] = set()
         bs = self.limits.block_size
         role, pool = self.role, self.pool
+        for seq in head.done:  # the head's finished sequences, first in the batch
+            seq_id = seq.seq_id
+            finished.append(seq_id)
+            leaving.add(seq_id)
+            pool.free(seq.blocks)
+            seq.blocks = []
+            del self._seqs[seq_id]
         # The step's sums for the clock (before this step's tokens are counted as computed).
-        batch_tokens = held = twice = decoding = busy = 0
+        batch_tokens = decoding = busy = len(head.seqs)
+        held, twice = head.held, head.twice
         for seq, n in plan:
             c = seq.computed
+            g = seq.generated
+            if g and c + 1 == seq.prompt + g and seq.registered >= seq.hashed:
+                # A decoding sequence (n is 1; encoded and registered long ago): the same
+                # sums and bookkeeping as below, without the branches that cannot apply.
+                batch_tokens += 1
+                held += c
+                twice += c + c + 1
+                busy += 1
+                decoding += 1
+                seq.computed = c + 1
+                g = seq.generated = g + 1
+                seq_id = seq.seq_id
+                sampled.append(seq_id)
+                if g >= seq.max_tokens:
+                    finished.append(seq_id)
+                    leaving.add(seq_id)
+                    pool.free(seq.blocks)
+                    seq.blocks = []
+                    del self._seqs[seq_id]
+                continue
             batch_tokens += n
             held += c
             twice += n * (c + c + n)
@@ -374,13 +459,14 @@ class Scheduler:
                 seq.blocks = []
                 del self._seqs[seq_id]
         if leaving:
-            self._running = [s for s in self._running if s.spec.seq_id not in leaving]
+            self._running = [s for s in self._running if s.seq_id not in leaving]
         if clock is not None:
             if twice < EXACT_SUMS:
                 duration = clock.from_sums(batch_tokens, twice, held + batch_tokens, decoding, busy)
             else:  # too large for exact float sums: the per-sequence arithmetic
                 duration = clock(
-                    [SequenceWork(new_tokens=n, cached_tokens=q.computed - n) for q, n in plan]
+                    [SequenceWork(new_tokens=1, cached_tokens=q.computed - 1) for q in head.seqs]
+                    + [SequenceWork(new_tokens=n, cached_tokens=q.computed - n) for q, n in plan]
                 )
         for seconds in encoders:
             duration += seconds

@@ -330,17 +330,26 @@ class VirtualCluster:
                 track = tracks[adm.seq_id]
                 if track.decode_start is None:
                     track.decode_start = start
-        record = self.record_tokens
-        for key in result.sampled:
-            track = tracks[key]
-            if track.sample is None:
-                track.sample = end
-                self.waiting_first -= 1
-            elif track.second is None and self.second_token:
-                track.second = end
-                self.waiting_second -= 1
-            if record:
-                track.times.append(end)
+        if self.record_tokens and not self.second_token:  # the offline engine's hot path
+            for key in result.sampled:
+                track = tracks[key]
+                times = track.times
+                if not times:  # its first token (times has every one)
+                    track.sample = end
+                    self.waiting_first -= 1
+                times.append(end)
+        else:
+            record = self.record_tokens
+            for key in result.sampled:
+                track = tracks[key]
+                if track.sample is None:
+                    track.sample = end
+                    self.waiting_first -= 1
+                elif track.second is None and self.second_token:
+                    track.second = end
+                    self.waiting_second -= 1
+                if record:
+                    track.times.append(end)
         if self.on_finish is not None:
             for key in result.finished:
                 self.on_finish(key, end)

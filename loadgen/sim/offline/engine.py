@@ -25,7 +25,7 @@ Must not import the replay client (loadgen.client/replay/transport/recorder).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from analyzers.budget.engine.admission import AdmissionPolicy, estimate_ttft, refusal
@@ -301,6 +301,10 @@ def simulate(
     sim.cluster.run(max_steps=MAX_STEPS)
     tracks = sim.cluster.tracks
     rejected = sim.cluster.refused
+    # Every step's end in ns of model time, once: a token's time is its step's end, shared
+    # by the whole batch, so this is rounded per step instead of per token.
+    ends = set().union(*(track.times for track in tracks.values()))
+    stamps = {t: round(t * 1e9) for t in ends}
     records = tuple(
         _record(
             req,
@@ -309,6 +313,7 @@ def simulate(
             tracks.get(req.index),
             refused.get(req.index),
             prompts[req.index],
+            stamps,
             too_long=req.index in too_long_ids,
             rejected=rejected.get(req.index),
         )
@@ -334,10 +339,12 @@ def _record(
     track: VirtualTrack | None,
     refused: str | None,
     prompt_tokens: int,
+    stamps: Mapping[float, int],
     *,
     too_long: bool = False,
     rejected: str | None = None,
 ) -> RequestRecord:
+    """``req``'s row; ``stamps``: ``round(t * 1e9)`` of every time in ``track.times``."""
     sent = _ns(due_s)
     if rejected is not None:  # admission control: 429 on arrival, as the HTTP simulator
         refused, status, outcome = rejected, 429, s.OUTCOME_REJECTED
@@ -370,7 +377,7 @@ def _record(
     if track is None or not track.times or track.first_step is None:
         return refusal
     origin = SIM_EPOCH_NS - sent
-    offsets = [(origin + round(t * 1e9)) // 1000 for t in track.times]
+    offsets = [(origin + stamps[t]) // 1000 for t in track.times]
     if offsets[-1] > _OFFSET_MAX:  # as the replay's client: the chunks the column holds
         return _cut_stream(refusal, sent, offsets, prompt_tokens)
     first, last = _ns(track.times[0]), _ns(track.times[-1])
