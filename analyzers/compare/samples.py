@@ -19,6 +19,7 @@ import polars as pl
 from analyzers import exprs as e
 from analyzers.chunk_sums import itl_counts_by_class, itl_keys, itl_weights, workloads
 from analyzers.compare.bootstrap import Sample
+from analyzers.decompose.columns import TERMS
 from analyzers.decompose.options import DecomposeOptions
 from analyzers.decompose.terms import request_terms
 from analyzers.errors import AnalyzerError
@@ -137,9 +138,10 @@ def run_samples(
 def component_frame(
     run: Path | str, selection: RowSelection, by_workload: bool, time_scale: float = 1.0
 ) -> pl.DataFrame | None:
-    """Per-request TTFT terms (``{term}_ms``, ``TTFT_FROM_DUE_MS``, ``CLASS``) from the
-    server's own timings, or None when the server reported none. With ``time_scale`` the
-    client-measured terms are put on the server's clock (and the network recomputed)."""
+    """Per-request TTFT terms (``{term}_ms``, ``TTFT_FROM_DUE_MS``, ``CLASS``: only those)
+    from the server's own timings, or None when the server reported none. With
+    ``time_scale`` the client-measured terms are put on the server's clock (and the network
+    recomputed)."""
     try:
         terms = request_terms(
             run,
@@ -148,4 +150,6 @@ def component_frame(
         )
     except AnalyzerError:
         return None
-    return terms.frame
+    # Only what a comparison reads: a million requests' every decomposition column, held
+    # for each run compared, would be most of its memory.
+    return terms.frame.select(e.CLASS, e.TTFT_FROM_DUE_MS, *(f"{term}_ms" for term in TERMS))
