@@ -20,13 +20,18 @@ from pathlib import Path
 from typing import Any, Final
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from analyzers.errors import InvalidRunError
 from analyzers.validity import CapHold
 from traces import schema as s
 from traces.errors import NewerRunInfoError, TraceError
-from traces.io import is_journal, read_journal, read_run_info, run_request_files
+from traces.io import (
+    is_journal,
+    read_journal,
+    read_run_info,
+    row_group_rows,
+    run_request_files,
+)
 from traces.runinfo import RunInfo, Stall
 
 REQUIRED_COLUMNS: Final = (
@@ -229,8 +234,7 @@ def slice_bounds(files: Sequence[Path], rows: int, slice_rows: int) -> list[tupl
     groups: list[int] = []
     for f in files:
         if not is_journal(f):
-            metadata = pq.ParquetFile(f).metadata
-            groups.extend(metadata.row_group(i).num_rows for i in range(metadata.num_row_groups))
+            groups.extend(row_group_rows(f))
     if sum(groups) < rows:  # the journals' rows come last
         groups.append(rows - sum(groups))
     bounds: list[tuple[int, int]] = []
