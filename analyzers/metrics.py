@@ -37,10 +37,14 @@ from analyzers.analysis import (
     ToolCalls,
 )
 from analyzers.cache import EXPECTED_CACHED, CacheBasis, cache_expectation, cache_tokens
-from analyzers.chunk_sums import RequestPass, itl_counts_by_class, itl_keys, workloads
+from analyzers.chunk_sums import (
+    RequestPass,
+    itl_counts_by_class,
+    itl_keys,
+    itl_weights,
+    workloads,
+)
 from analyzers.frames import (
-    GAP_US,
-    TOKENS_IN_CHUNK,
     run_health,
     scan_run,
     select_rows,
@@ -50,6 +54,8 @@ from analyzers.request_frame import (
     OUTCOME_OTHER,
     compared_aggs,
     request_aggs,
+    request_quantiles,
+    request_sums,
     with_expected,
 )
 from analyzers.request_frame import READ_COLUMNS as READ_COLUMNS
@@ -64,27 +70,11 @@ from analyzers.validity import ClassCount, RunValidity, ValidityThresholds, asse
 from traces import schema as s
 
 
-def _itl_frame(counted: pl.LazyFrame, by_workload: bool) -> pl.LazyFrame:
-    """Distinct (``CLASS``, gap, tokens) from ``itl_counts_by_class``, with ``ITL_MS`` =
-    gap / tokens, ``_w`` the tokens they stand for (count x tokens) and ``_gw`` their
-    summed gaps, µs (count x gap: an integer, so the mean's numerator is exact whatever
-    order the group-by yields its rows in)."""
-    count = pl.col("_count").cast(pl.Int64)
-    return counted.select(
-        pl.col(e.CLASS) if by_workload else pl.lit(e.ALL).alias(e.CLASS),
-        e.itl_ms(),
-        (count * pl.col(TOKENS_IN_CHUNK).cast(pl.Int64)).alias("_w"),
-        (count * pl.col(GAP_US).cast(pl.Int64)).alias("_gw"),
-    )
-
-
 def _itl_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
     v, w = pl.col(e.ITL_MS), pl.col("_w")
     key = e.ITL_MS
     return [
         w.sum().alias(f"{key}__count"),
-        # Not (v * w).sum(): a float sum in the group-by's row order, which varies from
-        # run to run (the last digit of a rerun's results.json did).
         pl.when(w.sum() > 0).then(pl.col("_gw").sum() / (w.sum() * 1000)).alias(f"{key}__mean"),
         v.max().alias(f"{key}__max"),
         *(e.weighted_quantile(key, "_w", p) for p in percentiles),
@@ -293,9 +283,22 @@ def analyze_pass(
     )
     if sliced is not None:
         req = sliced[2]
-    queries = [req.select(pl.lit(e.ALL).alias(e.CLASS), *aggs)]
+    # The overall percentiles as one group: a group-by sorts each column once for all of
+    # its percentiles, where a select would make a selection pass per percentile.
+    overall_quantiles = (
+        req.with_columns(pl.lit(e.ALL).alias("_all"))
+        .group_by("_all")
+        .agg(request_quantiles(pcts))
+        .drop("_all")
+    )
+    queries = [
+        pl.concat(
+            [req.select(pl.lit(e.ALL).alias(e.CLASS), *request_sums()), overall_quantiles],
+            how="horizontal",
+        )
+    ]
     itl_counted = sliced[0] if sliced is not None else itl_counts_by_class(lf, bw, classes_of_run)
-    itl = _itl_frame(itl_counted, bw)
+    itl = itl_weights(itl_counted, bw)
     queries.append(itl.select(pl.lit(e.ALL).alias(e.CLASS), *itl_aggs))
     if options.by_workload:
         queries.append(req.group_by(e.CLASS).agg(aggs).sort(e.CLASS))

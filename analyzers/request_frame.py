@@ -25,6 +25,8 @@ __all__ = [
     "compared_aggs",
     "request_aggs",
     "request_frame",
+    "request_quantiles",
+    "request_sums",
     "with_expected",
 ]
 
@@ -135,17 +137,40 @@ def _masked_names() -> tuple[str, ...]:
     return (e.TTFT_MS, e.TTFT_FROM_DUE_MS, e.TTFB_MS, e.TTFR_MS, e.TPOT_MS, e.E2E_MS)
 
 
-def _stat_aggs(column: str, percentiles: tuple[float, ...]) -> list[pl.Expr]:
+def _stat_aggs(column: str) -> list[pl.Expr]:
     c = pl.col(column)
     return [
         c.count().alias(f"{column}__count"),
         c.mean().alias(f"{column}__mean"),
         c.max().cast(pl.Float64).alias(f"{column}__max"),
-        *(e.quantile(column, p) for p in percentiles),
     ]
 
 
 def request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
+    """Every aggregation of a class's requests: ``request_sums`` then
+    ``request_quantiles``."""
+    return [*request_sums(), *request_quantiles(percentiles)]
+
+
+def request_quantiles(percentiles: tuple[float, ...]) -> list[pl.Expr]:
+    """The order statistics of a class's requests (percentiles and medians). Over a whole
+    frame, each costs a selection pass of its own in a ``select``; in a ``group_by`` one
+    sort per column serves all of a column's: ``metrics`` takes them by group."""
+    ratio = pl.col(e.PROMPT_RATIO)
+    aggs = [
+        ratio.median().alias("_fid_ratio"),
+        (ratio - 1).abs().median().alias("_fid_err"),
+        e.quantile(e.SCHEDULE_LAG_MS, 99.0).alias("_lag_p99"),
+        e.quantile(s.SERVER_SLIP_MS, 99.0).alias("_slip_p99"),
+        e.quantile(e.TTFT_MS, 50.0).alias("_ttft_p50"),
+    ]
+    for m in REQUEST_METRICS:
+        aggs.extend(e.quantile(m.key, p) for p in percentiles)
+    return aggs
+
+
+def request_sums() -> list[pl.Expr]:
+    """The counts, sums, means and maxima of a class's requests."""
     outcome = pl.col(s.OUTCOME)
     ratio = pl.col(e.PROMPT_RATIO)
     has_usage = pl.col(s.PROMPT_TOKENS).is_not_null()
@@ -167,19 +192,14 @@ def request_aggs(percentiles: tuple[float, ...]) -> list[pl.Expr]:
         ratio.count().alias("_fid_n"),
         pl.col(e.REQUESTED_PROMPT_TOKENS).filter(has_usage).mean().alias("_fid_req"),
         pl.col(s.PROMPT_TOKENS).mean().alias("_fid_rep"),
-        ratio.median().alias("_fid_ratio"),
-        (ratio - 1).abs().median().alias("_fid_err"),
         pl.col(s.CACHED_TOKENS).filter(has_usage).mean().alias("_cached"),
         pl.col(e.CACHED_FRACTION).mean().alias("_cached_frac"),
         pl.col(s.CACHED_TOKENS).filter(has_prompt).fill_null(0).sum().alias("_cached_sum"),
         pl.col(s.PROMPT_TOKENS).filter(has_prompt).sum().alias("_prompt_sum"),
         pl.col(s.CACHED_TOKENS).filter(has_usage).count().alias("_cached_n"),
         *compared_aggs(pl.col(s.PROMPT_TOKENS).cast(pl.Int64)),
-        e.quantile(e.SCHEDULE_LAG_MS, 99.0).alias("_lag_p99"),
-        e.quantile(s.SERVER_SLIP_MS, 99.0).alias("_slip_p99"),
-        e.quantile(e.TTFT_MS, 50.0).alias("_ttft_p50"),
         *g.goodput_aggs(),
     ]
     for m in REQUEST_METRICS:
-        aggs.extend(_stat_aggs(m.key, percentiles))
+        aggs.extend(_stat_aggs(m.key))
     return aggs

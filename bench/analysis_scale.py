@@ -1,5 +1,6 @@
-"""Analysis at scale: wall time and peak memory of ``loadgen analyze``, ``decompose`` and
-``report`` on one synthetic run of N requests x T tokens.
+"""Analysis at scale: wall time and peak memory of ``loadgen analyze``, ``decompose``,
+``report`` and ``compare`` (the run against itself) on one synthetic run of N requests x T
+tokens.
 
     .venv/bin/python bench/analysis_scale.py [--requests 1000000] [--tokens 256] [--keep DIR]
 
@@ -45,7 +46,7 @@ from analyze import generate  # noqa: E402
 
 from traces import schema as s  # noqa: E402
 
-COMMANDS = ("analyze", "decompose", "report")
+COMMANDS = ("analyze", "decompose", "report", "compare")
 
 
 def add_server_timings(path: Path) -> None:
@@ -94,6 +95,8 @@ def measure(cmd: list[str]) -> int:
 
 def run_one(command: str, run_dir: Path, out_dir: Path, tree: Path = ROOT) -> dict[str, Any]:
     cli = [sys.executable, "-m", "loadgen.cli.root", command, str(run_dir)]
+    if command == "compare":  # the run against itself: the same work as two runs of it
+        cli.append(str(run_dir))
     if command == "report":
         cli += ["-o", str(out_dir / "report.html")]
     wrapper = [sys.executable, str(Path(__file__).resolve()), "--measure", "--", *cli]

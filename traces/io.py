@@ -165,6 +165,13 @@ def is_journal(path: Path) -> bool:
     return Path(path).name == s.JOURNAL_FILE
 
 
+def row_group_rows(path: Path) -> list[int]:
+    """The rows of each row group of a Parquet file, in file order (from its footer; no
+    data is read)."""
+    metadata = pq.ParquetFile(path).metadata
+    return [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+
+
 def read_journal(path: Path) -> pa.Table:
     """The complete row batches of a journal; a torn last batch (a killed run) is dropped.
 

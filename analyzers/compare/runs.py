@@ -24,6 +24,7 @@ client-measured latency on the server's clock. Must not import loadgen, httpx.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,10 +47,10 @@ from analyzers.compare.samples import COMPARED_METRICS, RunSamples, component_fr
 from analyzers.compare.verdict import NO_VERDICT, ComparisonVerdict, Problem, withheld
 from analyzers.decompose.columns import TERMS
 from analyzers.errors import AnalyzerError
-from analyzers.frames import RowSelection
+from analyzers.frames import RowSelection, scan_run, select_rows
 from analyzers.goodput import SLOTargets
-from analyzers.metrics import analyze
-from analyzers.validity import min_requests_for
+from analyzers.metrics import analyze, run_validity
+from analyzers.validity import ValidityThresholds, min_requests_for
 
 _NAMES: Final = {m.key: m.name for m in METRICS}
 
@@ -139,6 +140,10 @@ def _band(frame: pl.DataFrame, percentile: float) -> pl.DataFrame:
     return frame.filter((total >= lo) & (total <= hi))
 
 
+def _sorted_sample(frame: pl.DataFrame, term: str) -> Sample:
+    return Sample.of(frame.get_column(f"{term}_ms").drop_nulls().sort().to_list())
+
+
 def _component_deltas(
     base: pl.DataFrame,
     other: pl.DataFrame,
@@ -148,19 +153,26 @@ def _component_deltas(
     workloads: Sequence[str],
 ) -> list[ComponentDelta]:
     out: list[ComponentDelta] = []
+    whole: list[ComponentDelta] = []
     for workload in workloads:
         a = base if workload == e.ALL else base.filter(pl.col(e.CLASS) == workload)
         b = other if workload == e.ALL else other.filter(pl.col(e.CLASS) == workload)
         if a.height == 0 or b.height == 0:
             continue
-        for p in options.percentiles:
-            band_a, band_b = _band(a, p), _band(b, p)
-            for i, term in enumerate(TERMS):
-                col = f"{term}_ms"
-                sa = Sample.of(a.get_column(col).drop_nulls().to_list())
-                sb = Sample.of(b.get_column(col).drop_nulls().to_list())
-                if not sa.size or not sb.size:
-                    continue
+        if workload != e.ALL and (a.height, b.height) == (base.height, other.height) and whole:
+            # The class holds every row of both runs: the whole run's deltas are its own.
+            out.extend(dataclasses.replace(d, workload=workload) for d in whole)
+            continue
+        bands = [(_band(a, p), _band(b, p)) for p in options.percentiles]
+        found: dict[tuple[int, int], ComponentDelta] = {}
+        for i, term in enumerate(TERMS):
+            col = f"{term}_ms"
+            # One term's two samples at a time (sorted by Polars), for every percentile:
+            # a million requests' terms held at once would take GiBs as Python floats.
+            sa, sb = _sorted_sample(a, term), _sorted_sample(b, term)
+            if not sa.size or not sb.size:
+                continue
+            for j, p in enumerate(options.percentiles):
                 diff = percentile_difference(
                     sa,
                     sb,
@@ -169,23 +181,26 @@ def _component_deltas(
                     confidence=options.confidence,
                     seed=options.seed + 7919 * i + int(p * 10),
                 )
+                band_a, band_b = bands[j]
                 ma, mb = band_a.get_column(col).mean(), band_b.get_column(col).mean()
                 attributed = (
                     float(mb) - float(ma)
                     if isinstance(ma, int | float) and isinstance(mb, int | float)
                     else None
                 )
-                out.append(
-                    ComponentDelta(
-                        workload=workload,
-                        term=term,
-                        percentile=p,
-                        base_label=base_label,
-                        label=label,
-                        difference=diff,
-                        attributed_ms=attributed,
-                    )
+                found[(j, i)] = ComponentDelta(
+                    workload=workload,
+                    term=term,
+                    percentile=p,
+                    base_label=base_label,
+                    label=label,
+                    difference=diff,
+                    attributed_ms=attributed,
                 )
+        mine = [found[key] for key in sorted(found)]  # percentile, then term: as before
+        out.extend(mine)
+        if workload == e.ALL:
+            whole = mine
     return out
 
 
@@ -292,9 +307,15 @@ def run_problems(
     each verdict line checks against its own percentile)."""
     out = []
     for run, label in zip(runs, labels, strict=True):
-        v = analyze(
-            run, AnalysisOptions(percentiles=(50.0,), by_workload=False, selection=selection)
-        ).validity
+        # ``analyze``'s validity without its pass over the chunks: the class counts only
+        # feed ``too_small``, which is left out here.
+        v = run_validity(
+            run,
+            select_rows(scan_run(run), selection),
+            class_counts=[],
+            percentiles=(50.0,),
+            thresholds=ValidityThresholds(),
+        )
         flags = tuple(f for f in v.flags if f.kind != "too_small")
         if flags:
             out.append(Problem(side=label, step="", flags=flags))

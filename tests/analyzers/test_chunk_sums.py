@@ -5,6 +5,7 @@ offsets, requests inside one window and across several."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -123,3 +124,32 @@ def test_itl_counts_by_class_of_no_rows_is_empty_not_an_error(tmp_path: Path) ->
     got = itl_counts_by_class(none, True, ()).collect()
     assert got.height == 0
     assert set(itl_keys(True)) <= set(got.columns)
+
+
+def test_itl_counts_are_exact_when_differences_overflow_32_bits() -> None:
+    """Offsets (Int32) far apart differ by more than an Int32 holds: the flat count of the
+    even spreads differences them in 64 bits, exactly (not wrapped)."""
+    offsets = [[-2_000_000_000, 2_000_000_000, 5], [0, 10, 20], [7, 8, 9, 2_100_000_000]]
+    lf = pl.LazyFrame(
+        {
+            s.SENT_NS: [T0, T0 + 1, T0 + 2],
+            s.CHUNK_OFFSETS_US: offsets,
+            s.CHUNK_TOKENS: [None, None, None],
+            s.COMPLETION_TOKENS: [3, 3, 4],
+            s.REASONING_TOKENS: [0, 0, 0],
+            s.REQUEST_ID: ["a", "b", "c"],
+        },
+        schema_overrides={
+            s.CHUNK_OFFSETS_US: pl.List(pl.Int32),
+            s.CHUNK_TOKENS: pl.List(pl.Int16),
+            s.COMPLETION_TOKENS: pl.Int32,
+            s.REASONING_TOKENS: pl.Int32,
+        },
+    )
+    assert even_spreads(lf) == (1,)
+    got = itl_counts(lf, spreads=(1,)).collect().sort(GAP_US)
+    exact = sorted(b - a for o in offsets for a, b in itertools.pairwise(o))
+    counted = {g: exact.count(g) for g in exact}
+    assert got[GAP_US].to_list() == sorted(counted)
+    assert got[COUNT].to_list() == [counted[g] for g in sorted(counted)]
+    assert set(got[TOKENS_IN_CHUNK].to_list()) == {1}

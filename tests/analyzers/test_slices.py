@@ -156,3 +156,17 @@ def test_series_from_analyze_pass_are_the_series_read_again(
     other = SeriesOptions(selection=RowSelection(trim_start_s=2.0))
     assert _same(run_series(run, other, reuse=read), run_series(run, other))
     assert not _same(run_series(run, other), run_series(run, SeriesOptions()))
+
+
+def test_slices_follow_the_row_groups(tmp_path: Path) -> None:
+    """A slice never ends inside a Parquet row group it could hold whole (the group would
+    be decoded twice); bigger groups are cut in equal parts; the rows of a journal (not
+    Parquet) come last."""
+    file = tmp_path / "rows.parquet"
+    pl.DataFrame({"x": range(200)}).write_parquet(file, row_group_size=50)
+    assert frames.slice_bounds([file], 200, 120) == [(0, 100), (100, 100)]
+    assert frames.slice_bounds([file], 200, 50) == [(0, 50), (50, 50), (100, 50), (150, 50)]
+    assert frames.slice_bounds([file], 200, 30)[:3] == [(0, 25), (25, 25), (50, 25)]
+    journal = tmp_path / "journal.arrows"
+    assert frames.slice_bounds([file, journal], 230, 120) == [(0, 100), (100, 100), (200, 30)]
+    assert frames.slice_bounds([], 0, 10) == [(0, 1)]
