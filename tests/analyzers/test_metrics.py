@@ -15,6 +15,7 @@ from polars.testing import assert_frame_equal
 
 from analyzers import exprs as e
 from analyzers.analysis import Analysis, AnalysisOptions
+from analyzers.chunk_sums import itl_weights
 from analyzers.errors import InvalidRunError
 from analyzers.frames import (
     GAP_US,
@@ -25,7 +26,7 @@ from analyzers.frames import (
     select_rows,
     token_frame,
 )
-from analyzers.metrics import _itl_aggs, _itl_frame, analyze, summarize
+from analyzers.metrics import _itl_aggs, analyze, summarize
 from analyzers.throughput import auto_window_s
 from traces import schema as s
 from traces.records import RequestRecord, records_to_batch
@@ -384,6 +385,6 @@ def test_itl_mean_is_exact_whatever_order_the_group_by_yields() -> None:
     for seed in range(8):
         shuffled = counted.sample(fraction=1.0, shuffle=True, seed=seed).lazy()
         means.add(
-            _itl_frame(shuffled, False).select(_itl_aggs(())).collect()[f"{e.ITL_MS}__mean"].item()
+            itl_weights(shuffled, False).select(_itl_aggs(())).collect()[f"{e.ITL_MS}__mean"].item()
         )
     assert means == {exact}
