@@ -120,10 +120,12 @@ def _replay_with_second_token(
     deploy: Deployment,
     network_ms: float,
     options: DecomposeOptions,
+    *,
+    alone: bool = False,
 ) -> LoadAwareResult | None:
-    """The load-aware replay of the run under ``deploy``, with the gap to the second token;
-    None when the replay cannot run (too long, or a shape it refuses): the fits that ask
-    then keep what they had."""
+    """The load-aware replay of the run under ``deploy``, with the gap to the second token
+    (and with ``alone`` each prompt's prefill alone); None when the replay cannot run (too
+    long, or a shape it refuses): the fits that ask then keep what they had."""
     try:
         return load_aware_phases(
             scanned,
@@ -133,6 +135,7 @@ def _replay_with_second_token(
             deployment=deploy,
             max_steps=options.max_replay_steps,
             second_token=True,
+            alone=alone,
         )
     except BudgetError:
         return None
@@ -268,7 +271,7 @@ def samples_waited(
     A fit from samples that waited is too slow, and a too-slow replay predicts more waiting
     still, so the test cannot be fooled that way; samples that were alone get a replay
     that agrees."""
-    replay = _replay_with_second_token(scanned, budget, deploy, network_ms, options)
+    replay = _replay_with_second_token(scanned, budget, deploy, network_ms, options, alone=True)
     if replay is None:
         return False
     samples = frame.filter(pl.col(IN_FLIGHT) <= calibration.max_in_flight)
