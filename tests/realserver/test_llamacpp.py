@@ -385,12 +385,12 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
     # line fitted to their waits made the p99 prefill 3.4x llama.cpp's).
     assert hidden.calibration is not None
     assert hidden.calibration.efficiency_from_load, hidden.calibration
-    # Before, 2.5-8x llama.cpp's at p99; since, 13-47% below it in eleven runs (the miss
-    # below, noise on a shared machine lifts llama.cpp's own tail).
+    # Before, 2.5-8x llama.cpp's at p99; since, 13-49% below it in fourteen runs (the
+    # miss below: one speed for all prompt lengths; noise lifts llama.cpp's own tail).
     got, truth = report["prefill"][2]
     assert truth / 3 <= got <= 2 * truth, report
     # The queue dominates the burst's TTFT; a wide bound here catches a decomposition that
-    # books the wait elsewhere (-6 to +8% in eleven runs on a busy 2-core machine).
+    # books the wait elsewhere (-6 to +8% in fourteen runs on a busy 2-core machine).
     got, truth = report["queue"][2]
     assert abs(got - truth) <= 0.3 * truth, report
     misses = [t for t, v in report.items() if abs(v[2][0] - v[2][1]) > max(0.15 * v[2][1], 5.0)]
