@@ -261,6 +261,7 @@ def decomposition_json(d: Decomposition) -> dict[str, Any]:
             "chunk_tokens": cal.chunk_tokens,
             "chunk_fitted": cal.chunk_fitted,
             "decode_efficiency": cal.decode_efficiency,
+            "efficiency_from_load": cal.efficiency_from_load,
         },
         "overall": _class_json(d.overall),
         "classes": [_class_json(c) for c in d.classes],

@@ -221,6 +221,8 @@ def decomposition_renderables(d: Decomposition) -> list[RenderableType]:
                 f"; achieved {cal.achieved_flops_per_s / 1e12:,.1f} TFLOP/s = "
                 f"{cal.fraction_of_peak:.1%} of peak"
             )
+        if cal.efficiency_from_load:
+            line += " (fitted to the whole run's replay: the low-load requests had waited)"
         out.append(line)
     for c in (d.overall, *d.classes):
         out.append(_percentile_table(c, d))

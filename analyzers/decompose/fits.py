@@ -8,6 +8,7 @@ Must not import loadgen or httpx.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Final, Literal
 
@@ -119,10 +120,12 @@ def _replay_with_second_token(
     deploy: Deployment,
     network_ms: float,
     options: DecomposeOptions,
+    *,
+    alone: bool = False,
 ) -> LoadAwareResult | None:
-    """The load-aware replay of the run under ``deploy``, with the gap to the second token;
-    None when the replay cannot run (too long, or a shape it refuses): the fits that ask
-    then keep what they had."""
+    """The load-aware replay of the run under ``deploy``, with the gap to the second token
+    (and with ``alone`` each prompt's prefill alone); None when the replay cannot run (too
+    long, or a shape it refuses): the fits that ask then keep what they had."""
     try:
         return load_aware_phases(
             scanned,
@@ -132,6 +135,7 @@ def _replay_with_second_token(
             deployment=deploy,
             max_steps=options.max_replay_steps,
             second_token=True,
+            alone=alone,
         )
     except BudgetError:
         return None
@@ -165,6 +169,44 @@ def fit_decode(
     return replace(deploy, decode_efficiency=efficiency) if efficiency > 0 else deploy
 
 
+def _observed(
+    scanned: pl.LazyFrame, frame: pl.DataFrame, network_ms: float, options: DecomposeOptions
+) -> pl.DataFrame:
+    """What the replay is judged against, per request (``ROW``): the measured server-side
+    time net of the network (``_o``) and the gap from the first token to the second
+    (``_g``: the length of the step after the first, seen by the client)."""
+    observed = frame.select(
+        pl.col(ROW), (pl.col(SERVER_SIDE_MS) - pl.col(NETWORK_MS).fill_null(network_ms)).alias("_o")
+    )
+    return observed.join(_observed_gaps(scanned, options), on=ROW, how="left")
+
+
+def _replay_error(
+    scanned: pl.LazyFrame,
+    observed: pl.DataFrame,
+    budget: BudgetModel,
+    deploy: Deployment,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> float | None:
+    """How badly the replay of the whole run under ``deploy`` explains it: the mean
+    absolute error of the predicted queue + prefill + transfer + decode wait + first token
+    against ``_o``, plus that of the gap to the second token against ``_g`` (ms); None when
+    the replay cannot run or matches no request."""
+    replay = _replay_with_second_token(scanned, budget, deploy, network_ms, options)
+    if replay is None:
+        return None
+    joined = replay.frame.join(observed, on=ROW)
+    if joined.height == 0:
+        return None
+    predicted = pl.sum_horizontal("_l_queue", "_l_prefill", "_l_transfer", "_l_wait", "_l_first")
+    error = joined.select(
+        (predicted - pl.col("_o")).abs().mean()
+        + (pl.col(SECOND_COL) - pl.col("_g")).abs().mean().fill_null(0.0)
+    ).item()
+    return error if isinstance(error, float) else None
+
+
 def fit_chunk(
     scanned: pl.LazyFrame,
     frame: pl.DataFrame,
@@ -174,38 +216,22 @@ def fit_chunk(
     options: DecomposeOptions,
 ) -> Deployment:
     """``deploy`` with the chunk size under which the replay of the whole run best explains
-    each request's measured server-side time (least mean absolute error of the predicted
-    queue + prefill + transfer + first token against ``server side - network``, plus that
-    of the gap to the second token, the length of the step after the first, which the
-    chunk size sets under load).
+    each request's measured server-side time (least ``_replay_error``: the predicted
+    queue + prefill + transfer + first token against ``server side - network``, plus the
+    gap to the second token, the length of the step after the first, which the chunk
+    size sets under load).
 
     A prompt alone costs about the same chunked or not, so the low-load fit cannot see the
     chunk size; under load it decides who waits and who shares a step, which the run's
     own queueing shows. Candidates the replay cannot run are skipped; unchunked stays unless
     a chunk size is clearly (``CHUNK_FIT_GAIN``) better."""
-    observed = frame.select(
-        pl.col(ROW), (pl.col(SERVER_SIDE_MS) - pl.col(NETWORK_MS).fill_null(network_ms)).alias("_o")
-    )
-    # The second token a step after the first: that step's length, seen by the client.
-    observed = observed.join(_observed_gaps(scanned, options), on=ROW, how="left")
+    observed = _observed(scanned, frame, network_ms, options)
     best: tuple[float, Deployment] | None = None
     told: float | None = None
     for chunk in CHUNK_CANDIDATES:
         candidate = replace(deploy, chunk_tokens=chunk)
-        replay = _replay_with_second_token(scanned, budget, candidate, network_ms, options)
-        if replay is None:
-            continue
-        joined = replay.frame.join(observed, on=ROW)
-        if joined.height == 0:
-            continue
-        predicted = pl.sum_horizontal(
-            "_l_queue", "_l_prefill", "_l_transfer", "_l_wait", "_l_first"
-        )
-        error = joined.select(
-            (predicted - pl.col("_o")).abs().mean()
-            + (pl.col(SECOND_COL) - pl.col("_g")).abs().mean().fill_null(0.0)
-        ).item()
-        if not isinstance(error, float):
+        error = _replay_error(scanned, observed, budget, candidate, network_ms, options)
+        if error is None:
             continue
         if chunk is None:
             told = error
@@ -214,6 +240,147 @@ def fit_chunk(
     if best is None or (told is not None and best[0] > (1 - CHUNK_FIT_GAIN) * told):
         return deploy  # no candidate explains the run clearly better than unchunked
     return best[1]
+
+
+SAMPLE_WAIT_SHARE: Final = 0.10
+"""The low-load fit is distrusted when the replay at it says its samples spent more than
+this share of their server-side time waiting (queued, or stretched by shared steps)."""
+EFFICIENCY_FACTORS: Final = tuple(2.0**k for k in range(-2, 7))
+"""Multiples of the low-load efficiency the search starts from (1/4 to 64): queued
+samples only ever make the low-load fit too slow, so the range leans upwards."""
+_GOLDEN: Final = (5**0.5 - 1) / 2
+_REFINE_STEPS: Final = 8
+"""Golden-section steps between the best factor's neighbours (a factor of 4 narrowed to
+about 2.5%)."""
+
+
+def samples_waited(
+    scanned: pl.LazyFrame,
+    frame: pl.DataFrame,
+    budget: BudgetModel,
+    deploy: Deployment,
+    calibration: CalibrationResult,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> bool:
+    """Whether the replay of the run under the low-load fit (``deploy``) says that the
+    fit's samples (at most ``calibration.max_in_flight`` in flight at send) were not alone:
+    their predicted queue plus the stretch of their prefill by shared steps is more than
+    ``SAMPLE_WAIT_SHARE`` of their measured server-side time (less network).
+
+    A fit from samples that waited is too slow, and a too-slow replay predicts more waiting
+    still, so the test cannot be fooled that way; samples that were alone get a replay
+    that agrees."""
+    replay = _replay_with_second_token(scanned, budget, deploy, network_ms, options, alone=True)
+    if replay is None:
+        return False
+    samples = frame.filter(pl.col(IN_FLIGHT) <= calibration.max_in_flight)
+    joined = replay.frame.join(_observed(scanned, samples, network_ms, options), on=ROW)
+    waited = pl.col("_l_queue") + (pl.col("_l_prefill") - pl.col("_l_alone")).clip(lower_bound=0)
+    share = joined.select(waited.sum() / pl.col("_o").clip(lower_bound=0).sum()).item()
+    return isinstance(share, float) and share > SAMPLE_WAIT_SHARE
+
+
+def fit_efficiency(
+    scanned: pl.LazyFrame,
+    frame: pl.DataFrame,
+    budget: BudgetModel,
+    deploy: Deployment,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> Deployment:
+    """``deploy`` with the prefill efficiency under which the replay of the whole run best
+    explains it (least ``_replay_error``); ``deploy`` when no replay runs.
+
+    The low-load fit takes each sample's whole server-side time (less network and first
+    token) as its prefill. That holds only if the sample was alone on the server: where the
+    "low-load" requests still waited for a slot or shared their steps with others (llama.cpp
+    with 4 slots at one request per 150 ms, each prompt 0.3-1 s of one CPU thread), their
+    wait is fitted as prefill and the line comes out several times too slow, which the
+    replay then stretches again under load (``samples_waited`` says when). The run's own
+    queueing pins the speed instead: under load each request's server-side time is mostly
+    the work of those before it, so the efficiency at which the replay reproduces the
+    measured times is the server's. The search: ``deploy``'s efficiency times 1/4, 1/2,
+    ..., 64 (capped at 1), then golden section between the best one's neighbours in log
+    space."""
+    observed = _observed(scanned, frame, network_ms, options)
+    start = deploy.prefill_efficiency
+    cache: dict[float, float | None] = {}
+
+    def error(efficiency: float) -> float | None:
+        efficiency = min(1.0, efficiency)
+        if efficiency not in cache:
+            candidate = replace(deploy, prefill_efficiency=efficiency)
+            cache[efficiency] = _replay_error(
+                scanned, observed, budget, candidate, network_ms, options
+            )
+        return cache[efficiency]
+
+    grid = sorted({min(1.0, start * f) for f in EFFICIENCY_FACTORS})
+    valid = [(e, err) for e in grid if (err := error(e)) is not None]
+    if not valid:
+        return deploy
+    i = grid.index(min(valid, key=lambda pair: pair[1])[0])
+    lo, hi = math.log(grid[max(0, i - 1)]), math.log(grid[min(len(grid) - 1, i + 1)])
+    a, b = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+    for _ in range(_REFINE_STEPS):
+        err_a, err_b = error(math.exp(a)), error(math.exp(b))
+        if err_a is None or err_b is None:
+            break
+        if err_a <= err_b:
+            hi, b = b, a
+            a = hi - _GOLDEN * (hi - lo)
+        else:
+            lo, a = a, b
+            b = lo + _GOLDEN * (hi - lo)
+    fitted = min(((e, err) for e, err in cache.items() if err is not None), key=lambda p: p[1])
+    return replace(deploy, prefill_efficiency=fitted[0])
+
+
+def fit_replay_deployment(
+    scanned: pl.LazyFrame,
+    frame: pl.DataFrame,
+    budget: BudgetModel,
+    calibration: CalibrationResult,
+    network_ms: float,
+    options: DecomposeOptions,
+) -> tuple[CalibrationResult, Deployment]:
+    """The deployment the load replay runs under after ``fit_prefill``, and the calibration
+    updated with what was fitted on the way: the low-load prefill efficiency; with the
+    replay (``options.load_aware``) the decode efficiency (``fit_decode``); when the
+    low-load samples waited (``samples_waited``) the prefill efficiency under the run's own
+    load instead (``fit_efficiency``; the low-load quadratic is dropped); when the
+    deployment names none, the chunk size (``fit_chunk``, the load-fitted efficiency then
+    refined at that size)."""
+    low_load = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
+    deploy = calibrated(budget.deployment, as_calibration(calibration, low_load))
+    if not options.load_aware:
+        return replace(calibration, chunk_tokens=deploy.chunk_tokens), deploy
+    deploy = fit_decode(scanned, frame, budget, deploy, network_ms, options)
+    calibration = replace(calibration, decode_efficiency=deploy.decode_efficiency)
+    args = (scanned, frame, budget)
+    from_load = samples_waited(*args, deploy, calibration, network_ms, options)
+    if from_load:
+        deploy = fit_efficiency(*args, deploy, network_ms, options)
+    chunk_fitted = deploy.chunk_tokens is None
+    if chunk_fitted:
+        deploy = fit_chunk(*args, deploy, network_ms, options)
+        if from_load and deploy.chunk_tokens is not None:
+            deploy = fit_efficiency(*args, deploy, network_ms, options)
+    calibration = replace(calibration, chunk_tokens=deploy.chunk_tokens, chunk_fitted=chunk_fitted)
+    if not from_load:
+        return calibration, deploy
+    efficiency = deploy.prefill_efficiency
+    peak = calibration.peak_flops_per_s
+    return replace(
+        calibration,
+        a_ms=None,
+        b_us_per_token=None,
+        c_ns_per_token2=None,
+        fraction_of_peak=efficiency,
+        achieved_flops_per_s=None if peak is None else efficiency * peak,
+        efficiency_from_load=True,
+    ), deploy
 
 
 def calibrated_prefill(

@@ -110,11 +110,14 @@ def load_aware_phases(
     deployment: Deployment | None = None,
     max_steps: int = 1_000_000,
     second_token: bool = False,
+    alone: bool = True,
 ) -> LoadAwareResult:
     """Predicted phases of every served request of ``lf`` (which carries ``ROW``) under the
     run's own load; ``deployment`` overrides the budget's (a calibrated one); with
-    ``second_token`` also ``SECOND_COL`` (first to second token, ms; null: none). Raises
-    ``BudgetError`` when the replay is too long (``max_steps``) or the shape is invalid."""
+    ``second_token`` also ``SECOND_COL`` (first to second token, ms; null: none); without
+    ``alone`` the prefill alone (``_l_alone``) is null, not replayed (the fits that search
+    a deployment do not need it). Raises ``BudgetError`` when the replay is too long
+    (``max_steps``) or the shape is invalid."""
     arrivals = served_arrivals(lf, network_ms=network_ms, time_scale=time_scale)
     if not arrivals:
         return LoadAwareResult(frame=empty_phases(), requests=0, description="no served request")
@@ -129,7 +132,7 @@ def load_aware_phases(
         max_num_seqs=budget.max_num_seqs,
     )
     phases = replay_schedule(arrivals, shape, max_steps=max_steps, second_token=second_token)
-    alone = _alone_prefill_ms(arrivals, shape)
+    alone_ms = _alone_prefill_ms(arrivals, shape) if alone else {}
     frame = pl.DataFrame(
         [
             (
@@ -138,7 +141,7 @@ def load_aware_phases(
                 p.prefill_s * 1e3,
                 p.transfer_s * 1e3,
                 p.first_token_s * 1e3,
-                alone[(a.prompt_tokens, a.cached_tokens)],
+                alone_ms.get((a.prompt_tokens, a.cached_tokens)),
                 p.decode_wait_s * 1e3,
                 None if p.second_token_s is None else p.second_token_s * 1e3,
             )

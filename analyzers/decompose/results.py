@@ -52,6 +52,11 @@ class CalibrationResult:
     tokens_range: tuple[int, int] | None = None
     """The fewest and most uncached tokens among the fitted samples: the quadratic is
     trusted between them only (outside it the replay's roofline at the fitted efficiency)."""
+    efficiency_from_load: bool = False
+    """The prefill efficiency (``fraction_of_peak``) was refitted so that the replay of the
+    whole run explains its server-side times: the low-load requests had still waited for a
+    slot or shared steps, so the line fitted to them was too slow, and its quadratic
+    (``a_ms``...) is dropped."""
 
     def prefill_ms(self, n: int) -> float | None:
         """The fitted prefill of ``n`` uncached tokens, ms (None without the quadratic)."""

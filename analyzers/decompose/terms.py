@@ -47,14 +47,12 @@ Must not import loadgen or httpx.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 import polars as pl
 
 from analyzers import exprs as e
-from analyzers.budget.calibrate import calibrated
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
@@ -76,11 +74,9 @@ from analyzers.decompose.columns import (
     term_col,
 )
 from analyzers.decompose.fits import (
-    as_calibration,
     calibrated_prefill,
-    fit_chunk,
-    fit_decode,
     fit_prefill,
+    fit_replay_deployment,
 )
 from analyzers.decompose.load import (
     ROW,
@@ -266,10 +262,15 @@ def request_terms(
     network = run_network(frame, options)
     frame = request_network(frame, network)
     calibration = None
+    deploy = None
     budget_prefill = pl.col("_p_prefill")
     prefill_fallback: TermSource = "budget"
     if options.calibrate and budget is not None:
         calibration = fit_prefill(frame, budget, network.value_ms, options)
+        if needs_prediction:
+            calibration, deploy = fit_replay_deployment(
+                scanned, frame, budget, calibration, network.value_ms, options
+            )
         eff = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
         frame = frame.join(
             calibrated_prefill(keys, calibration, budget, eff),
@@ -279,20 +280,6 @@ def request_terms(
         prefill_fallback = "calibrated"
     prediction, phases = "", empty_phases()
     if budget is not None and needs_prediction:
-        deploy = None
-        if calibration is not None:
-            eff = (calibration.fraction_of_peak or budget.deployment.prefill_efficiency) or 1.0
-            deploy = calibrated(budget.deployment, as_calibration(calibration, eff))
-            if options.load_aware:
-                deploy = fit_decode(scanned, frame, budget, deploy, network.value_ms, options)
-                calibration = replace(calibration, decode_efficiency=deploy.decode_efficiency)
-            if deploy.chunk_tokens is None and options.load_aware:
-                deploy = fit_chunk(scanned, frame, budget, deploy, network.value_ms, options)
-                calibration = replace(
-                    calibration, chunk_tokens=deploy.chunk_tokens, chunk_fitted=True
-                )
-            else:
-                calibration = replace(calibration, chunk_tokens=deploy.chunk_tokens)
         prediction, phases = predict_phases(
             scanned,
             budget,

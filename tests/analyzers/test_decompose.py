@@ -378,3 +378,58 @@ def test_json_has_units_in_keys(run: Path) -> None:
     assert doc["network"]["value_ms"] == pytest.approx(NET_MS, abs=1e-3)
     assert doc["validity"]["too_small"] is False
     assert SERVER_SIDE_MS not in doc
+
+
+def test_calibration_on_samples_that_queued_fits_the_speed_from_the_whole_run(
+    tmp_path: Path,
+) -> None:
+    """One slot, requests arriving faster than it serves them from the start: even the
+    "low-load" requests waited, so a line fitted to their server-side time is several
+    times too slow (llama.cpp's slots in tests/realserver). The replay at that line says
+    its samples waited, and the efficiency is refitted so that the replay of the whole run
+    explains it: the prefill and the queue come back to the truth."""
+    from analyzers.budget.engine.timeline import Arrival, EngineShape, replay_schedule
+
+    told = BudgetModel.from_catalog("llama-3.1-8b", "h200", first_token_in_prefill=True)
+    told = replace(told, max_num_seqs=1)
+    lengths = (2000, 1000, 500, 100)
+    arrivals = [
+        Arrival(key=i, arrival_s=i * 0.04, prompt_tokens=lengths[i % 4], output_tokens=2)
+        for i in range(40)
+    ]
+    truth_deploy = replace(told.deployment, prefill_efficiency=0.3)
+    shape = EngineShape(model=told.model, deployment=truth_deploy, max_num_seqs=1)
+    truth = replay_schedule(arrivals, shape, second_token=True)
+    records = []
+    for a in arrivals:
+        p = truth[a.key]
+        records.append(
+            rec(
+                a.key,
+                prompt=a.prompt_tokens,
+                queue_ms=p.queue_s * 1e3,
+                prefill_ms=p.prefill_s * 1e3,
+                first_ms=0.0,
+                gap_ms=40.0,
+            )
+        )
+    run = write_run(tmp_path / "queued", records)
+    hidden = request_terms(run, told, DecomposeOptions(calibrate=True, hide_server_timings=True))
+    cal = hidden.calibration
+    assert cal is not None
+    assert cal.efficiency_from_load
+    assert cal.a_ms is None  # the low-load quadratic, fitted to waits, is dropped
+    assert cal.fraction_of_peak == pytest.approx(0.3, rel=0.1)
+    got = hidden.frame.sort(s.REQUEST_ID)
+    want = pl.read_parquet(run / s.REQUESTS_FILE).sort(s.REQUEST_ID)
+    for term, column in (("prefill", s.SERVER_PREFILL_MS), ("queue", s.SERVER_QUEUE_MS)):
+        for q in (0.5, 0.99):
+            inferred = got.get_column(term_col(term)).quantile(q, "linear")
+            true = want.get_column(column).quantile(q, "linear")
+            assert isinstance(inferred, float)
+            assert isinstance(true, float)
+            assert inferred == pytest.approx(true, rel=0.1), (term, q)
+    # With server timings the fit is on clean samples and nothing is refitted.
+    seen = request_terms(run, told, DecomposeOptions(calibrate=True))
+    assert seen.calibration is not None
+    assert not seen.calibration.efficiency_from_load

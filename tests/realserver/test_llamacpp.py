@@ -318,16 +318,20 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
 ) -> None:
     """llama.cpp with 4 parallel slots under a saturating open-loop burst: with its timings
     hidden, the budget told nothing but the model's shape on a nominal CPU, and the prefill
-    line, efficiency and chunk size calibrated from the run, the queue and prefill should
-    be within 15% or 5 ms at p99 of the split its own ``prompt_ms`` gives (issue 20). The
-    queue is; the prefill only in some runs. The test asserts what holds (the burst
-    queued, both splits add up to the same server-side time on the same per-request
-    network, the queue within 30%) and reports a 15% miss as an xfail with the figures.
+    speed and chunk size calibrated from the run, the queue and prefill should be within
+    15% or 5 ms at p99 of the split its own ``prompt_ms`` gives (issue 20). The test
+    asserts what holds (the burst queued, both splits add up to the same server-side time
+    on the same per-request network, the queue within 30%, the prefill between a third
+    and twice) and reports a 15% miss as an xfail with the figures.
 
-    The run: 12 requests 150 ms apart (the low-load sample the calibration fits), then 24
-    sent within 50 ms (the slots fill and a queue builds); prompts of 256-1024 tokens, 4
-    generated each. Under load a prompt's ``prompt_ms`` stretches over the batches it
-    shares with the other slots, which the replay (4 sequences, the fitted chunk) predicts.
+    The run: 12 requests 150 ms apart, then 24 sent within 50 ms (the slots fill and a
+    queue builds); prompts of 256-1024 tokens, 4 generated each. Under load a prompt's
+    ``prompt_ms`` is the wall time of the batches it shares with the other slots (one
+    ``llama_decode`` of up to 2048 tokens), which the replay (4 sequences) predicts. The
+    first 12 are not a low-load sample on one CPU thread (0.3-1 s a prompt, one every
+    150 ms): they wait for the slot's batch, so the prefill line fitted to them came out
+    3-4x too slow (1,523 ms at p99 against 453); the calibration now sees that the replay
+    at that line makes its samples wait, and fits the speed to the whole run instead.
     """
     from dataclasses import replace
 
@@ -377,14 +381,23 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
         total = frame.select(pl.sum_horizontal(server) + pl.col("overshoot_ms")).to_series()
         assert (total - frame.get_column("server_side_ms")).abs().max() < 1e-6  # type: ignore[operator]
     assert own.get_column("network_ms").to_list() == inferred.get_column("network_ms").to_list()
+    # The "low-load" requests waited: the speed is fitted to the whole run (issue 20: the
+    # line fitted to their waits made the p99 prefill 3.4x llama.cpp's).
+    assert hidden.calibration is not None
+    assert hidden.calibration.efficiency_from_load, hidden.calibration
+    # Before, 2.5-8x llama.cpp's at p99; since, 13-49% below it in fourteen runs (the
+    # miss below: one speed for all prompt lengths; noise lifts llama.cpp's own tail).
+    got, truth = report["prefill"][2]
+    assert truth / 3 <= got <= 2 * truth, report
     # The queue dominates the burst's TTFT; a wide bound here catches a decomposition that
-    # books the wait elsewhere (it was 1-6% off in five runs on a busy 2-core machine).
+    # books the wait elsewhere (-6 to +8% in fourteen runs on a busy 2-core machine).
     got, truth = report["queue"][2]
     assert abs(got - truth) <= 0.3 * truth, report
     misses = [t for t, v in report.items() if abs(v[2][0] - v[2][1]) > max(0.15 * v[2][1], 5.0)]
     if misses:
-        # Known gap (issue 20): the p99 prefill was within 15% in half the runs and 17-25%
-        # off in the others. The replay's batching is vLLM's policy (running prefills
-        # first, one token budget per step), not llama.cpp's slots, and one CPU thread
-        # shared with other work makes the calibration's low-load sample noisy.
+        # Known gap (issue 20, docs/analysis.md "Against llama.cpp"): on a shared 2-core
+        # machine a 512-token prompt alone took 0.6 to 2.8 s within one run, the replay
+        # has one speed; one FLOP efficiency cannot follow the CPU's attention cost
+        # (1.0 ms/token at 128 tokens, 1.75 at 2048); and the chunk (n_batch) is not
+        # identified, llama.cpp serving the burst out of arrival order (6 HTTP threads).
         pytest.xfail(f"p99 {', '.join(misses)} off by more than 15% or 5 ms: {report}")
