@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 import pyarrow as pa
@@ -437,6 +439,32 @@ def _bad_prefix_blocks(values: pa.ChunkedArray | pa.Array) -> BadValue | None:
     )
 
 
+_TableCheck = Callable[[pa.Table, set[str]], "BadValue | None"]
+
+
+def _on_column(column: str, check: Callable[[pa.ChunkedArray], BadValue | None]) -> _TableCheck:
+    """``check`` of ``column``, where the table has it (an importer's batch may not)."""
+
+    def run(table: pa.Table, names: set[str]) -> BadValue | None:
+        return check(table.column(column)) if column in names else None
+
+    return run
+
+
+# The checks of ``find_bad_value``, in the order a table's values are checked.
+_CHECKS: Final[tuple[_TableCheck, ...]] = (
+    _on_column(s.REQUEST_ID, _bad_request_id),
+    _on_column(s.MESSAGES, _bad_messages),
+    _on_column(s.TOOLS, _bad_tools),
+    _on_column(s.SLO_TTFT_MS, partial(_bad_slo, s.SLO_TTFT_MS)),
+    _on_column(s.SLO_TPOT_MS, partial(_bad_slo, s.SLO_TPOT_MS)),
+    _bad_sampling,
+    _on_column(s.IMAGE_TOKENS, _bad_image_tokens),
+    _on_column(s.IMAGES, _bad_images),
+    _on_column(s.PREFIX_BLOCKS, _bad_prefix_blocks),
+)
+
+
 def find_bad_value(table: pa.Table) -> BadValue | None:
     """The first value, by column then row, that the replay could not send or use: a
     request id that is not visible ASCII or longer than ``MAX_ID_CHARS``, ``messages``
@@ -448,34 +476,8 @@ def find_bad_value(table: pa.Table) -> BadValue | None:
     table lacks are skipped, so an importer's batch with trace columns of any compatible
     type can be checked too."""
     names = set(table.column_names)
-    if s.REQUEST_ID in names:
-        found = _bad_request_id(table.column(s.REQUEST_ID))
+    for check in _CHECKS:
+        found = check(table, names)
         if found is not None:
             return found
-    if s.MESSAGES in names:
-        found = _bad_messages(table.column(s.MESSAGES))
-        if found is not None:
-            return found
-    if s.TOOLS in names:
-        found = _bad_tools(table.column(s.TOOLS))
-        if found is not None:
-            return found
-    for column in (s.SLO_TTFT_MS, s.SLO_TPOT_MS):
-        if column in names:
-            found = _bad_slo(column, table.column(column))
-            if found is not None:
-                return found
-    found = _bad_sampling(table, names)
-    if found is not None:
-        return found
-    if s.IMAGE_TOKENS in names:
-        found = _bad_image_tokens(table.column(s.IMAGE_TOKENS))
-        if found is not None:
-            return found
-    if s.IMAGES in names:
-        found = _bad_images(table.column(s.IMAGES))
-        if found is not None:
-            return found
-    if s.PREFIX_BLOCKS in names:
-        return _bad_prefix_blocks(table.column(s.PREFIX_BLOCKS))
     return None
