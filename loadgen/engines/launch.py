@@ -37,14 +37,17 @@ _STOP_TIMEOUT_S = 30.0
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VllmOptions:
     """vLLM's server flags that this tool sets: the served name, the context limit, the
-    batch limit (``--max-num-seqs``; None: vLLM's default), the KV cache in GiB
-    (``VLLM_CPU_KVCACHE_SPACE``), the one CPU (None: the last this process may use), and
-    ``extra`` flags passed as they are. Per-request metrics, prompt-token details and
+    batch limit (``--max-num-seqs``; None: vLLM's default), the weights' ``dtype`` (the
+    tiny model's own float32: vLLM's CPU default, bfloat16, falls back from oneDNN to
+    slow kernels on CPUs without AVX-512 BF16, 2-3x slower on an AVX2-only EPYC), the KV
+    cache in GiB (``VLLM_CPU_KVCACHE_SPACE``), the one CPU (None: the last this process
+    may use), and ``extra`` flags passed as they are. Per-request metrics, prompt-token details and
     prefix caching are always on: they are what the harness joins and checks."""
 
     served_model_name: str = "tiny-llama"
     max_model_len: int = 2048
     max_num_seqs: int | None = None
+    dtype: str = "float32"
     kv_cache_gib: int = 1
     cpu: int | None = None
     extra: tuple[str, ...] = ()
@@ -93,6 +96,7 @@ def server_args(model_dir: Path, options: VllmOptions) -> list[str]:
         "--host", "127.0.0.1",
         "--port", "0",
         "--max-model-len", str(options.max_model_len),
+        "--dtype", options.dtype,
         # No graph capture: healthy in about 40 s instead of 60-80 on one core.
         "--enforce-eager",
         "--enable-prefix-caching",

@@ -284,7 +284,7 @@ launcher), and a batch of two sequences, so a burst queues (the decomposition's 
 def vllm(vllm_model: HFModel) -> Iterator[VllmServer]:
     """One vLLM server shared by the package's tests, on the last CPU this process may use
     (the product's launcher, ``loadgen.engines.launch``)."""
-    with start_vllm(vllm_model.directory, VLLM_OPTIONS) as server:
+    with start_vllm(vllm_model.directory, VLLM_OPTIONS, timeout_s=600) as server:
         sys.stderr.write(
             f"\nvLLM healthy in {server.start_s:.1f} s on CPU {server.cpu}: {server.root_url}\n"
         )
