@@ -1,9 +1,10 @@
 """Produces runs: replays a workload trace against an OpenAI-compatible endpoint.
 
-The replay path (everything here but ``sim`` and ``cli``) imports ``traces`` only: never
-``analyzers``, ``reports``, Polars, matplotlib, rich or click. ``loadgen.sim``, a peer of
-the replay engine, may also use ``analyzers.budget`` and nothing of the client;
-``loadgen.cli`` is the composition root and the only importer of click.
+The replay path (everything here but ``sim``, ``engines`` and ``cli``) imports ``traces``
+only: never ``analyzers``, ``reports``, Polars, matplotlib, rich or click. ``loadgen.sim``,
+a peer of the replay engine, may also use ``analyzers.budget`` and nothing of the client;
+``loadgen.engines`` starts real engines (vLLM on the CPU) by the simulator's launch
+protocol; ``loadgen.cli`` is the composition root and the only importer of click.
 """
 
 __version__ = "0.1.0"
@@ -16,6 +17,7 @@ __all__ = [
     "collector",
     "deferred",
     "dispatched",
+    "engines",
     "errors",
     "fit",
     "history",

@@ -91,6 +91,12 @@ LAYERS: Final[dict[str, Layer]] = {
         third_party=frozenset({"orjson", "prometheus_client", "uvicorn"}),
         optional=frozenset({"tokenizers"}),
     ),
+    # Real engines started for the user (vLLM on the CPU, a tiny model built here): servers
+    # like the simulator, launched by its READY protocol; nothing of the client.
+    "loadgen.engines": Layer(
+        may_import=("loadgen.errors", "loadgen.sim.launch"),
+        optional=frozenset({"numpy", "safetensors", "tokenizers", "uvloop", "vllm"}),
+    ),
     # The composition root: every layer, and the only importer of click.
     "loadgen.cli": Layer(
         may_import=(
@@ -100,6 +106,7 @@ LAYERS: Final[dict[str, Layer]] = {
             "loadgen.openai.*",
             "loadgen.run.*",
             "loadgen.sim.*",
+            "loadgen.engines.*",
             "analyzers.*",
             "analyzers.budget.*",
             "analyzers.budget.engine.*",
@@ -175,6 +182,7 @@ BANS: Final[dict[str, tuple[str, ...]]] = {
     "traces": ("loadgen", "analyzers", "reports", "polars", "httpx", "rich"),
     **dict.fromkeys(_REPLAY_PATH, _REPLAY_BANS),
     "loadgen.sim": (*_CLIENT, "httpx", "polars"),
+    "loadgen.engines": (*_CLIENT, "analyzers", "reports", "httpx", "polars"),
     "analyzers": ("loadgen", "reports", "httpx", "rich"),
     "analyzers.budget": ("loadgen", "reports", "httpx", "rich", "polars", "pyarrow"),
     "analyzers.budget.engine": (
@@ -504,6 +512,14 @@ def test_simulator_loads_no_client() -> None:
     client, no httpx, no Polars."""
     loaded = loaded_by("loadgen.sim.app", *modules_of("loadgen.sim"))
     assert not offenders(loaded, (*_CLIENT, "httpx", "polars"))
+
+
+def test_real_engines_load_no_client() -> None:
+    """``import loadgen.engines.launch``, then the rest (the tiny model's builder, the
+    server's entry point): nothing of the replay client, the analyzers or the reports, no
+    httpx, no Polars; and vLLM only when a server starts."""
+    loaded = loaded_by("loadgen.engines.launch", *modules_of("loadgen.engines"))
+    assert not offenders(loaded, (*_CLIENT, "analyzers", "reports", "httpx", "polars", "vllm"))
 
 
 def test_budget_engine_loads_only_its_arithmetic() -> None:

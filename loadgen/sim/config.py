@@ -65,6 +65,7 @@ class EngineConfig:
     admission_margin_ms: float = 10.0  # the client's TTFT beyond the engine's estimate
     tokenizer: Path | None = None
     profile: Path | None = None  # calibration profile TOML (loadgen plan calibrate)
+    catalog: Path | None = None  # a user catalog TOML adding or replacing models and GPUs
 
     def __post_init__(self) -> None:
         _check(bool(self.model), "model", self.model, "must not be empty")

@@ -20,12 +20,12 @@ from analyzers.budget import (
     LinkSpec,
     ModelSpec,
     SequenceWork,
-    catalog,
     image_encoder_time_s,
     image_tokens,
     kv_capacity_tokens,
     kv_transfer_time_s,
 )
+from analyzers.budget.catalog import load_catalog
 from analyzers.budget.engine.step import StepClock
 from analyzers.budget.profile import load_profile_for
 from analyzers.errors import BudgetError
@@ -44,6 +44,7 @@ class HardwareChoice:
     step_overhead_s: float = 0.0
     memory_fraction: float = 0.9
     profile: Path | None = None  # calibration profile TOML; its entry for ``gpu`` is used
+    catalog: Path | None = None  # a user catalog TOML over the shipped one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,12 +60,13 @@ class Physics:
 
     def __init__(self, choice: HardwareChoice, *, chunk_tokens: int | None = None) -> None:
         try:
-            self.model: ModelSpec = catalog.model(choice.model)
-            hardware = catalog.gpu(choice.gpu)
+            names = load_catalog(choice.catalog)
+            self.model: ModelSpec = names.model(choice.model)
+            hardware = names.gpu(choice.gpu)
             profile = None
             if choice.profile is not None:
                 profile = load_profile_for(
-                    choice.profile, choice.gpu, lambda name: catalog.gpu(name).name == hardware.name
+                    choice.profile, choice.gpu, lambda name: names.gpu(name).name == hardware.name
                 )
             self.deploy = Deployment(
                 hardware=hardware,
@@ -112,11 +114,13 @@ class Physics:
         return total
 
 
-def check_catalog(*, model: str, gpu: str) -> None:
-    """Raise ConfigError unless the catalog knows ``model`` and ``gpu`` (names the known)."""
+def check_catalog(*, model: str, gpu: str, user_file: Path | None = None) -> None:
+    """Raise ConfigError unless the catalog (the shipped one, with ``user_file`` over it)
+    knows ``model`` and ``gpu`` (names the known)."""
     try:
-        catalog.model(model)
-        catalog.gpu(gpu)
+        names = load_catalog(user_file)
+        names.model(model)
+        names.gpu(gpu)
     except BudgetError as exc:
         raise ConfigError(str(exc)) from exc
 

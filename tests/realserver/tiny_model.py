@@ -16,50 +16,47 @@ good load-test peer:
   tokens with whitespace or ``<`` that a server might hold back (partial stop strings,
   trimming). Every generated token is then one printable content delta.
 
-Usage as a script: ``python tiny_model.py --out DIR`` (or ``--cache DIR`` to build once into
-a versioned sub-directory). Imported by the real-server fixture through its file path.
-Needs ``numpy``, ``gguf`` and ``tokenizers`` (the ``realserver`` extra); nothing of the
-project.
+The tokenizer, the token filter, the cache key and the locked build are the product's
+(:mod:`loadgen.engines.tinymodel`, which builds the same kind of model in Hugging Face layout
+for vLLM); this module adds the GGUF. Usage as a script: ``python tiny_model.py --out DIR``
+(or ``--cache DIR`` to build once into a versioned sub-directory). Imported by the
+real-server fixture through its file path. Needs ``numpy``, ``gguf`` and ``tokenizers`` (the
+``realserver`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
 import math
-import os
-import shutil
 import sys
-import sysconfig
-import tempfile
-from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.engines.tinymodel import (
+    BANNED_LOGIT,
+    CHAT_TEMPLATE,
+    ENDOFTEXT,
+    IM_END,
+    SPEC_FILE,
+    SPECIAL_TOKENS,
+    TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
+    allowed,
+    build_once,
+    byte_decoder,
+    render_chatml,
+    spec_key,
+    tokenizer_config,
+    train_tokenizer,
+)
+
+__all__ = ["ModelSpec", "TinyModel", "build", "ensure_model", "render_chatml"]
+
 BUILDER_VERSION = "1"
 """Bump when the output changes: the cache directory is keyed by it."""
 MODEL_FILE = "tiny-llama.gguf"
-TOKENIZER_FILE = "tokenizer.json"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-SPEC_FILE = "spec.json"
-ENDOFTEXT = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-"""ChatML; ``render_chatml`` is the same in Python, for counting a chat prompt's tokens."""
-_BANNED_LOGIT = -100.0
-"""Weight of the bias channel for banned tokens: their logit is about -100 * sqrt(dim)/rms."""
-_CORPUS_LIMIT_BYTES = 3_000_000
-"""Enough text for a sensible 8k vocabulary; more only slows training."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,77 +87,6 @@ class TinyModel:
     spec: ModelSpec
 
 
-def render_chatml(messages: list[dict[str, str]]) -> str:
-    """The prompt text the server renders for ``messages`` (with the generation prompt)."""
-    parts = [f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages]
-    return "".join(parts) + f"{IM_START}assistant\n"
-
-
-def _corpus() -> Iterator[str]:
-    """Text to train on: the standard library's top-level modules, in name order."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    total = 0
-    for path in sorted(stdlib.glob("*.py")):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        total += len(text)
-        yield text
-        if total >= _CORPUS_LIMIT_BYTES:
-            return
-
-
-def train_tokenizer(spec: ModelSpec) -> Any:
-    """A byte-level BPE of ``spec.vocab`` tokens (special tokens first) on the corpus."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=spec.vocab,
-        min_frequency=2,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
-    return tokenizer
-
-
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's map from the printable stand-in characters back to byte values."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    chars = list(printable)
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
-
-
-def _allowed(token: str, decoder: dict[str, int]) -> bool:
-    """Whether the model may generate ``token``: one printable, complete UTF-8 delta with no
-    whitespace except one leading space, and no ``<`` (which could start a stop string)."""
-    if token in SPECIAL_TOKENS:
-        return False
-    try:
-        text = bytes(decoder[c] for c in token).decode("utf-8")
-    except (KeyError, UnicodeDecodeError):
-        return False
-    body = text.removeprefix(" ")
-    return (
-        bool(body)
-        and body.isprintable()
-        and not any(c.isspace() for c in body)
-        and ("<" not in body)
-    )
-
-
 def write_gguf(path: Path, tokenizer: Any, spec: ModelSpec) -> None:
     """Write the llama-architecture GGUF: metadata, the tokenizer and seeded random weights."""
     import gguf
@@ -173,7 +99,7 @@ def write_gguf(path: Path, tokenizer: Any, spec: ModelSpec) -> None:
         tokens[index] = text
     merges = [m if isinstance(m, str) else " ".join(m) for m in state["model"]["merges"]]
     special = {t: vocab[t] for t in SPECIAL_TOKENS}
-    decoder = _byte_decoder()
+    decoder = byte_decoder()
     n_vocab = len(tokens)
 
     writer = gguf.GGUFWriter(path, "llama")
@@ -234,7 +160,7 @@ def write_gguf(path: Path, tokenizer: Any, spec: ModelSpec) -> None:
         writer.add_tensor(prefix + "ffn_down.weight", ffn_down)
     writer.add_tensor("output_norm.weight", np.ones(dim, dtype=np.float32))
     head = normal(n_vocab, dim, 2.0 / math.sqrt(dim))
-    head[:, 0] = [0.0 if _allowed(t, decoder) else _BANNED_LOGIT for t in tokens]
+    head[:, 0] = [0.0 if allowed(t, decoder) else BANNED_LOGIT for t in tokens]
     writer.add_tensor("output.weight", head)
 
     writer.write_header_to_file()
@@ -247,17 +173,9 @@ def build(out: Path, spec: ModelSpec | None = None) -> TinyModel:
     """Train the tokenizer and write the model files into ``out`` (created)."""
     spec = spec or ModelSpec()
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(spec)
+    tokenizer = train_tokenizer(spec.vocab)
     tokenizer.save(str(out / TOKENIZER_FILE))
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": ENDOFTEXT,
-        "eos_token": IM_END,
-        "pad_token": ENDOFTEXT,
-        "add_bos_token": False,
-        "chat_template": CHAT_TEMPLATE,
-        "model_max_length": spec.context,
-    }
+    config = tokenizer_config(spec.context)
     (out / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     write_gguf(out / MODEL_FILE, tokenizer, spec)
     (out / SPEC_FILE).write_text(json.dumps(asdict(spec), indent=2) + "\n")
@@ -279,34 +197,6 @@ def ensure_model(cache_root: Path, spec: ModelSpec | None = None) -> TinyModel:
     )
     build_once(cache_root, final, lambda staging: build(staging, spec))
     return model
-
-
-def spec_key(builder_version: str, shape: dict[str, Any]) -> str:
-    """12 hex digits of a builder's version, a model's shape and the tokenizer's corpus
-    (this Python's stdlib): the cache directory's name."""
-    text = json.dumps(
-        {"builder": builder_version, "python": sys.version.split()[0], **shape}, sort_keys=True
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def build_once(cache_root: Path, final: Path, build_into: Callable[[Path], object]) -> None:
-    """Build into ``final`` unless its ``SPEC_FILE`` is there: under ``cache_root/.lock``,
-    into a staging directory renamed into place, so concurrent callers neither race nor
-    see a half-written model. Shared with ``vllm_model.py``."""
-    if (final / SPEC_FILE).exists():
-        return
-    cache_root.mkdir(parents=True, exist_ok=True)
-    with open(cache_root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / SPEC_FILE).exists():
-            return
-        staging = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_root))
-        try:
-            build_into(staging)
-            os.replace(staging, final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

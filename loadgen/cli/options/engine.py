@@ -158,6 +158,12 @@ def _options(*, model_help: str, time_scale: bool) -> list[Decorator]:
             None,
             "local tokenizer.json (default: one token per word).",
         ),
+        _engine(
+            "--catalog",
+            click.Path(path_type=Path, exists=True, dir_okay=False),
+            None,
+            "a TOML catalog adding or replacing models and GPUs (as loadgen plan --catalog).",
+        ),
     ]
     return out
 
@@ -182,7 +188,7 @@ ENGINE_OPTIONS = (
     "max_model_len", "admission_ttft_ms", "admission_margin_ms",
     "memory_fraction", "no_prefix_cache", "preempt",
     "time_scale", "efficiency_prefill", "efficiency_decode", "step_overhead_us", "tokenizer",
-    "profile", "deployment_file",
+    "profile", "catalog", "deployment_file",
 )  # fmt: skip
 """The keyword arguments :func:`engine_options` adds (``time_scale`` where it is given)."""
 
@@ -250,5 +256,5 @@ def engine_config(values: dict[str, Any]) -> EngineConfig | None:
     config = EngineConfig(model=model, prefix_cache=not no_cache, **values)
     from loadgen.sim.physics import check_catalog  # deferred: the budget model is not free
 
-    check_catalog(model=config.model, gpu=config.gpu)
+    check_catalog(model=config.model, gpu=config.gpu, user_file=config.catalog)
     return config

