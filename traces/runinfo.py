@@ -10,17 +10,17 @@ are the field names, except that ``prompts`` holds the strategy's fields and
 absent rather than null.
 
 Versions (``schema_version``, ``RUN_INFO_VERSION``): version 1 was the untyped dict of
-earlier builds, whose keys changed from build to build; version 2 has the same layout
-under this contract; version 3 adds the optional ``incomplete`` section (a run recovered
-after a crash, ``loadgen recover``); version 4 adds the optional ``deployment`` section
-(what the preflight learnt of the endpoint's deployment, ``traces.deployment``) and
-``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional,
-false when absent: a lost count inferred from the schedule); version 5 adds the session
-options (``config.sessions``, ``max_sessions``, ``history``, ``start_offset_s``,
-``warmup_s``), the window of a time-bounded run (``result.not_sent``, ``warmup_end_ns``,
-``dispatch_end_ns``, ``skipped``) and the optional ``health.stalls`` (event-loop stalls
-over 20 ms and their causes). A new optional key needs
-a new version: a build that reads its own version strictly would refuse the key by name.
+earlier builds, whose keys changed from build to build; version 2 has the same layout under
+this contract; version 3 adds the optional ``incomplete`` section (a run recovered after a
+crash, ``loadgen recover``); version 4 adds the optional ``deployment`` section (what the
+preflight learnt of the endpoint's deployment, ``traces.deployment``) and
+``health.stamp_delay_ms``, ``health.backpressure`` and ``incomplete.exact`` (optional, false
+when absent: a lost count inferred from the schedule); version 5 adds the session options
+(``config.sessions``, ``max_sessions``, ``history``, ``start_offset_s``, ``warmup_s``), the
+window of a time-bounded run (``result.not_sent``, ``warmup_end_ns``, ``dispatch_end_ns``,
+``skipped``) and the optional ``health.stalls`` (event-loop stalls over 20 ms and their
+causes) and ``health.prepare_ahead`` (bodies built off the loop). A new optional key needs a
+new version: a build that reads its own version strictly would refuse the key by name.
 Reading a document of
 
 - this version: every key must be known (an unknown one is an error naming it), every
@@ -51,6 +51,7 @@ from traces.health import (
     Backpressure,
     GeneratorHealth,
     LagSummary,
+    PrepareAhead,
     Stall,
     StallLog,
     WorkerHealth,
@@ -94,6 +95,7 @@ __all__ = [
     "GeneratorInfo",
     "Incomplete",
     "LagSummary",
+    "PrepareAhead",
     "PromptCalibration",
     "PromptsInfo",
     "RunConfig",

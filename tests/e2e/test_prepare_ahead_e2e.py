@@ -1,0 +1,140 @@
+"""Bodies built off the event loop (``loadgen.prepare_ahead``): a trace with images or huge
+prompts starts the preparer process and the simulator on loopback gets the right bodies
+(prompt length, images); an ordinary trace starts none; the look-ahead stays within its
+byte bound, and every body it hands over is byte for byte the one built on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loadgen.prepare import Preparer
+from loadgen.prepare_ahead import AHEAD_TOKENS, AheadBodies, plan_ahead
+from loadgen.run.session import SessionOptions, run_session
+from loadgen.shape import LoadShape
+from loadgen.sim.launch import SimProcess
+from traces import schema as s
+from traces.io import read_run_info, write_trace
+from traces.prompts.maker import PromptMaker
+from traces.records import TraceRequest
+from traces.runinfo import Capabilities
+
+SimFactory = Callable[..., SimProcess]
+IMAGE_TOKENS = 50
+HUGE = AHEAD_TOKENS + 3_000
+
+
+def _replay(trace: Path, run_dir: Path, base_url: str) -> Path:
+    result = asyncio.run(
+        run_session(
+            SessionOptions(
+                trace_path=trace,
+                run_dir=run_dir,
+                base_url=base_url,
+                scrape_metrics=False,
+            ),
+            install_signal_handlers=False,
+        )
+    )
+    return result.run_dir
+
+
+def test_images_and_huge_prompts_are_built_ahead_ordinary_prompts_on_the_loop(
+    sim: SimFactory, tmp_path: Path
+) -> None:
+    server = sim("--image-tokens", str(IMAGE_TOKENS), "--itl-ms", "1")
+    images = [None, [{"width": 48, "height": 32}] * 3, None, [{"width": 40, "height": 40}], None]
+    inputs = [20, 30, HUGE, 25, HUGE + 1]
+    trace = tmp_path / "t.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"q{i}" for i in range(5)],
+                "arrival_s": [i * 0.02 for i in range(5)],
+                "input_tokens": inputs,
+                "output_tokens": [3] * 5,
+                "images": pa.array(images, type=pa.list_(s.IMAGE_TYPE)),
+            }
+        ),
+        trace,
+    )
+    run = _replay(trace, tmp_path / "run", server.base_url)
+    info = read_run_info(run)
+    assert info is not None
+    assert info.health is not None
+    ahead = info.health.prepare_ahead
+    assert ahead is not None
+    assert ahead.bodies == 5
+    assert "2 request(s) with images" in ahead.reason
+    assert f"2 prompt(s) of {AHEAD_TOKENS:,}+ tokens" in ahead.reason
+    rows = {r[s.REQUEST_ID]: r for r in pq.read_table(run / s.REQUESTS_FILE).to_pylist()}
+    for i, (tokens, imgs) in enumerate(zip(inputs, images, strict=True)):
+        row = rows[f"q{i}"]
+        assert row[s.OUTCOME] == s.OUTCOME_OK, row[s.ERROR]
+        # The simulator counts the text's words and a fixed cost per image it decoded.
+        assert row[s.PROMPT_TOKENS] == tokens + IMAGE_TOKENS * len(imgs or ()), i
+
+    # An ordinary trace (no images, every prompt under the threshold) starts none.
+    trace = tmp_path / "ordinary.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": ["a", "b", "c"],
+                "arrival_s": [0.0, 0.01, 0.02],
+                "input_tokens": [100, AHEAD_TOKENS - 1, 10],
+                "output_tokens": [2, 2, 2],
+            }
+        ),
+        trace,
+    )
+    run = _replay(trace, tmp_path / "ordinary", server.base_url)
+    info = read_run_info(run)
+    assert info is not None
+    assert info.health is not None
+    assert info.health.prepare_ahead is None
+    rows = pq.read_table(run / s.REQUESTS_FILE).to_pylist()
+    assert [r[s.OUTCOME] for r in rows] == [s.OUTCOME_OK] * 3
+
+
+def _requests(n: int, tokens: int) -> list[TraceRequest]:
+    return [
+        TraceRequest(
+            index=i, request_id=f"r{i}", arrival_s=i * 1.0, input_tokens=tokens, output_tokens=1
+        )
+        for i in range(n)
+    ]
+
+
+def test_the_look_ahead_stays_within_its_byte_bound() -> None:
+    preparer = Preparer(prompts=PromptMaker(), model="m", run_id="run", capabilities=Capabilities())
+    requests = _requests(12, HUGE)
+    sizes = [len(preparer.body(r)) for r in requests]
+    bound = sum(sizes[:3]) + min(sizes) // 2  # three bodies fit, a fourth does not
+    assert plan_ahead(preparer, requests[:1], LoadShape(), 0) is None  # 0: always inline
+    planned = plan_ahead(preparer, requests, LoadShape(), 1)
+    assert planned is not None
+    assert planned.bound_bytes == 1024 * 1024
+
+    async def run() -> tuple[list[int], list[bytes]]:
+        ahead = AheadBodies(preparer, requests, [True] * 12, bound_bytes=bound, reason="test")
+        await ahead.start()
+        try:
+            seen: list[int] = []
+            bodies: list[bytes] = []
+            for position in range(len(requests)):
+                # Long enough for an unbounded preparer to have built every body.
+                await asyncio.sleep(0.05 if position else 0.5)
+                seen.append(ahead.peak_bytes)
+                bodies.append(bytes(await ahead.take(position)))
+            return seen, bodies
+        finally:
+            ahead.close()
+
+    peaks, bodies = asyncio.run(run())
+    assert peaks[0] == sum(sizes[:3])  # as far ahead as the bound allows, and no further
+    assert max(peaks) <= bound
+    assert bodies == [preparer.body(r) for r in requests]
