@@ -5,7 +5,8 @@ A 1M-token prompt takes 0.1-0.2 s to build and a 16-image request seconds to enc
 on the loop (or in a thread, which holds the GIL through the joins, the base64 and the
 JSON encoding) every request due meanwhile is late. So a replay whose requests carry images,
 or prompts of ``AHEAD_TOKENS`` or more, builds their bodies in a process of its own, in
-trace order, at most ``--prepare-ahead-mib`` ahead of what the replay has taken; the loop
+trace order, at most ``--prepare-ahead-mib`` ahead of what the replay has taken (more
+only for a body the replay waits for: see ``loadgen.prepare_worker``); the loop
 only maps each body and writes it (``loadgen.http.pool.Outgoing.body``: the head and the
 body go to the socket as two writes, the body never copied into one buffer with the head).
 ``plan_ahead`` decides from the trace before the run starts: a replay of ordinary prompts
@@ -39,7 +40,7 @@ from pathlib import Path
 from loadgen.client import Body
 from loadgen.errors import PrepareAheadError
 from loadgen.prepare import Preparer
-from loadgen.prepare_worker import Built, Done, Failed, Job, Ready, serve
+from loadgen.prepare_worker import Built, Done, Failed, Job, Need, Ready, serve
 from loadgen.shape import LoadShape
 from traces import schema as s
 from traces.health import PrepareAhead
@@ -186,6 +187,9 @@ class AheadBodies:
                 raise self._error
             assert self._loop is not None
             future = self._waiting[position] = self._loop.create_future()
+            assert self._conn is not None
+            with contextlib.suppress(OSError):  # ended: the error comes through the pipe
+                self._conn.send(Need(position))  # past the bound, if that is what holds it
             began = time.perf_counter()
             try:
                 built = await future

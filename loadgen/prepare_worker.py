@@ -7,7 +7,9 @@ pipe: it sends ``Ready``, then one ``Built`` per body in the order of its positi
 ``Done``, or ``Failed`` when a body cannot be built (the replay raises it for that
 request). The replay sends back the size of each body it has taken: the credit that lets
 this process build further. A body is announced only while the bodies announced and not
-yet taken, with it, fit the bound (one body larger than the bound goes alone). A small
+yet taken, with it, fit the bound (one body larger than the bound goes alone), or when the
+replay waits for it (``Need``: a session opener held for a slot that only a later turn
+can free must not keep that turn's body behind the bound). A small
 body travels in the message; a larger one as a file in ``spool`` (tmpfs where there is
 one), which the replay maps instead of reading.
 
@@ -32,9 +34,12 @@ from traces.records import TraceRequest
 
 INLINE_BYTES = 65_536
 """Bodies smaller than this travel in the pipe's message; larger ones as a file."""
-_NICE = 5
+_NICE = 2
 """How much lower the preparer's priority is than the replay's: on a shared core the
-replay's loop, waking for a due time, runs first."""
+replay's loop, waking for a due time, runs first. Only a little: at +5, on a host busy
+with other processes the preparer got a third of their share and fell seconds behind
+(bench/prepare_ahead.py at load average 13), which makes requests far later than a loop
+that waits a little for the core."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +77,14 @@ class Done:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Need:
+    """From the replay: it waits for the body of ``position``; build up to it whatever
+    the bound says."""
+
+    position: int
+
+
 def serve(pickled_job: bytes, conn: Connection, parent_pid: int) -> None:
     """Entry point of the process (``multiprocessing`` spawn target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the replay stops it (a Ctrl-C is its)
@@ -82,7 +95,7 @@ def serve(pickled_job: bytes, conn: Connection, parent_pid: int) -> None:
     spool = Path(job.spool)
     try:
         conn.send(Ready())
-        ahead = 0
+        ahead, need = 0, -1
         for position, req in enumerate(job.requests):
             if req is None:
                 continue
@@ -92,10 +105,16 @@ def serve(pickled_job: bytes, conn: Connection, parent_pid: int) -> None:
                 conn.send(Failed(position, _portable(exc)))
                 return
             size = len(body)
-            while conn.poll():
-                ahead -= conn.recv()
-            while ahead > 0 and ahead + size > job.bound_bytes:
-                ahead -= conn.recv()  # waits for the replay to take a body
+            while True:
+                if not conn.poll():
+                    if ahead == 0 or ahead + size <= job.bound_bytes or position <= need:
+                        break
+                    conn.poll(None)  # waits for the replay to take a body, or to need one
+                msg = conn.recv()
+                if isinstance(msg, Need):
+                    need = max(need, msg.position)
+                else:
+                    ahead -= msg
             if size < INLINE_BYTES:
                 conn.send(Built(position, size, body))
             else:

@@ -370,11 +370,11 @@ class Replayer:
     async def _open_loop(
         self, tg: asyncio.TaskGroup, start: int, early: Sequence[ReadyRequest] = ()
     ) -> None:
-        """Send every request at its due time. Requests are prepared ahead (up to ``_AHEAD``, only
-        while the earliest prepared one is more than ``_PREP_GUARD_NS`` away, and, with
-        bodies built off the loop, only one already built), so that at a due time
-        everything due goes out at once and one yield lets the new tasks write their
-        requests before anything else is prepared. ``early``: the first requests,
+        """Send every request at its due time. Requests are prepared ahead (up to
+        ``_AHEAD``, only while the earliest prepared one is more than ``_PREP_GUARD_NS``
+        away, and, with bodies built off the loop, only one whose body is built), so that at
+        a due time everything due goes out at once and one yield lets the new tasks write
+        their requests before anything else is prepared. ``early``: the first requests,
         prepared before the start."""
         dues = self._due_ns(start)
         deadline = self._deadline(start)
