@@ -18,6 +18,7 @@ an idle machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -25,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -81,18 +83,38 @@ def _pin_client() -> None:
         os.sched_setaffinity(0, {CLIENT_CPU})
 
 
-def replay(trace: Path, run_dir: Path, port: int, ahead_mib: int) -> int:
+def _children(pid: int) -> set[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return set()
+    return {int(x) for x in text.split()}
+
+
+def replay(trace: Path, run_dir: Path, port: int, ahead_mib: int, preparer_cpu: int | None) -> int:
+    """Run ``loadgen replay``; with ``preparer_cpu``, its child processes (the preparer)
+    are moved to that CPU as they appear."""
     cmd = [
         sys.executable, "-m", "loadgen.cli.root", "replay", str(trace),
         "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "bench",
         "-o", str(run_dir), "--no-progress", "--no-scrape-metrics",
         "--prepare-ahead-mib", str(ahead_mib),
     ]  # fmt: skip
-    proc = subprocess.run(
-        cmd, cwd=REPO_ROOT, preexec_fn=_pin_client, capture_output=True, text=True, timeout=900
-    )
-    if proc.returncode != 0:
-        print(proc.stdout[-2000:], proc.stderr[-2000:], file=sys.stderr)
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO_ROOT, preexec_fn=_pin_client, stdout=out, stderr=subprocess.STDOUT
+        )
+        pinned: set[int] = set()
+        while proc.poll() is None:
+            if preparer_cpu is not None:
+                for child in _children(proc.pid) - pinned:
+                    with contextlib.suppress(OSError):
+                        os.sched_setaffinity(child, {preparer_cpu})
+                    pinned.add(child)
+            time.sleep(0.02)
+        if proc.returncode != 0:
+            out.seek(0)
+            print(out.read()[-4000:], file=sys.stderr)
     return proc.returncode
 
 
@@ -145,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ahead-mib", type=int, default=256, help="--prepare-ahead-mib of the ahead runs"
     )
+    parser.add_argument(
+        "--preparer-cpu",
+        type=int,
+        default=None,
+        help="move the preparer process to this CPU (default: it shares the client's)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also save the results here")
     args = parser.parse_args(argv)
     if args.requests < 1 or args.pairs < 1 or args.ahead_mib < 1:
@@ -162,14 +190,16 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in order:
                     run_dir = work / f"{mode}-{pair}"
                     mib = 0 if mode == "inline" else args.ahead_mib
-                    runs[mode].append(measure(run_dir, replay(trace, run_dir, server.port, mib)))
+                    rc = replay(trace, run_dir, server.port, mib, args.preparer_cpu)
+                    runs[mode].append(measure(run_dir, rc))
     finally:
         server.close()
     print(
         f"{args.requests} requests at {args.rate:g}/s: {kinds['huge']} of {HUGE_TOKENS:,} "
         f"tokens, {kinds['images']} with {IMAGES} images of {args.image_side}x"
         f"{args.image_side}, {kinds['short']} short; client on CPU {CLIENT_CPU}, stub "
-        "server on the other"
+        "server on the other, preparer on CPU "
+        f"{CLIENT_CPU if args.preparer_cpu is None else args.preparer_cpu}"
     )
     for mode in ("inline", "ahead"):
         for k, r in enumerate(runs[mode]):
@@ -184,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {mode:6} #{k}: schedule lag p50 {r['lag_p50_ms']:.2f} ms, p99 "
                 f"{r['lag_p99_ms']:.2f} ms, max {r['lag_max_ms']:.2f} ms; ok {r['ok']}/"
-                f"{r['requests']}, stalls {r['stalls']} {r['stall_causes']}, exit {r['exit_code']}{extra}"
+                f"{r['requests']}, stalls {r['stalls']} {r['stall_causes']}, exit "
+                f"{r['exit_code']}{extra}"
             )
     inline_p99 = statistics.median(r["lag_p99_ms"] for r in runs["inline"])
     ahead_p99 = statistics.median(r["lag_p99_ms"] for r in runs["ahead"])
