@@ -31,7 +31,10 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
@@ -40,7 +43,7 @@ from pathlib import Path
 from loadgen.client import Body
 from loadgen.errors import PrepareAheadError
 from loadgen.prepare import Preparer
-from loadgen.prepare_worker import Built, Done, Failed, Job, Need, Ready, serve
+from loadgen.prepare_worker import Built, Done, Failed, Job, Need, Ready, Unmapped, serve
 from loadgen.shape import LoadShape
 from traces import schema as s
 from traces.health import PrepareAhead
@@ -120,6 +123,8 @@ class AheadBodies:
         self.bound_bytes = bound_bytes
         self.reason = reason
         self._built: dict[int, Built] = {}
+        self._unmapped: deque[int] = deque()
+        """Positions whose mapped body is gone (appended from whichever thread dropped it)."""
         self._waiting: dict[int, asyncio.Future[Built]] = {}
         self._error: BaseException | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -129,7 +134,8 @@ class AheadBodies:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ahead = self.peak_bytes = self._bytes = self._bodies = self._waits = 0
         self._start_ms = self._wait_ms = 0.0
-        self._done = False
+        self._done = self._closing = False
+        self._reader: threading.Thread | None = None
 
     async def start(self) -> None:
         """Start the process and wait until it is building."""
@@ -156,7 +162,12 @@ class AheadBodies:
         self._ready = loop.create_future()
         await asyncio.to_thread(proc.start)  # writes the pickled trace to the child
         theirs.close()  # the child's end: its death is then the pipe's end here
-        loop.add_reader(mine.fileno(), self._readable)
+        # A thread reads the pipe (blocking) and hands each message to the loop: the loop's
+        # own reader would leave a message read in part (uvloop makes the descriptor
+        # non-blocking), and a thread costs the loop one callback per message.
+        self._reader = threading.Thread(target=self._read, name="loadgen-prepare-read")
+        self._reader.daemon = True
+        self._reader.start()
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), READY_TIMEOUT_S)
         except TimeoutError as exc:
@@ -201,28 +212,43 @@ class AheadBodies:
         self._bodies += 1
         self._bytes += built.size
         assert self._conn is not None
+        unmapped = self._unmapped
         with contextlib.suppress(OSError):  # the process has ended: no credit is needed
             self._conn.send(built.size)
+            if unmapped:
+                self._conn.send(Unmapped(tuple(unmapped.popleft() for _ in range(len(unmapped)))))
         if built.data is not None:
             return built.data
         assert self._spool is not None
         path = self._spool / str(position)
         with path.open("rb") as f:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        path.unlink()
+        # The process removes the file once the body is unmapped (told with the next
+        # credit): the pages are freed there, not on the loop.
+        weakref.finalize(mapped, unmapped.append, position)
         return memoryview(mapped)
 
-    def _readable(self) -> None:
-        conn = self._conn
+    def _read(self) -> None:
+        """The reader thread: every message to the loop, then the pipe's end."""
+        conn, loop = self._conn, self._loop
         assert conn is not None
+        assert loop is not None
         try:
-            while conn.poll():
-                self._on(conn.recv())
+            while True:
+                msg = conn.recv()
+                loop.call_soon_threadsafe(self._on, msg)
         except (EOFError, OSError):
-            assert self._loop is not None
-            self._loop.remove_reader(conn.fileno())
-            if self._error is None and not self._done:
-                self._fail(PrepareAheadError("the body preparer process died"))
+            pass
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(self._ended)
+
+    def _ended(self) -> None:
+        if self._error is None and not self._done and not self._closing:
+            proc = self._proc
+            if proc is not None:
+                proc.join(timeout=1.0)  # the run fails here: the loop may wait for its status
+            code = proc.exitcode if proc is not None else None
+            self._fail(PrepareAheadError(f"the body preparer process died (exit code {code})"))
 
     def _on(self, msg: object) -> None:
         if isinstance(msg, Built):
@@ -251,15 +277,15 @@ class AheadBodies:
 
     def close(self) -> None:
         """End the process and remove the bodies it built that were not taken."""
+        self._closing = True
         conn, proc = self._conn, self._proc
-        if conn is not None:
-            if self._loop is not None:
-                with contextlib.suppress(Exception):
-                    self._loop.remove_reader(conn.fileno())
-            conn.close()
         if proc is not None and proc.pid is not None:
-            proc.terminate()
+            proc.terminate()  # its end of the pipe closes: the reader thread sees the end
             proc.join(timeout=5)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if conn is not None:
+            conn.close()
         if self._spool is not None:
             shutil.rmtree(self._spool, ignore_errors=True)
 

@@ -11,7 +11,10 @@ yet taken, with it, fit the bound (one body larger than the bound goes alone), o
 replay waits for it (``Need``: a session opener held for a slot that only a later turn
 can free must not keep that turn's body behind the bound). A small
 body travels in the message; a larger one as a file in ``spool`` (tmpfs where there is
-one), which the replay maps instead of reading.
+one), which the replay maps instead of reading, and which this process removes once the
+replay has unmapped it (``Unmapped``): the last reference to a tmpfs file frees its pages,
+a millisecond or more for a body of a few MiB, so that happens here rather than on the
+replay's loop. After the last body it keeps doing so until the replay closes the pipe.
 
 Imports the one body builder (``loadgen.openai.bodies.BodyRecipe``, as ``loadgen.prepare``
 does) and nothing of the replay's HTTP client: it starts in about the time its imports of
@@ -78,6 +81,13 @@ class Done:
 
 
 @dataclass(frozen=True, slots=True)
+class Unmapped:
+    """From the replay: the bodies of these positions are no longer mapped."""
+
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Need:
     """From the replay: it waits for the body of ``position``; build up to it whatever
     the bound says."""
@@ -113,6 +123,8 @@ def serve(pickled_job: bytes, conn: Connection, parent_pid: int) -> None:
                 msg = conn.recv()
                 if isinstance(msg, Need):
                     need = max(need, msg.position)
+                elif isinstance(msg, Unmapped):
+                    _remove(spool, msg.positions)
                 else:
                     ahead -= msg
             if size < INLINE_BYTES:
@@ -123,8 +135,17 @@ def serve(pickled_job: bytes, conn: Connection, parent_pid: int) -> None:
             ahead += size
             del body
         conn.send(Done())
+        while True:
+            msg = conn.recv()
+            if isinstance(msg, Unmapped):
+                _remove(spool, msg.positions)
     except (EOFError, OSError):
         return  # the replay closed the pipe: it ended, or stopped early
+
+
+def _remove(spool: Path, positions: tuple[int, ...]) -> None:
+    for position in positions:
+        (spool / str(position)).unlink(missing_ok=True)
 
 
 def _portable(exc: Exception) -> BaseException:

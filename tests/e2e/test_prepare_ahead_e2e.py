@@ -6,8 +6,9 @@ byte bound, and every body it hands over is byte for byte the one built on the l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,6 +25,7 @@ from traces.records import TraceRequest
 from traces.runinfo import Capabilities
 
 SimFactory = Callable[..., SimProcess]
+_T = TypeVar("_T")
 IMAGE_TOKENS = 50
 HUGE = AHEAD_TOKENS + 3_000
 
@@ -100,18 +102,32 @@ def test_images_and_huge_prompts_are_built_ahead_ordinary_prompts_on_the_loop(
     assert [r[s.OUTCOME] for r in rows] == [s.OUTCOME_OK] * 3
 
 
-def _requests(n: int, tokens: int) -> list[TraceRequest]:
+def _requests(n: int) -> list[TraceRequest]:
+    """Bodies of about 130 KB (files) and 50 KB (in the pipe's messages), alternating."""
     return [
         TraceRequest(
-            index=i, request_id=f"r{i}", arrival_s=i * 1.0, input_tokens=tokens, output_tokens=1
+            index=i,
+            request_id=f"r{i}",
+            arrival_s=i * 1.0,
+            input_tokens=HUGE if i % 2 == 0 else 7_000,
+            output_tokens=1,
         )
         for i in range(n)
     ]
 
 
+def _event_loop_run(coro: Coroutine[Any, Any, _T]) -> _T:
+    """``coro`` on uvloop where installed (the CLI's loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
 def test_the_look_ahead_stays_within_its_byte_bound() -> None:
     preparer = Preparer(prompts=PromptMaker(), model="m", run_id="run", capabilities=Capabilities())
-    requests = _requests(10, HUGE)
+    requests = _requests(10)
     sizes = [len(preparer.body(r)) for r in requests]
     bound = sum(sizes[:3]) + min(sizes) // 2  # three bodies fit, a fourth does not
     assert plan_ahead(preparer, requests[:1], LoadShape(), 0) is None  # 0: always inline
@@ -139,7 +155,7 @@ def test_the_look_ahead_stays_within_its_byte_bound() -> None:
         finally:
             ahead.close()
 
-    peaks, bodies = asyncio.run(run())
+    peaks, bodies = _event_loop_run(run())
     assert peaks[0] == sum(sizes[:3])  # as far ahead as the bound allows, and no further
     assert max(peaks) <= bound
     assert [bodies[k] for k in range(10)] == [preparer.body(r) for r in requests]
