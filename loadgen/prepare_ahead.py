@@ -43,7 +43,8 @@ from pathlib import Path
 from loadgen.client import Body
 from loadgen.errors import PrepareAheadError
 from loadgen.prepare import Preparer
-from loadgen.prepare_worker import Built, Done, Failed, Job, Need, Ready, Unmapped, serve
+from loadgen.prepare_worker import Built, Failed, Job, Need, Ready, Unmapped, serve
+from loadgen.sessions import NONE, SessionPlan
 from loadgen.shape import LoadShape
 from traces import schema as s
 from traces.health import PrepareAhead
@@ -91,17 +92,39 @@ def covered_positions(requests: Sequence[TraceRequest], shape: LoadShape) -> lis
 
 
 def plan_ahead(
-    preparer: Preparer, requests: Sequence[TraceRequest], shape: LoadShape, bound_mib: int
+    preparer: Preparer,
+    requests: Sequence[TraceRequest],
+    shape: LoadShape,
+    bound_mib: int,
+    plan: SessionPlan | None = None,
 ) -> AheadBodies | None:
     """The body preparer for this replay, or None when its trace needs none (or
-    ``bound_mib`` is 0: every body built on the loop)."""
+    ``bound_mib`` is 0: every body built on the loop). ``plan``: the requests' sessions,
+    for closed sessions (whose later turns are built when they are needed)."""
     if bound_mib <= 0 or not requests:
         return None
     covered = covered_positions(requests, shape)
     reason = ahead_reason(requests, covered, with_images=preparer.prompts.with_images)
     if reason is None:
         return None
-    return AheadBodies(preparer, requests, covered, bound_bytes=bound_mib * _MIB, reason=reason)
+    return AheadBodies(
+        preparer,
+        requests,
+        covered,
+        bound_bytes=bound_mib * _MIB,
+        reason=reason,
+        order=ahead_order(covered, shape, plan),
+    )
+
+
+def ahead_order(covered: Sequence[bool], shape: LoadShape, plan: SessionPlan | None) -> list[int]:
+    """The positions built ahead, in the order the replay takes them: every covered one in
+    trace order; with closed sessions only those that wait for no turn (the others are
+    due when their parent has ended, which no order can know: built then, on demand,
+    during the think time)."""
+    if shape.closed_sessions and plan is not None:
+        return [i for i, ok in enumerate(covered) if ok and plan.waits_for[i] == NONE]
+    return [i for i, ok in enumerate(covered) if ok]
 
 
 class AheadBodies:
@@ -116,7 +139,16 @@ class AheadBodies:
         *,
         bound_bytes: int,
         reason: str,
+        order: Sequence[int] | None = None,
     ) -> None:
+        """``order``: the positions built ahead, in order (default: every covered one);
+        any other covered one is built when it is taken."""
+        self._order = (
+            tuple(order) if order is not None else tuple(i for i, c in enumerate(covered) if c)
+        )
+        self._early = bytearray(len(covered))
+        for i in self._order:
+            self._early[i] = 1
         self._preparer = preparer
         self._requests = requests
         self._covered = list(covered)
@@ -134,7 +166,7 @@ class AheadBodies:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ahead = self.peak_bytes = self._bytes = self._bodies = self._waits = 0
         self._start_ms = self._wait_ms = 0.0
-        self._done = self._closing = False
+        self._closing = False
         self._reader: threading.Thread | None = None
 
     async def start(self) -> None:
@@ -149,6 +181,7 @@ class AheadBodies:
             requests=tuple(
                 r if c else None for r, c in zip(self._requests, self._covered, strict=True)
             ),
+            order=self._order,
             bound_bytes=self.bound_bytes,
             spool=str(self._spool),
         )
@@ -206,8 +239,9 @@ class AheadBodies:
                 built = await future
             finally:
                 self._waiting.pop(position, None)
-                self._waits += 1
-                self._wait_ms += (time.perf_counter() - began) * 1e3
+                if self._early[position]:  # one built on demand is waited for by design
+                    self._waits += 1
+                    self._wait_ms += (time.perf_counter() - began) * 1e3
         self._ahead -= built.size
         self._bodies += 1
         self._bytes += built.size
@@ -243,7 +277,7 @@ class AheadBodies:
             loop.call_soon_threadsafe(self._ended)
 
     def _ended(self) -> None:
-        if self._error is None and not self._done and not self._closing:
+        if self._error is None and not self._closing:
             proc = self._proc
             if proc is not None:
                 proc.join(timeout=1.0)  # the run fails here: the loop may wait for its status
@@ -262,8 +296,6 @@ class AheadBodies:
         elif isinstance(msg, Ready):
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
-        elif isinstance(msg, Done):
-            self._done = True
         elif isinstance(msg, Failed):
             self._fail(msg.error)
 

@@ -226,7 +226,12 @@ async def replay_shard(
     )
     # Bodies built off the loop, when the trace has images or huge prompts (decided here,
     # before the run: an ordinary trace starts no process).
-    ahead = plan_ahead(preparer, mine, shape, opts.prepare_ahead_mib)
+    sessions = (
+        plan_sessions(mine, time_factor=plan.time_factor, block_size=plan.block_size)
+        if shape.closed_sessions or has_sessions(mine)
+        else None
+    )
+    ahead = plan_ahead(preparer, mine, shape, opts.prepare_ahead_mib, sessions)
     loop = asyncio.get_running_loop()
 
     def recorder_failed(message: str) -> None:  # called from the recorder's thread
@@ -271,11 +276,7 @@ async def replay_shard(
                 # Warm-up and due times count from the whole trace, shared by all shards.
                 ordinals=[r.index for r in mine],
                 origin_s=requests[0].arrival_s if requests else None,
-                plan=(
-                    plan_sessions(mine, time_factor=plan.time_factor, block_size=plan.block_size)
-                    if shape.closed_sessions or has_sessions(mine)
-                    else None
-                ),
+                plan=sessions,
                 stalls=stalls,
                 ahead=ahead,
             )
