@@ -12,10 +12,12 @@ body go to the socket as two writes, the body never copied into one buffer with 
 ``plan_ahead`` decides from the trace before the run starts: a replay of ordinary prompts
 starts no process and pays nothing.
 
-What the process cannot build: a closed session's chat turns under ``--history live``
-(their bodies hold the server's replies, known only when the parent turn has ended). They
-are built on the loop when their parent ends, during the think time, as without the
-preparer; the rest of such a trace (completions rows) is built ahead.
+Closed sessions' later turns are built when their parent has ended (``ahead_order``): the
+replay asks for each then, during the think time. What the process cannot build at all: a
+closed session's chat turns under ``--history live`` (their bodies hold the server's
+replies, known only when the parent turn has ended). They are built on the loop when their
+parent ends, during the think time, as without the preparer; the rest of such a trace
+(completions rows) is built ahead.
 
 The process starts before the run's start (about a second: spawn and imports), so a start
 gate's ready-then-start still holds. ``summary`` is run.json's ``health.prepare_ahead``.
