@@ -57,6 +57,10 @@ from traces.records import RunRow, TraceRequest
 
 _ERROR_BODY_LIMIT = 2048
 
+Body = bytes | memoryview
+"""A request body: bytes, or a view of a body built ahead in another process
+(``loadgen.prepare_ahead``: a mapped file, sent without a copy into one buffer)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PreparedRequest:
@@ -65,7 +69,7 @@ class PreparedRequest:
     trace: TraceRequest
     x_request_id: str
     path: str
-    body: bytes
+    body: Body
     warmup: bool = False
     context_tokens: int | None = None
     """Tokens of the prompt carried over from the trace's ``parent`` turn (the run table's
@@ -173,7 +177,7 @@ class StreamingClient:
         return self._http.build_request(
             "POST",
             self._base_url + job.path,
-            content=job.body,
+            content=job.body if isinstance(job.body, bytes) else bytes(job.body),
             headers=headers,
             extensions={"trace": progress.trace},
         )

@@ -13,6 +13,8 @@ Tree::
         │                         second replay into it) (2)
         ├── WorkerDiedError       a ``--workers`` shard process died; what it journaled is
         │                         merged and the run marked ``incomplete`` (4)
+        ├── PrepareAheadError     the body preparer process (``loadgen.prepare_ahead``)
+        │                         died or did not start (4)
         └── SimError              inside the simulator's server: answered over HTTP, they
             │                     reach no command line
             ├── RequestError      a request body the simulator refuses: HTTP 400, ``param``
@@ -75,6 +77,13 @@ class WorkerDiedError(LoadgenError):
     def __init__(self, message: str, *, shard: int) -> None:
         super().__init__(message)
         self.shard = shard
+
+
+class PrepareAheadError(LoadgenError):
+    """The process that builds request bodies ahead of their due times died or did not
+    start (``loadgen.prepare_ahead``): an infrastructure failure, not bad input."""
+
+    exit_code = 4
 
 
 class SimError(LoadgenError):

@@ -1,7 +1,9 @@
 """Turns trace rows into ready-to-send requests (prompt text, images, JSON body).
 
 Runs before a request is due, so the event loop never builds a large body or encodes an
-image at send time; requests carrying images are prepared in a worker thread.
+image at send time: requests carrying images are prepared in a worker thread, and a trace
+with images or huge prompts has its bodies built ahead in a process of their own
+(``loadgen.prepare_ahead``), which hands them to ``prepare`` as ``body``.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from loadgen.client import PreparedRequest
-from loadgen.openai.bodies import build_body, endpoint_path, row_fields
+from loadgen.client import Body, PreparedRequest
+from loadgen.openai.bodies import BodyRecipe, endpoint_path
 from traces.prompts.maker import PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
@@ -39,6 +41,22 @@ class Preparer:
         """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
         return f"{self.run_id}-{req.request_id}"
 
+    @property
+    def recipe(self) -> BodyRecipe:
+        """How this run's bodies are built (what the body preparer's process is given)."""
+        return BodyRecipe(
+            prompts=self.prompts,
+            model=self.model,
+            capabilities=self.capabilities,
+            extra_body=self.extra_body,
+            stream=self.stream,
+            embed_batch=self.embed_batch,
+        )
+
+    def body(self, req: TraceRequest) -> bytes:
+        """The JSON body of ``req``: its prompt (and images) materialised."""
+        return self.recipe.build(req)
+
     def prepare(
         self,
         req: TraceRequest,
@@ -47,28 +65,16 @@ class Preparer:
         warmup: bool = False,
         context_tokens: int | None = None,
         keep_reply: bool = False,
+        body: Body | None = None,
     ) -> PreparedRequest:
         """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones,
         and ``warmup`` any other: one due in the warm-up time); ``context_tokens`` goes to
-        its row."""
-        prompt = self.prompts.make(req)
-        body = build_body(
-            api=req.api,
-            model=self.model,
-            prompt=prompt,
-            max_tokens=req.output_tokens,
-            caps=self.capabilities,
-            extra=self.extra_body,
-            row=row_fields(req),
-            tools=req.tools,
-            stream=self.stream,
-            embed_batch=self.embed_batch,
-        )
+        its row. ``body``: its body, built already (``loadgen.prepare_ahead``)."""
         return PreparedRequest(
             trace=req,
             x_request_id=self.x_request_id(req),
             path=endpoint_path(req.api),
-            body=body,
+            body=self.body(req) if body is None else body,
             warmup=warmup or ordinal < self.warmup_requests,
             context_tokens=context_tokens,
             keep_reply=keep_reply,
@@ -82,11 +88,17 @@ class Preparer:
         warmup: bool = False,
         context_tokens: int | None = None,
         keep_reply: bool = False,
+        body: Body | None = None,
     ) -> PreparedRequest:
-        """``prepare``, off the event loop when the request carries images."""
+        """``prepare``, off the event loop when the request carries images (and its
+        ``body`` was not built ahead)."""
         build = partial(
-            self.prepare, warmup=warmup, context_tokens=context_tokens, keep_reply=keep_reply
+            self.prepare,
+            warmup=warmup,
+            context_tokens=context_tokens,
+            keep_reply=keep_reply,
+            body=body,
         )
-        if req.images:
+        if req.images and body is None:
             return await asyncio.to_thread(build, req, ordinal)
         return build(req, ordinal)

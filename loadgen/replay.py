@@ -29,6 +29,7 @@ from loadgen.inflight import InflightCap
 from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
 from loadgen.pacer import Pacer
 from loadgen.prepare import Preparer
+from loadgen.prepare_ahead import AheadBodies
 from loadgen.result import ReplayResult
 from loadgen.schedule import due_offsets_ns
 from loadgen.sessions import SessionPlan
@@ -76,6 +77,7 @@ class Replayer:
         timer: DeadlineTimer | None = None,
         plan: SessionPlan | None = None,
         stalls: StallWatch | None = None,
+        ahead: AheadBodies | None = None,
     ) -> None:
         """``ordinals`` are the requests' places in the whole trace (warm-up counts from
         them; default: their order here); ``origin_s`` is the arrival time that maps to the
@@ -84,7 +86,9 @@ class Replayer:
         the bench injects others to compare). ``plan``: the requests' sessions
         (``loadgen.sessions``), needed by ``closed_sessions`` and for ``context_tokens``.
         ``stalls``: where the loop's stalls and the timed blocking spots go (the shard
-        shares it with its recorder)."""
+        shares it with its recorder). ``ahead``: the bodies built off the loop
+        (``loadgen.prepare_ahead``, started by the caller), None to build each here."""
+        self._ahead = ahead
         self._plan = plan
         self._history: LiveHistory | None = None
         self._warm_end: int | None = None
@@ -141,6 +145,10 @@ class Replayer:
         (``reply``: its parent's reply, for a live history)."""
         return self._client.ready(await self._prepare(position, due_ns, reply))
 
+    def prepared(self, position: int) -> bool:
+        """Whether request ``position`` can be prepared without waiting for its body."""
+        return self._ahead is None or self._ahead.ready(position)
+
     async def send(self, job: ReadyRequest, due_ns: int) -> str | None:
         self._dispatched += 1
         self._stats.on_dispatch()
@@ -164,6 +172,8 @@ class Replayer:
             req = history.request(self._requests, position, reply)
         if warm is None:
             warm = warm_end is not None and due_ns < warm_end
+        ahead = self._ahead
+        body = await ahead.take(position) if ahead is not None and ahead.covers(position) else None
         began = time.perf_counter_ns()
         prepared = await self._preparer.prepare_async(
             req,
@@ -171,6 +181,7 @@ class Replayer:
             warmup=warm,
             context_tokens=plan.context_tokens[position] if plan is not None else None,
             keep_reply=history is not None and history.keeps_reply(position),
+            body=body,
         )
         self._stalls.mark(PROMPT_BUILD, began, time.perf_counter_ns())
         return prepared
@@ -207,6 +218,8 @@ class Replayer:
         early = [] if closed or sessions else await self._prepare_first()
         if gate is not None:
             start_ns = await gate()
+        if self._ahead is not None:
+            self._ahead.count_from_now()
         probe: StampDelayProbe | None = None
         with contextlib.suppress(OSError):  # no socket to spare (descriptors at their limit)
             started = StampDelayProbe()
@@ -357,10 +370,11 @@ class Replayer:
         self, tg: asyncio.TaskGroup, start: int, early: Sequence[ReadyRequest] = ()
     ) -> None:
         """Send every request at its due time. Requests are prepared ahead (up to
-        ``_AHEAD``, and only while the earliest prepared one is more than ``_PREP_GUARD_NS``
-        away), so that at a due time everything due goes out at once and one yield lets the
-        new tasks write their requests before anything else is prepared. ``early``: the
-        first requests, prepared before the start."""
+        ``_AHEAD``, only while the earliest prepared one is more than ``_PREP_GUARD_NS``
+        away, and, with bodies built off the loop, only one whose body is built), so that at
+        a due time everything due goes out at once and one yield lets the new tasks write
+        their requests before anything else is prepared. ``early``: the first requests,
+        prepared before the start."""
         dues = self._due_ns(start)
         deadline = self._deadline(start)
         slot = self._cap
@@ -374,7 +388,10 @@ class Replayer:
             while (
                 following < len(requests)
                 and len(ahead) < _AHEAD
-                and (not ahead or ahead[0][0] - now_ns() > _PREP_GUARD_NS)
+                and (
+                    not ahead
+                    or (ahead[0][0] - now_ns() > _PREP_GUARD_NS and self.prepared(following))
+                )
             ):
                 due = dues[following]
                 ahead.append((due, self._client.ready(await self._prepare(following, due))))

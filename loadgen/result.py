@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traces.health import LagSummary, StallLog
+from traces.health import LagSummary, PrepareAhead, StallLog
 
 __all__ = ["ReplayResult"]
 
@@ -45,3 +45,5 @@ class ReplayResult:
     stalls: StallLog | None = None
     """Event-loop stalls over the threshold during the replay, with their causes
     (``loadgen.stalls``)."""
+    prepare_ahead: PrepareAhead | None = None
+    """What the body preparer did (``loadgen.prepare_ahead``); None when none ran."""

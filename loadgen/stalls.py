@@ -134,11 +134,22 @@ class StallWatch:
 
     def _span_cause(self, start: int, end: int) -> str:
         best, overlap = UNKNOWN, (end - start) // 2 - 1
-        for s0, s1, cause in self._spans:
+        for s0, s1, cause in self._snapshot():
             common = min(end, s1) - max(start, s0)
             if common > overlap:
                 best, overlap = cause, common
         return best
+
+    def _snapshot(self) -> tuple[tuple[int, int, str], ...]:
+        """The spans as they are now: other threads append to them (the recorder's, and a
+        collection's callback in whichever thread it runs), and iterating the deque while
+        one does fails ("deque mutated during iteration"); the copy is one C call, retried
+        if an append came in the middle of it."""
+        while True:
+            try:
+                return tuple(self._spans)
+            except RuntimeError:
+                continue
 
     def _longest(self) -> list[tuple[int, int, str]]:
         kept = sorted(self._stalls, key=lambda s: s[1], reverse=True)[:MAX_STALLS_LISTED]

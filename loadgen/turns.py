@@ -2,15 +2,15 @@
 times under a cap on sessions in progress, every later turn when its parent has ended plus
 think time (``loadgen.sessions``).
 
-Openers and requests without a parent go out as in the open loop, prepared ahead and sent
-at their absolute due times. A turn's task, once its response has ended, computes each
-follower's due time (``turn_due``), prepares it at once (the think time and the trace time
-are the look-ahead) and starts a task that sleeps until it is due: no turn is ever sent
-before its parent's end plus think time, and the row's ``due_ns`` is that time, so a late
-dispatch is visible as in the open loop. With ``max_sessions``, an opener that finds every
-session slot taken waits for one (its due time stays its trace time: the wait is lateness);
-a slot is freed when the last request of its session ends.
-"""
+Openers and requests without a parent go out as in the open loop, prepared ahead (with
+bodies built off the loop, only those already built) and sent at their absolute due times. A
+turn's task, once its response has ended, computes each follower's due time (``turn_due``),
+prepares it at once (the think time and the trace time are the look-ahead) and starts a task
+that sleeps until it is due: no turn is ever sent before its parent's end plus think time,
+and the row's ``due_ns`` is that time, so a late dispatch is visible as in the open loop.
+With ``max_sessions``, an opener that finds every session slot taken waits for one (its due
+time stays its trace time: the wait is lateness); a slot is freed when the last request of
+its session ends."""
 
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ class Dispatch(Protocol):
     async def sleep_until(self, due_ns: int) -> bool: ...
 
     async def ready(self, position: int, due_ns: int, reply: str | None = None) -> ReadyRequest: ...
+
+    def prepared(self, position: int) -> bool: ...
 
     async def send(self, job: ReadyRequest, due_ns: int) -> str | None: ...
 
@@ -78,7 +80,13 @@ class ClosedSessions:
             while (
                 following < len(roots)
                 and len(ahead) < _AHEAD
-                and (not ahead or ahead[0][0] - now_ns() > _PREP_GUARD_NS)
+                and (
+                    not ahead
+                    or (
+                        ahead[0][0] - now_ns() > _PREP_GUARD_NS
+                        and replay.prepared(roots[following])
+                    )
+                )
             ):
                 pos = roots[following]
                 due = self._due[pos]

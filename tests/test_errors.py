@@ -21,12 +21,13 @@ from analyzers.errors import (
     SLOBreach,
     SLOError,
 )
-from loadgen.cli.root import _user_error_exit_code
+from loadgen.cli.root import _user_error_exit_code, _user_error_in
 from loadgen.errors import (
     ConfigError,
     DroppedConnection,
     EndpointError,
     LoadgenError,
+    PrepareAheadError,
     PromptShapeError,
     RecorderError,
     RequestError,
@@ -95,6 +96,16 @@ def test_the_mapping_is_by_type_not_by_module_name() -> None:
     assert _user_error_exit_code(stray("x")) is None
     assert _user_error_exit_code(ValueError("x")) is None
     assert _user_error_exit_code(KeyError("x")) is None
+
+
+def test_one_of_ours_inside_an_exception_group_is_found() -> None:
+    # A replay's task group wraps what its tasks raise (the body preparer's error).
+    ours = PrepareAheadError("the body preparer process died (exit code -9)")
+    group = ExceptionGroup("tasks", [ValueError("other"), ExceptionGroup("inner", [ours])])
+    assert _user_error_in(group) is ours
+    assert _user_error_exit_code(_user_error_in(group)) == 4
+    alone = ExceptionGroup("tasks", [ValueError("x")])
+    assert _user_error_in(alone) is alone  # nothing of ours: the traceback stays
 
 
 def test_simulator_errors_are_on_the_loadgen_tree() -> None:

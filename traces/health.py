@@ -93,13 +93,40 @@ MAX_STALLS_LISTED: Final = 100
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PrepareAhead:
+    """Request bodies built ahead of their due times in a process of their own (version 5,
+    ``loadgen.prepare_ahead``): why the trace needed it, the look-ahead's bound, what it
+    built, and how often the event loop still had to wait for a body."""
+
+    reason: str
+    """What in the trace started it (images, prompts over the size threshold)."""
+    bound_mib: float
+    """``--prepare-ahead-mib``: bodies built and not yet taken, at most (one larger body
+    alone may pass it)."""
+    bodies: int
+    """Bodies built ahead and taken by the replay."""
+    mib: float
+    """Their size in all."""
+    peak_mib: float
+    """The most body bytes built ahead and not yet taken at any moment."""
+    waits: int
+    """Requests whose body was not built yet when the replay took it after the start (it
+    waited, the loop running meanwhile): a preparer that fell behind the schedule."""
+    wait_ms: float
+    """Those waits' time in all."""
+    start_ms: float
+    """How long the process took to start (spawn and imports), before the run's start."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GeneratorHealth:
     """The load generator's own health: the worst lags over workers, the busiest worker's
     CPU use, total CPU seconds, whether the client may have limited the run (and why).
     ``stamp_delay_ms`` (version 4): how long arrived bytes waited before the event loop
     stamped them (``loadgen.stampdelay``); ``backpressure`` (version 4): a ``--max-inflight``
     cap's hold, absent without a cap; ``stalls`` (version 5): the event-loop stalls over
-    20 ms of every worker, with their causes."""
+    20 ms of every worker, with their causes; ``prepare_ahead`` (version 5): the body
+    preparer, when the trace needed one."""
 
     schedule_lag_ms: LagSummary
     loop_lag_ms: LagSummary
@@ -111,3 +138,6 @@ class GeneratorHealth:
     stamp_delay_ms: LagSummary | None = field(default=None, metadata=OMIT_NONE)
     backpressure: Backpressure | None = field(default=None, metadata=OMIT_NONE)
     stalls: StallLog | None = field(default=None, metadata=OMIT_NONE)
+    prepare_ahead: PrepareAhead | None = field(default=None, metadata=OMIT_NONE)
+    """Bodies built off the loop ahead of their due times; absent when the trace needed
+    none (``PrepareAhead``)."""

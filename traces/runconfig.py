@@ -92,6 +92,9 @@ class RunConfig:
     """The API every request was sent to (``--api``); None: each row's own ``api``."""
     embed_batch: int = 1
     """Inputs per embeddings request (``--embed-batch``)."""
+    prepare_ahead_mib: int | None = None
+    """``--prepare-ahead-mib``: the body preparer's look-ahead bound (0: off; None in a
+    run.json from before it existed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,7 +20,8 @@ options (``config.sessions``, ``max_sessions``, ``history``, ``start_offset_s``,
 ``warmup_s``), the window of a time-bounded run (``result.not_sent``, ``warmup_end_ns``,
 ``dispatch_end_ns``, ``skipped``) and the optional ``health.stalls`` (event-loop stalls
 over 20 ms and their causes); version 6 adds ``health.workers[].node`` and ``host`` (the
-Ray node that ran a shard, absent for a shard of the driver's host). A new optional key needs
+Ray node that ran a shard, absent for a shard of the driver's host) and the optional
+``health.prepare_ahead`` (bodies built off the loop). A new optional key needs
 a new version: a build that reads its own version strictly would refuse the key by name.
 Reading a document of
 
@@ -52,6 +53,7 @@ from traces.health import (
     Backpressure,
     GeneratorHealth,
     LagSummary,
+    PrepareAhead,
     Stall,
     StallLog,
     WorkerHealth,
@@ -95,6 +97,7 @@ __all__ = [
     "GeneratorInfo",
     "Incomplete",
     "LagSummary",
+    "PrepareAhead",
     "PromptCalibration",
     "PromptsInfo",
     "RunConfig",

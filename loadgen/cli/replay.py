@@ -18,6 +18,7 @@ from loadgen.cli.options.config import config_option, refuse_redacted, write_con
 from loadgen.cli.options.loadmode import load_mode_options
 from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
+from loadgen.prepare_ahead import DEFAULT_AHEAD_MIB
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, MIB
 
@@ -348,6 +349,16 @@ def print_summary(result: SessionResult, console: Console, *, explain: bool = Fa
     "a longer one makes the request a protocol_error and its body is not read further.",
 )
 @click.option(
+    "--prepare-ahead-mib",
+    type=click.IntRange(min=0),
+    default=DEFAULT_AHEAD_MIB,
+    show_default=True,
+    help="When the trace has images or prompts of 16,384+ tokens, their bodies are built "
+    "ahead of their due times in a process of their own, at most this many MiB ahead of "
+    "what has been sent; 0 builds every body on the event loop. Ordinary traces start "
+    "no such process.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Print what would be sent (request count, schedule, classes, the first request's "
@@ -391,6 +402,7 @@ def replay(
     no_scrape_metrics: bool,
     scrape_interval: float,
     max_event_mib: int,
+    prepare_ahead_mib: int,
     http2: bool,
     extra_body: dict[str, Any] | None,
     no_stream: bool,
@@ -425,6 +437,7 @@ def replay(
       loadgen replay trace.parquet --api responses
       loadgen replay trace.parquet --api embeddings --embed-batch 8
       loadgen replay trace.parquet --workers 6 --ray HEAD:6379   # one shard per node
+      loadgen replay images.parquet --prepare-ahead-mib 64   # bodies built <= 64 MiB ahead
     """
     refuse_redacted(click.get_current_context())
     opts = SessionOptions(
@@ -463,6 +476,7 @@ def replay(
         scrape_url=scrape_url,
         scrape_interval_s=scrape_interval,
         max_event_bytes=max_event_mib * MIB,
+        prepare_ahead_mib=prepare_ahead_mib,
         http2=http2,
         extra_body=extra_body,
         stream=not no_stream,

@@ -85,6 +85,17 @@ def _user_error_exit_code(exc: BaseException) -> int | None:
     return exc.exit_code if isinstance(exc, UserError) else None
 
 
+def _user_error_in(exc: BaseException) -> BaseException:
+    """``exc``, or the first of our errors inside it when it is an exception group (an
+    error raised in a replay's task group, e.g. the body preparer's, comes wrapped)."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _user_error_in(inner)
+            if _user_error_exit_code(found) is not None:
+                return found
+    return exc
+
+
 class _LazyRoot(LazyGroup):
     """The root group: lazy subcommands, and our errors printed as one line with their code."""
 
@@ -106,10 +117,11 @@ class _LazyRoot(LazyGroup):
             click.echo("interrupted before the run started", err=True)
             ctx.exit(130)
         except Exception as exc:
-            code = _user_error_exit_code(exc)
+            error = _user_error_in(exc)
+            code = _user_error_exit_code(error)
             if code is None:
                 raise
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {error}", err=True)
             ctx.exit(code)
 
 

@@ -45,11 +45,14 @@ class Outgoing:
 
     origin: Origin
     data: bytes
-    """Request line, headers and body."""
+    """Request line, headers and body (or only the first two, with ``body``)."""
     refused: str | None = None
     """Why the request cannot be sent (a header that ``check_header`` refuses): ``open``
     raises it as ``httpx.LocalProtocolError`` before anything is written, so that the
     request fails where every request's failure is recorded, as a row."""
+    body: memoryview | None = None
+    """The body, written after ``data``: a view of a body built in another process
+    (``loadgen.prepare_ahead``), never copied into one buffer with the head."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,7 +115,7 @@ class RequestTemplate:
             lines.append(name + b": " + value + b"\r\n")
         return cls(origin_of(request.url), b"".join(lines))
 
-    def encode(self, request_id: str, body: bytes) -> Outgoing:
+    def encode(self, request_id: str, body: bytes | memoryview) -> Outgoing:
         """The request with this id and body; a refused ``Outgoing`` (``open`` raises before
         writing) when the id cannot be a header value: a control byte but tab (CR, LF or
         NUL would end the header and inject what follows), or a character beyond ASCII
@@ -123,6 +126,13 @@ class RequestTemplate:
             refused = _id_refusal(request_id)
             if refused is not None:
                 return Outgoing(self.origin, b"", refused=refused)
+        if isinstance(body, memoryview):
+            head = b"%sx-request-id: %s\r\ncontent-length: %d\r\n\r\n" % (
+                self.head,
+                request_id.encode(),
+                len(body),
+            )
+            return Outgoing(self.origin, head, body=body)
         return Outgoing(
             self.origin,
             b"%sx-request-id: %s\r\ncontent-length: %d\r\n\r\n%s"
@@ -368,6 +378,8 @@ class FastTransport(httpx.AsyncBaseTransport):
         if progress.sent_ns is None:
             progress.sent_ns = self._now_ns()
         transport.write(out.data)
+        if out.body is not None:
+            transport.write(out.body)
         progress.written_ns = self._now_ns()
         if trace is not None:
             await trace("http11.send_request_body.complete", {})

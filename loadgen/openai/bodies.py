@@ -13,11 +13,12 @@ Imports ``traces`` only.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-from traces.prompts.maker import Prompt
+from traces.prompts.maker import Prompt, PromptMaker
 from traces.records import TraceRequest
 from traces.runinfo import Capabilities
 from traces.schema import API_CHAT, API_COMPLETIONS, API_EMBEDDINGS, API_RESPONSES
@@ -143,6 +144,35 @@ def build_body(
     if tools is not None and api == API_CHAT:
         body["tools"] = orjson.loads(tools)
     return orjson.dumps(body)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BodyRecipe:
+    """How one run builds each request's body from its trace row: the prompt maker and
+    the body's fixed parts. Picklable, and light to import: the body preparer's process
+    (``loadgen.prepare_worker``) builds with it, as the replay does (``loadgen.prepare``)."""
+
+    prompts: PromptMaker
+    model: str
+    capabilities: Capabilities
+    extra_body: Mapping[str, Any] | None = None
+    stream: bool = True
+    embed_batch: int = 1
+
+    def build(self, req: TraceRequest) -> bytes:
+        """The JSON body of ``req``: its prompt (and images) materialised."""
+        return build_body(
+            api=req.api,
+            model=self.model,
+            prompt=self.prompts.make(req),
+            max_tokens=req.output_tokens,
+            caps=self.capabilities,
+            extra=self.extra_body,
+            row=row_fields(req),
+            tools=req.tools,
+            stream=self.stream,
+            embed_batch=self.embed_batch,
+        )
 
 
 def responses_tools(tools: str) -> list[dict[str, Any]]:

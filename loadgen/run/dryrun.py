@@ -81,7 +81,7 @@ def plan_dry_run(opts: SessionOptions) -> DryRun:
         )
         first = preparer.prepare(requests[0], 0)
         first_path = endpoint_path(requests[0].api)
-        first_body = scrubber.scrub(first.body.decode("utf-8"))
+        first_body = scrubber.scrub(bytes(first.body).decode("utf-8"))
     classes = Counter(f"{r.workload}/{r.api}" for r in requests)
     return DryRun(
         target=redact_url(opts.base_url),

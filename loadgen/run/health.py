@@ -8,6 +8,7 @@ Imports ``loadgen.replay``, ``loadgen.run.shard`` and ``traces`` only.
 
 from __future__ import annotations
 
+from loadgen.prepare_ahead import merge_prepare_ahead
 from loadgen.replay import ReplayResult
 from loadgen.run.shard import ShardOutcome
 from loadgen.stalls import merge_stall_logs
@@ -75,6 +76,7 @@ def merge_results(outcomes: list[ShardOutcome]) -> ReplayResult:
             (r.dispatch_end_ns for r in replays if r.dispatch_end_ns), default=None
         ),
         stalls=merge_stall_logs([r.stalls for r in replays if r.stalls is not None]),
+        prepare_ahead=merge_prepare_ahead([r.prepare_ahead for r in replays]),
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from loadgen.errors import ConfigError
 from loadgen.http.headers import header_problem
 from loadgen.openai.bodies import extra_body_problem
+from loadgen.prepare_ahead import DEFAULT_AHEAD_MIB
 from loadgen.redact import Scrubber, basic_authorization, redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
 from loadgen.sessions import enter_sessions
@@ -94,6 +95,9 @@ class SessionOptions:
     """Send every request to this API (``traces.schema.APIS``); None: each row's own."""
     embed_batch: int = 1
     """Inputs per embeddings request: each row's prompt cut into this many items."""
+    prepare_ahead_mib: int = DEFAULT_AHEAD_MIB
+    """Bodies built ahead off the loop and not yet sent, at most (MiB), when the trace has
+    images or huge prompts (``loadgen.prepare_ahead``); 0: every body built on the loop."""
 
     def request_headers(self) -> dict[str, str]:
         """The headers every request to the endpoint carries: ``--header`` values and the
@@ -230,6 +234,8 @@ def check_options(opts: SessionOptions) -> None:
         raise ConfigError(f"--workers must be at least 1, got {opts.workers}")
     if opts.max_event_bytes < 1:
         raise ConfigError(f"--max-event-mib must be positive, got {opts.max_event_bytes} bytes")
+    if opts.prepare_ahead_mib < 0:
+        raise ConfigError(f"--prepare-ahead-mib must be 0 or more, got {opts.prepare_ahead_mib}")
     if opts.extra_body is not None:
         problem = extra_body_problem(opts.extra_body)
         if problem is not None:

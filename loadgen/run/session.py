@@ -422,6 +422,7 @@ def _finish(
             stamp_delay_ms=result.stamp_delay,
             backpressure=backpressure,
             stalls=result.stalls,
+            prepare_ahead=result.prepare_ahead,
             workers=tuple(
                 WorkerHealth(
                     shard=o.shard,

@@ -15,7 +15,7 @@ import asyncio
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +29,7 @@ from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import default_transport
 from loadgen.live import LiveStats, StatsView
 from loadgen.prepare import Preparer
+from loadgen.prepare_ahead import plan_ahead, running
 from loadgen.replay import LoadShape, Replayer, ReplayResult, StartGate
 from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests
@@ -227,6 +228,14 @@ async def replay_shard(
         stream=opts.stream,
         embed_batch=opts.embed_batch,
     )
+    # Bodies built off the loop, when the trace has images or huge prompts (decided here,
+    # before the run: an ordinary trace starts no process).
+    sessions = (
+        plan_sessions(mine, time_factor=plan.time_factor, block_size=plan.block_size)
+        if shape.closed_sessions or has_sessions(mine)
+        else None
+    )
+    ahead = plan_ahead(preparer, mine, shape, opts.prepare_ahead_mib, sessions)
     loop = asyncio.get_running_loop()
 
     def recorder_failed(message: str) -> None:  # called from the recorder's thread
@@ -271,12 +280,9 @@ async def replay_shard(
                 # Warm-up and due times count from the whole trace, shared by all shards.
                 ordinals=[r.index for r in mine],
                 origin_s=requests[0].arrival_s if requests else None,
-                plan=(
-                    plan_sessions(mine, time_factor=plan.time_factor, block_size=plan.block_size)
-                    if shape.closed_sessions or has_sessions(mine)
-                    else None
-                ),
+                plan=sessions,
                 stalls=stalls,
+                ahead=ahead,
             )
             if on_start is not None:
                 on_start(stats, len(mine))
@@ -292,8 +298,11 @@ async def replay_shard(
             switch_interval = sys.getswitchinterval()
             sys.setswitchinterval(_SWITCH_INTERVAL_S)
             try:
-                with steady_collector():  # set-up frozen; no collector passes over requests
-                    result = await replayer.run(start_ns=plan.start_ns, gate=gate)
+                async with running(ahead):  # started before the gate: ready, then start
+                    with steady_collector():  # set-up frozen; no collector passes over them
+                        result = await replayer.run(start_ns=plan.start_ns, gate=gate)
+                if ahead is not None:
+                    result = replace(result, prepare_ahead=ahead.summary())
             finally:
                 sys.setswitchinterval(switch_interval)
     finally:

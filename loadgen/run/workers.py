@@ -16,13 +16,11 @@ workers (they ignore SIGINT, so a terminal's Ctrl-C is counted once).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import multiprocessing
 import os
 import pickle
 import queue
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from multiprocessing.context import SpawnProcess
 from typing import TYPE_CHECKING, Any
 
 from loadgen.errors import LoadgenError, WorkerDiedError
+from loadgen.parentdeath import die_with_parent
 
 # Light at import: a spawned worker loads this module (and unpickles its arguments) before
 # ``worker_main`` can catch a SIGTERM; the replay's modules load after (see worker_main).
@@ -45,7 +44,6 @@ prompts), and a worker for the start after it has."""
 START_AHEAD_S = 0.1
 """How far ahead of the broadcast the common start is set (the pipes and the workers'
 wake-ups take well under a millisecond on an idle host)."""
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,23 +59,6 @@ class _WorkerFailed:
     """The process ended without reporting (a signal, a crash), not by an exception."""
     aborted: bool = False
     """It failed because the run was called off before the start (another worker failed)."""
-
-
-def die_with_parent(parent_pid: int, sig: signal.Signals = signal.SIGTERM) -> bool:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux
-    ``PR_SET_PDEATHSIG``); if the parent ``parent_pid`` is already gone, send it now.
-    False where the platform has no such call."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-            return False
-    except (OSError, AttributeError):
-        return False
-    if os.getppid() != parent_pid:  # died before the call: no signal would come
-        os.kill(os.getpid(), sig)
-    return True
 
 
 class _NotStarted(LoadgenError):

@@ -335,7 +335,7 @@ def _prepare_all(
     )
     for ordinal, req in enumerate(requests):
         job = preparer.prepare(req, ordinal)
-        json.loads(job.body)
+        json.loads(bytes(job.body))
         for client in clients:
             ready = client.ready(job)
             progress = Progress(client._now_ns)

@@ -4,16 +4,20 @@ the timed spots or the CPU clocks give, bounded, merged over shards."""
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 import time
 
 import pytest
 
 from loadgen.live import LoopLagMonitor
 from loadgen.stalls import (
+    GC,
     HOST,
     LOOP_BUSY,
     OTHER_THREAD,
     PROMPT_BUILD,
+    SPAN_MIN_NS,
     StallWatch,
     cpu_cause,
     merge_stall_logs,
@@ -129,3 +133,29 @@ def test_a_timed_spot_covering_little_of_a_stall_is_not_its_cause() -> None:
     watch.mark(PROMPT_BUILD, start + 45 * MS, start + 80 * MS)  # all of the next one
     watch.tick(wake_ns=start + 80 * MS, lag_ns=30 * MS)
     assert watch.log(start).stalls[1].cause == PROMPT_BUILD
+
+
+def test_spans_marked_from_another_thread_during_a_stall_lookup_are_safe() -> None:
+    """The recorder's thread (and a collection in any thread) marks spans while the loop
+    looks a stall's cause up in them: the lookup must not fail mid-iteration."""
+    watch = StallWatch()
+    stop = threading.Event()
+
+    def marker() -> None:
+        k = 0
+        while not stop.is_set():
+            watch.mark(GC, k, k + 2 * SPAN_MIN_NS)
+            k += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    thread = threading.Thread(target=marker)
+    thread.start()
+    try:
+        for i in range(300):
+            watch.tick(10**12 + i * 10**9, 50_000_000)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert watch.log(0).count == 300
