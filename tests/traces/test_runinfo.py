@@ -150,6 +150,7 @@ def test_version_1_of_the_previous_build_is_read() -> None:
         "warmup_s": None,
         "api": None,
         "embed_batch": 1,
+        "prepare_ahead_mib": None,
     }
     assert info.to_json() == {**raw, "config": config, "schema_version": RUN_INFO_VERSION}
 
