@@ -1,5 +1,5 @@
 """Bodies built off the event loop: schedule lag of a trace mixing 1M-token prompts and
-16-image requests, with the body preparer (``loadgen.prepare_ahead``) against every body
+16-image requests, with the body preparer (``loadgen.prepare.ahead``) against every body
 built on the loop (``--prepare-ahead-mib 0``), interleaved in the same run:
 
     .venv/bin/python bench/prepare_ahead.py [--requests 60] [--pairs 1]
@@ -165,8 +165,8 @@ def loop_cost(side: int, count: int) -> dict[str, dict[str, float]]:
     one). Medians over ``count`` bodies of each kind."""
     import asyncio
 
-    from loadgen.prepare import Preparer
-    from loadgen.prepare_ahead import AheadBodies
+    from loadgen.prepare.ahead import AheadBodies
+    from loadgen.prepare.preparer import Preparer
     from traces.prompts.maker import PromptMaker
     from traces.records import ImageSpec, TraceRequest
     from traces.runinfo import Capabilities

@@ -28,8 +28,6 @@ __all__ = [
     "pacer",
     "parentdeath",
     "prepare",
-    "prepare_ahead",
-    "prepare_worker",
     "redact",
     "replay",
     "result",

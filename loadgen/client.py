@@ -59,7 +59,7 @@ _ERROR_BODY_LIMIT = 2048
 
 Body = bytes | memoryview
 """A request body: bytes, or a view of a body built ahead in another process
-(``loadgen.prepare_ahead``: a mapped file, sent without a copy into one buffer)."""
+(``loadgen.prepare.ahead``: a mapped file, sent without a copy into one buffer)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ Tree::
         │                         second replay into it) (2)
         ├── WorkerDiedError       a ``--workers`` shard process died; what it journaled is
         │                         merged and the run marked ``incomplete`` (4)
-        ├── PrepareAheadError     the body preparer process (``loadgen.prepare_ahead``)
+        ├── PrepareAheadError     the body preparer process (``loadgen.prepare.ahead``)
         │                         died or did not start (4)
         └── SimError              inside the simulator's server: answered over HTTP, they
             │                     reach no command line
@@ -81,7 +81,7 @@ class WorkerDiedError(LoadgenError):
 
 class PrepareAheadError(LoadgenError):
     """The process that builds request bodies ahead of their due times died or did not
-    start (``loadgen.prepare_ahead``): an infrastructure failure, not bad input."""
+    start (``loadgen.prepare.ahead``): an infrastructure failure, not bad input."""
 
     exit_code = 4
 

@@ -1,5 +1,5 @@
 """A child process that ends with its parent: the ``--workers`` shards and the body
-preparer (``loadgen.prepare_ahead``) ask the kernel for a signal when the parent dies."""
+preparer (``loadgen.prepare.ahead``) ask the kernel for a signal when the parent dies."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ from loadgen.history import LiveHistory
 from loadgen.inflight import InflightCap
 from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
 from loadgen.pacer import Pacer
-from loadgen.prepare import Preparer
-from loadgen.prepare_ahead import AheadBodies
+from loadgen.prepare.ahead import AheadBodies
+from loadgen.prepare.preparer import Preparer
 from loadgen.result import ReplayResult
 from loadgen.schedule import due_offsets_ns
 from loadgen.sessions import SessionPlan
@@ -87,7 +87,7 @@ class Replayer:
         (``loadgen.sessions``), needed by ``closed_sessions`` and for ``context_tokens``.
         ``stalls``: where the loop's stalls and the timed blocking spots go (the shard
         shares it with its recorder). ``ahead``: the bodies built off the loop
-        (``loadgen.prepare_ahead``, started by the caller), None to build each here."""
+        (``loadgen.prepare.ahead``, started by the caller), None to build each here."""
         self._ahead = ahead
         self._plan = plan
         self._history: LiveHistory | None = None

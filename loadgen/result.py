@@ -46,4 +46,4 @@ class ReplayResult:
     """Event-loop stalls over the threshold during the replay, with their causes
     (``loadgen.stalls``)."""
     prepare_ahead: PrepareAhead | None = None
-    """What the body preparer did (``loadgen.prepare_ahead``); None when none ran."""
+    """What the body preparer did (``loadgen.prepare.ahead``); None when none ran."""

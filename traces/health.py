@@ -95,7 +95,7 @@ MAX_STALLS_LISTED: Final = 100
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrepareAhead:
     """Request bodies built ahead of their due times in a process of their own (version 5,
-    ``loadgen.prepare_ahead``): why the trace needed it, the look-ahead's bound, what it
+    ``loadgen.prepare.ahead``): why the trace needed it, the look-ahead's bound, what it
     built, and how often the event loop still had to wait for a body."""
 
     reason: str

@@ -18,7 +18,7 @@ from loadgen.cli.options.config import config_option, refuse_redacted, write_con
 from loadgen.cli.options.loadmode import load_mode_options
 from loadgen.cli.options.url import check_base_url, with_v1_hint
 from loadgen.errors import ConfigError
-from loadgen.prepare_ahead import DEFAULT_AHEAD_MIB
+from loadgen.prepare.ahead import DEFAULT_AHEAD_MIB
 from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.stream.sse import DEFAULT_MAX_EVENT_BYTES, MIB
 

@@ -52,7 +52,7 @@ class Outgoing:
     request fails where every request's failure is recorded, as a row."""
     body: memoryview | None = None
     """The body, written after ``data``: a view of a body built in another process
-    (``loadgen.prepare_ahead``), never copied into one buffer with the head."""
+    (``loadgen.prepare.ahead``), never copied into one buffer with the head."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -150,7 +150,8 @@ def build_body(
 class BodyRecipe:
     """How one run builds each request's body from its trace row: the prompt maker and
     the body's fixed parts. Picklable, and light to import: the body preparer's process
-    (``loadgen.prepare_worker``) builds with it, as the replay does (``loadgen.prepare``)."""
+    (``loadgen.prepare.worker``) builds with it, as the replay does
+    (``loadgen.prepare.preparer``)."""
 
     prompts: PromptMaker
     model: str

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from loadgen.openai.bodies import endpoint_path
-from loadgen.prepare import Preparer
+from loadgen.prepare.preparer import Preparer
 from loadgen.redact import redact_headers, redact_url
 from loadgen.run.options import SessionOptions, check_options, load_requests
 from loadgen.run.shard import PromptPlan, prompt_maker

@@ -8,7 +8,7 @@ Imports ``loadgen.replay``, ``loadgen.run.shard`` and ``traces`` only.
 
 from __future__ import annotations
 
-from loadgen.prepare_ahead import merge_prepare_ahead
+from loadgen.prepare.ahead import merge_prepare_ahead
 from loadgen.replay import ReplayResult
 from loadgen.run.shard import ShardOutcome
 from loadgen.stalls import merge_stall_logs

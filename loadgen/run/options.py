@@ -13,7 +13,7 @@ from typing import Any
 from loadgen.errors import ConfigError
 from loadgen.http.headers import header_problem
 from loadgen.openai.bodies import extra_body_problem
-from loadgen.prepare_ahead import DEFAULT_AHEAD_MIB
+from loadgen.prepare.ahead import DEFAULT_AHEAD_MIB
 from loadgen.redact import Scrubber, basic_authorization, redact_headers, redact_url
 from loadgen.run.scrape import DEFAULT_INTERVAL_S
 from loadgen.sessions import enter_sessions
@@ -97,7 +97,7 @@ class SessionOptions:
     """Inputs per embeddings request: each row's prompt cut into this many items."""
     prepare_ahead_mib: int = DEFAULT_AHEAD_MIB
     """Bodies built ahead off the loop and not yet sent, at most (MiB), when the trace has
-    images or huge prompts (``loadgen.prepare_ahead``); 0: every body built on the loop."""
+    images or huge prompts (``loadgen.prepare.ahead``); 0: every body built on the loop."""
 
     def request_headers(self) -> dict[str, str]:
         """The headers every request to the endpoint carries: ``--header`` values and the

@@ -28,8 +28,8 @@ from loadgen.errors import ConfigError, RecorderError
 from loadgen.http.pool import FastTransport
 from loadgen.http.stamping import default_transport
 from loadgen.live import LiveStats, StatsView
-from loadgen.prepare import Preparer
-from loadgen.prepare_ahead import plan_ahead, running
+from loadgen.prepare.ahead import plan_ahead, running
+from loadgen.prepare.preparer import Preparer
 from loadgen.replay import LoadShape, Replayer, ReplayResult, StartGate
 from loadgen.run.descriptors import ensure_descriptors
 from loadgen.run.options import TRANSPORTS, SessionOptions, load_requests

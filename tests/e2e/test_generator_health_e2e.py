@@ -27,7 +27,7 @@ from loadgen.cli.root import cli
 from loadgen.client import StreamingClient
 from loadgen.clock import Clock
 from loadgen.live import LiveStats
-from loadgen.prepare import Preparer
+from loadgen.prepare.preparer import Preparer
 from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.run.health import (
     CLIENT_BOUND_LOOP_LAG_MS,

@@ -1,4 +1,4 @@
-"""Bodies built off the event loop (``loadgen.prepare_ahead``): a trace with images or huge
+"""Bodies built off the event loop (``loadgen.prepare.ahead``): a trace with images or huge
 prompts starts the preparer process and the simulator on loopback gets the right bodies
 (prompt length, images); an ordinary trace starts none; the look-ahead stays within its
 byte bound, and every body it hands over is byte for byte the one built on the loop."""
@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.prepare import Preparer
-from loadgen.prepare_ahead import AHEAD_TOKENS, AheadBodies, plan_ahead
+from loadgen.prepare.ahead import AHEAD_TOKENS, AheadBodies, plan_ahead
+from loadgen.prepare.preparer import Preparer
 from loadgen.run.session import SessionOptions, run_session
 from loadgen.shape import LoadShape
 from loadgen.sim.launch import SimProcess

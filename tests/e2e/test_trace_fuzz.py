@@ -47,7 +47,7 @@ from loadgen.client import StreamingClient
 from loadgen.clock import Clock
 from loadgen.errors import ConfigError
 from loadgen.http.stamping import Progress
-from loadgen.prepare import Preparer
+from loadgen.prepare.preparer import Preparer
 from loadgen.run.options import SessionOptions, check_wire_values
 from loadgen.run.shard import make_transport
 from loadgen.schedule import due_offsets_ns

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from loadgen.cli.root import cli
 from loadgen.openai.bodies import OWNED_FIELDS, build_body, extra_body_problem, row_fields
-from loadgen.prepare import Preparer
+from loadgen.prepare.preparer import Preparer
 from traces.errors import ValidationError
 from traces.io import read_trace, write_trace
 from traces.prompts.maker import Prompt, PromptMaker

@@ -23,7 +23,7 @@ from loadgen.client import StreamingClient
 from loadgen.clock import Clock
 from loadgen.live import LiveStats
 from loadgen.pacer import Pacer
-from loadgen.prepare import Preparer
+from loadgen.prepare.preparer import Preparer
 from loadgen.replay import LoadShape, Replayer, ReplayResult
 from loadgen.run.session import SessionOptions, make_transport
 from loadgen.run.shard import shard_shape

@@ -1,12 +1,12 @@
 """Request bodies built ahead of their due times, off the event loop, when the trace needs
-it: the replay's side of the body preparer (``loadgen.prepare_worker`` is the process).
+it: the replay's side of the body preparer (``loadgen.prepare.worker`` is the process).
 
 A 1M-token prompt takes 0.1-0.2 s to build and a 16-image request seconds to encode; built
 on the loop (or in a thread, which holds the GIL through the joins, the base64 and the
 JSON encoding) every request due meanwhile is late. So a replay whose requests carry images,
 or prompts of ``AHEAD_TOKENS`` or more, builds their bodies in a process of its own, in
 trace order, at most ``--prepare-ahead-mib`` ahead of what the replay has taken (more
-only for a body the replay waits for: see ``loadgen.prepare_worker``); the loop
+only for a body the replay waits for: see ``loadgen.prepare.worker``); the loop
 only maps each body and writes it (``loadgen.http.pool.Outgoing.body``: the head and the
 body go to the socket as two writes, the body never copied into one buffer with the head).
 ``plan_ahead`` decides from the trace before the run starts: a replay of ordinary prompts
@@ -44,8 +44,8 @@ from pathlib import Path
 
 from loadgen.client import Body
 from loadgen.errors import PrepareAheadError
-from loadgen.prepare import Preparer
-from loadgen.prepare_worker import Built, Failed, Job, Need, Ready, Unmapped, serve
+from loadgen.prepare.preparer import Preparer
+from loadgen.prepare.worker import Built, Failed, Job, Need, Ready, Unmapped, serve
 from loadgen.sessions import NONE, SessionPlan
 from loadgen.shape import LoadShape
 from traces import schema as s

@@ -3,7 +3,7 @@
 Runs before a request is due, so the event loop never builds a large body or encodes an
 image at send time: requests carrying images are prepared in a worker thread, and a trace
 with images or huge prompts has its bodies built ahead in a process of their own
-(``loadgen.prepare_ahead``), which hands them to ``prepare`` as ``body``.
+(``loadgen.prepare.ahead``), which hands them to ``prepare`` as ``body``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Preparer:
     ) -> PreparedRequest:
         """Build one request; ``ordinal`` is its dispatch order (warm-up flags the first ones,
         and ``warmup`` any other: one due in the warm-up time); ``context_tokens`` goes to
-        its row. ``body``: its body, built already (``loadgen.prepare_ahead``)."""
+        its row. ``body``: its body, built already (``loadgen.prepare.ahead``)."""
         return PreparedRequest(
             trace=req,
             x_request_id=self.x_request_id(req),

@@ -1,4 +1,4 @@
-"""The body preparer's process (``loadgen.prepare_ahead``): builds request bodies ahead, in
+"""The body preparer's process (``loadgen.prepare.ahead``): builds request bodies ahead, in
 the order the replay will want them, and hands each to the replay, never more than a bound
 of bytes ahead; and any other body when the replay needs it.
 
@@ -18,7 +18,7 @@ this process removes once the replay has unmapped it (``Unmapped``): the last re
 a tmpfs file frees its pages, a millisecond or more for a body of a few MiB, so that
 happens here rather than on the replay's loop. It runs until the replay closes the pipe.
 
-Imports the one body builder (``loadgen.openai.bodies.BodyRecipe``, as ``loadgen.prepare``
+Imports the one body builder (``loadgen.openai.bodies.BodyRecipe``, as ``loadgen.prepare.preparer``
 does) and nothing of the replay's HTTP client: it starts in about the time its imports of
 ``traces`` take.
 """
