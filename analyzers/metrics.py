@@ -285,11 +285,15 @@ def analyze_pass(
         req = sliced[2]
     # The overall percentiles as one group: a group-by sorts each column once for all of
     # its percentiles, where a select would make a selection pass per percentile.
+    # A group-by of no rows has no row, which the horizontal concat below cannot pair with
+    # the sums' one: a run without rows yet (a live run before its first) takes a select.
     overall_quantiles = (
         req.with_columns(pl.lit(e.ALL).alias("_all"))
         .group_by("_all")
         .agg(request_quantiles(pcts))
         .drop("_all")
+        if n
+        else req.select(request_quantiles(pcts))
     )
     queries = [
         pl.concat(

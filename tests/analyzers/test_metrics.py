@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
+from runbuilders import make_run
 
 from analyzers import exprs as e
 from analyzers.analysis import Analysis, AnalysisOptions
@@ -388,3 +389,12 @@ def test_itl_mean_is_exact_whatever_order_the_group_by_yields() -> None:
             itl_weights(shuffled, False).select(_itl_aggs(())).collect()[f"{e.ITL_MS}__mean"].item()
         )
     assert means == {exact}
+
+
+def test_a_run_without_rows_is_analysed_not_refused(tmp_path: Path) -> None:
+    """A live run read before its first row: the overall percentiles of no request are
+    null beside zero counts (they were computed by a group-by, which has no row for no
+    requests, and the horizontal concat with the one row of sums failed)."""
+    run = make_run(tmp_path / "run", n=0)
+    result = analyze(run)
+    assert result.overall.requests == 0
