@@ -38,11 +38,12 @@ demo-compare: $(STAMP)
 	$(VENV)/bin/loadgen demo-compare
 
 # The whole suite: lint, types (tests included) and pytest; CI runs this. pytest runs in
-# two passes: the tests that time nothing on every core (pytest-xdist, at most 4 workers),
+# two passes: the tests that time nothing on every core (pytest-xdist, at most 4 workers,
+# work-stealing: a few long tests must not leave a core idle),
 # then the `serial` ones (real servers, real processes, timing) one at a time, alone on
 # the machine. tests/conftest.py says which are which.
 test: lint typecheck $(TEST_NEEDS)
-	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m 'not serial' --numprocesses=auto --maxprocesses=4
+	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m 'not serial' --numprocesses=auto --maxprocesses=4 --dist worksteal
 	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m serial
 
 # The opt-in two-node Ray test (tests/e2e/test_ray_multinode.py): a head and a worker node
