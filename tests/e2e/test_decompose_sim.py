@@ -31,6 +31,8 @@ from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import write_trace
 
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
+
 SimFactory = Callable[..., SimProcess]
 LENGTHS = (64, 512, 1024, 2048)
 
@@ -155,7 +157,9 @@ def test_decomposition_matches_the_simulator(tmp_path: Path, sim: SimFactory) ->
 @contextmanager
 def gil_hog() -> Iterator[None]:
     """Starve the event loop: a thread running long C calls (sorting a large list), which
-    hold the GIL for tens of ms whatever the switch interval (the replay shortens it)."""
+    hold the GIL for tens of ms whatever the switch interval (the replay shortens it).
+    Between two calls it rests as long: stalls of 50 ms every 100 ms are starvation enough,
+    and the rest of the test (the run's teardown, the recorder) does not crawl."""
     stop = threading.Event()
     data = list(range(150_000))
     random.Random(0).shuffle(data)
@@ -163,6 +167,7 @@ def gil_hog() -> Iterator[None]:
     def burn() -> None:
         while not stop.is_set():
             sorted(data)  # one C call of about 50 ms
+            stop.wait(0.05)
 
     thread = threading.Thread(target=burn, daemon=True)
     thread.start()
