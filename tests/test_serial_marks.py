@@ -5,7 +5,8 @@ cores at once (pytest-xdist), then the ``serial`` ones one at a time, so a test 
 a real server never shares the cores with another test. A file outside the serial
 directories (tests/support/suiteparts.py) that starts a server, a process or an event loop must
 either carry ``pytestmark = pytest.mark.serial`` or be listed below as checked: it only
-names a host in a URL string, or its processes are not timed.
+names a host in a URL string, or what it starts is checked for what it does, not for how
+fast (a functional end-to-end test against the simulator, a benchmark's smoke mode).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ TESTS = Path(__file__).parent
 _STARTS_SOMETHING = re.compile(
     r"SimServer|sim_server|loadgen\.cli\.sim|hostile_server|h2server|subprocess|Popen"
     r"|127\.0\.0\.1|localhost|socket|asyncio\.run|serve\(|start_server|chromium|xllamacpp"
+    r"|SimFactory|run_bench|importorskip\(\"ray\""
 )
 _MARKED = re.compile(r"^pytestmark = (?:.*\n){0,5}?.*pytest\.mark\.serial", re.M)
 
@@ -38,6 +40,29 @@ NOT_TIMED = frozenset(
         "loadgen/test_row_values.py",  # asyncio.run over an in-memory recorder
         "loadgen/test_runinfo.py",  # asyncio.run of the preflight's parsers
         "loadgen/test_recorder.py",  # a writer process killed to test recovery
+        # End to end against the simulator, checking rows, columns and refusals, not times:
+        "e2e/test_apis_e2e.py",  # Responses API and embeddings rows and token counts
+        "e2e/test_context_limit_e2e.py",  # refusals of prompts beyond max_model_len
+        "e2e/test_hostile_input.py",  # refused up front or replayed to the end
+        "e2e/test_nostream_e2e.py",  # non-streamed rows; TTFT left null
+        "e2e/test_prepare_ahead_e2e.py",  # the bodies built off the loop, byte for byte
+        "e2e/test_prompt_fidelity.py",  # token counts of the prompts sent
+        "e2e/test_ray_shards.py",  # shards as Ray tasks give every row once
+        "e2e/test_run_limits_e2e.py",  # refusals under RLIMIT_NOFILE and RLIMIT_FSIZE
+        "e2e/test_sessions_e2e.py",  # turn order (a lower bound: load only delays)
+        "e2e/test_sweep_e2e.py",  # a sweep's directory and demo-compare's withheld verdicts
+        "e2e/test_tool_calls_e2e.py",  # tool-call replies recorded as such
+        "e2e/test_trace_fuzz.py",  # fuzzed traces refused up front or sent whole
+        "sim/test_sim_config.py",  # the sim command line's validation in process
+        # Benchmarks' smoke modes: every figure printed, none compared with a target:
+        "bench/test_analysis_scale_smoke.py",
+        "bench/test_client_ingest_smoke.py",
+        "bench/test_hostile_smoke.py",
+        "bench/test_max_rate_smoke.py",
+        "bench/test_record_cost_smoke.py",
+        "bench/test_replay_schedule_smoke.py",
+        "bench/test_simulate_smoke.py",
+        "bench/test_wakeup_smoke.py",
     }
 )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 
 from loadgen.cli.root import cli
@@ -25,6 +26,8 @@ from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import write_trace
+
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
 
 SimFactory = Callable[..., SimProcess]
 BUDGET_MS = 500.0

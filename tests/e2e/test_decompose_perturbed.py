@@ -36,6 +36,8 @@ from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import write_trace
 
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
+
 SimFactory = Callable[..., SimProcess]
 MODEL, GPU = "llama-3.1-8b", "h100"
 SCALE = 4.0

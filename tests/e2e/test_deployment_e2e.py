@@ -29,6 +29,8 @@ from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import read_run_info, write_trace
 
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
+
 SimFactory = Callable[..., SimProcess]
 ROOT = Path(__file__).resolve().parents[2]
 MONOLITH = ROOT / "examples" / "deployments" / "vllm-monolith.toml"

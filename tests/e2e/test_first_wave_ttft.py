@@ -9,11 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from statistics import median
 
+import pytest
+
 from loadgen.run.session import SessionOptions
 from loadgen.sim.launch import SimProcess
 from tests.e2e.test_replay_e2e import at, make_trace, replay, rows, server_records
 from traces import schema as s
 from traces.io import read_run_info
+
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
 
 SimFactory = Callable[..., SimProcess]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pyarrow as pa
+import pytest
 from click.testing import CliRunner
 
 from analyzers.analysis import AnalysisOptions
@@ -44,6 +45,8 @@ from traces.io import read_run_info, write_trace
 from traces.prompts.maker import PromptMaker
 from traces.records import RunRow, TraceRequest
 from traces.runinfo import Capabilities
+
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
 
 SimFactory = Callable[..., SimProcess]
 

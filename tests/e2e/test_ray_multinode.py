@@ -26,11 +26,14 @@ from traces import schema as s
 from traces.io import read_run_info, read_run_table, write_trace
 
 pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'llm-loadgen[ray]'")
-pytestmark = pytest.mark.skipif(
-    os.environ.get("LOADGEN_RAY_MULTINODE") != "1",
-    reason="the two-node Ray cluster test is off: `make test-ray-multinode` (or "
-    "LOADGEN_RAY_MULTINODE=1) runs it (1-2 minutes: two Ray nodes start and stop)",
-)
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.skipif(
+        os.environ.get("LOADGEN_RAY_MULTINODE") != "1",
+        reason="the two-node Ray cluster test is off: `make test-ray-multinode` (or "
+        "LOADGEN_RAY_MULTINODE=1) runs it (1-2 minutes: two Ray nodes start and stop)",
+    ),
+]
 
 _REQUESTS = 40
 

@@ -44,6 +44,8 @@ from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import read_run_info, write_trace
 
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
+
 SimFactory = Callable[..., SimProcess]
 
 _N = 600

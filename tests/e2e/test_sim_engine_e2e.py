@@ -22,6 +22,8 @@ from loadgen.sim.physics import HardwareChoice, Physics
 from traces import schema as s
 from traces.io import read_run_info, write_trace
 
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
+
 SimFactory = Callable[..., SimProcess]
 ENGINE = ("--model", "llama-3.1-8b", "--gpu", "h100")
 

@@ -22,6 +22,8 @@ from promfamilies import drift, families, load
 from loadgen.errors import EndpointError
 from loadgen.sim.launch import SimProcess, start_sim
 
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
+
 SimFactory = Callable[..., SimProcess]
 
 

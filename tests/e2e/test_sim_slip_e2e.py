@@ -14,10 +14,13 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.openai.timings import parse_timings
 from loadgen.sim.launch import SimProcess
+
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
 
 SimFactory = Callable[..., SimProcess]
 

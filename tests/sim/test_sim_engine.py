@@ -7,10 +7,14 @@ import itertools
 import statistics
 import time
 
+import pytest
+
 from loadgen.sim.config import SimConfig
 from loadgen.sim.deadline import SpinDeadlineTimer, make_deadline_timer
 from loadgen.sim.engine import Emission, FixedDelayEngine, GroundTruth, Phases, Stall
 from loadgen.sim.request import SimRequest
+
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
 
 
 def _request(max_tokens: int, prompt_tokens: int = 0) -> SimRequest:

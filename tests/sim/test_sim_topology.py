@@ -20,6 +20,8 @@ from loadgen.sim.physics import HardwareChoice, Physics, link_spec
 from loadgen.sim.request import SimRequest
 from loadgen.sim.topology import PhysicsEngine
 
+pytestmark = pytest.mark.serial  # times a real server or process: run alone
+
 PROMPT = 6000
 OUTPUT = 48
 SCALE = 0.5
