@@ -8,6 +8,7 @@ import itertools
 
 import httptools
 import pytest
+from fuzzsize import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -104,7 +105,7 @@ def chunked_body(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return out + b"\r\n", payload
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(body=chunked_body(), cuts=st.lists(st.integers(0, 400), max_size=6))
 def test_valid_bodies_decode_as_httptools_decodes_them(
     body: tuple[bytes, bytes], cuts: list[int]
@@ -118,7 +119,7 @@ def test_valid_bodies_decode_as_httptools_decodes_them(
 CORRUPTIONS = [b" ", b"\r", b"\n", b";", b"=", b'"', b"x", b"G", b"0", b"\x00", b":", b"\\"]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     body=chunked_body(),
     at=st.integers(0, 400),
@@ -195,7 +196,7 @@ def test_bytes_after_the_body_are_counted_not_decoded() -> None:
     assert dec.leftover == len(b"HTTP/1.1 200")
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     data=st.lists(st.sampled_from([b"0", b"1", b"a", b"F", b";", b"=", b'"', b"\r\n", b"x"]))
     .map(b"".join)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import orjson
 import pytest
 from feeds import IMPLS, SENT_NS, fed, reference, split, stamps_for
+from fuzzsize import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -244,7 +245,7 @@ def sse_stream(draw: st.DrawFn) -> bytes:
 
 
 @pytest.mark.parametrize("native", IMPLS)
-@settings(max_examples=400, deadline=None, derandomize=True)
+@settings(max_examples=examples(400), deadline=None, derandomize=True)
 @given(stream=sse_stream(), data=st.data())
 def test_summary_equals_per_event_reference(
     native: bool, stream: bytes, data: st.DataObject
@@ -254,7 +255,7 @@ def test_summary_equals_per_event_reference(
 
 
 @pytest.mark.skipif(not NATIVE, reason="loadgen.stream._sse_scan is not built")
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(stream=sse_stream(), data=st.data())
 def test_c_and_reference_agree_on_the_same_split_bytes(stream: bytes, data: st.DataObject) -> None:
     """Both implementations on one example at a time, whatever Hypothesis draws for each
@@ -280,7 +281,7 @@ def raw_stream(draw: st.DrawFn) -> bytes:
 
 
 @pytest.mark.parametrize("native", IMPLS)
-@settings(max_examples=400, deadline=None, derandomize=True)
+@settings(max_examples=examples(400), deadline=None, derandomize=True)
 @given(stream=st.one_of(raw_stream(), sse_stream(), st.binary(max_size=120)), data=st.data())
 def test_feed_raw_decodes_to_what_feed_returns(
     native: bool, stream: bytes, data: st.DataObject
@@ -401,7 +402,7 @@ def template_run(draw: st.DrawFn) -> bytes:
 
 
 @pytest.mark.parametrize("native", IMPLS)
-@settings(max_examples=1500, deadline=None, derandomize=True)
+@settings(max_examples=examples(1500), deadline=None, derandomize=True)
 @given(stream=template_run(), data=st.data())
 def test_template_runs_equal_per_event_reference(
     native: bool, stream: bytes, data: st.DataObject
@@ -467,7 +468,7 @@ def test_near_miss_lines(
 
 
 @pytest.mark.parametrize("native", IMPLS)
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(
     stream=st.one_of(st.binary(max_size=300), raw_stream(), odd_payload().map(b"data: ".__add__)),
     data=st.data(),
