@@ -13,6 +13,18 @@ VLLM_STAMP := $(VENV)/.installed-vllm
 # server imports torchvision when it is present: they are removed after the install. vLLM's
 # text models never need them.
 NOT_WITH_VLLM := torchvision torchaudio torchcodec
+# The project and its test dependencies are installed with uv (pinned; pip installs it):
+# about 30 s on a fresh 2-core machine where pip alone takes 60-90 s, and --compile-bytecode
+# spares every test process compiling the same modules. pip stays the fallback. The
+# vllm extra stays with pip: pip's configuration on these machines finds torch's CPU wheel
+# on local disk, where uv downloads it (40 s against 66 s, measured with no cache).
+UV := uv==0.13.9
+# uv trusts the system's certificate store, as pip does (a registry proxy's certificate).
+UV_ENV := UV_NATIVE_TLS=1
+# Both pytest passes write bytecode caches whatever the caller's environment says: with
+# PYTHONDONTWRITEBYTECODE set, every xdist worker compiled the whole project again (13 s to
+# collect on 2 cores instead of 5 s).
+SUITE_ENV := LOADGEN_VLLM=$(LOADGEN_VLLM) PYTHONDONTWRITEBYTECODE=
 ifeq ($(LOADGEN_VLLM),1)
 TEST_NEEDS := $(VLLM_STAMP)
 endif
@@ -22,8 +34,14 @@ endif
 $(STAMP): pyproject.toml setup.py loadgen/stream/_sse_scan.c loadgen/http/_chunked.c
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,realserver]'
+	if $(PY) -m pip install --quiet '$(UV)' \
+		&& $(UV_ENV) $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode \
+			-e '.[dev,realserver]'; \
+	then :; else \
+		echo "uv could not install the project: installing with pip instead (slower)"; \
+		$(PY) -m pip install --quiet --upgrade pip \
+		&& $(PY) -m pip install --quiet -e '.[dev,realserver]'; \
+	fi
 	touch $(STAMP)
 
 $(VLLM_STAMP): $(STAMP)
@@ -43,8 +61,8 @@ demo-compare: $(STAMP)
 # then the `serial` ones (real servers, real processes, timing) one at a time, alone on
 # the machine. tests/conftest.py says which are which.
 test: lint typecheck $(TEST_NEEDS)
-	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m 'not serial' --numprocesses=auto --maxprocesses=4 --dist worksteal
-	LOADGEN_VLLM=$(LOADGEN_VLLM) $(PY) -m pytest -m serial
+	$(SUITE_ENV) $(PY) -m pytest -m 'not serial' --numprocesses=auto --maxprocesses=4 --dist worksteal
+	$(SUITE_ENV) $(PY) -m pytest -m serial
 
 # The opt-in two-node Ray test (tests/e2e/test_ray_multinode.py): a head and a worker node
 # started on this machine (`ray start`), one `loadgen replay --ray ADDRESS` across both, one
