@@ -59,6 +59,7 @@ NOT_TIMED = frozenset(
         "bench/test_client_ingest_smoke.py",
         "bench/test_hostile_smoke.py",
         "bench/test_max_rate_smoke.py",
+        "bench/test_prepare_ahead_smoke.py",
         "bench/test_record_cost_smoke.py",
         "bench/test_replay_schedule_smoke.py",
         "bench/test_simulate_smoke.py",
