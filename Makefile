@@ -81,7 +81,8 @@ check: test
 
 bench: $(STAMP)
 	$(PY) bench/client_ingest.py
-	$(PY) bench/replay_schedule.py
+	$(PY) bench/replay_schedule.py --rates 500,2000,5000
+	$(PY) bench/closed_loop_ttft.py
 	$(PY) bench/sim_engine.py
 	$(PY) bench/simulate.py
 	$(PY) bench/prompts.py

@@ -14,11 +14,18 @@ from benchrun import run_bench
 @pytest.mark.timeout(120)
 def test_replay_schedule_quick_runs_and_prints_each_target(tmp_path: Path) -> None:
     stdout, doc = run_bench(
-        "replay_schedule.py", "--quick", "--smoke", out_json=tmp_path / "out.json", timeout_s=110
+        "replay_schedule.py",
+        *("--quick", "--smoke", "--rates", "500,1000"),
+        out_json=tmp_path / "out.json",
+        timeout_s=110,
     )
     for line in ("(c) open loop", "(d) process start", "(e) closed loop", "[target"):
         assert line in stdout
     assert doc["schedule"]["sent_share"] == 1.0
     assert doc["schedule"]["ok_share"] == 1.0
+    assert set(doc["schedules"]) == {"500", "1000"}
+    assert doc["schedules"]["1000"]["scheduled"] == 800
+    assert all(0 < s["client_cores"] < 2 for s in doc["schedules"].values())
+    assert "Poisson 1000 req/s" in stdout
     assert doc["shards"]["same_request_set"] is True
     assert doc["shards"]["exit_codes"] == [0, 0]
