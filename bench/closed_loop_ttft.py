@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import random
@@ -46,7 +45,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
@@ -98,18 +96,6 @@ def _trace(path: Path, n: int, tokens: int, spread: float) -> None:
     )
 
 
-def _ingest_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "client_ingest", REPO_ROOT / "bench" / "client_ingest.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["client_ingest"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 # A server: its base URL, the replay's extra arguments, and the server's (read, first write)
 # of each request id asked for.
 Server = tuple[str, list[str], Callable[[list[str]], dict[str, tuple[int, int]]]]
@@ -117,7 +103,9 @@ Server = tuple[str, list[str], Callable[[list[str]], dict[str, tuple[int, int]]]
 
 @contextlib.contextmanager
 def _stub(itl_ms: float) -> Iterator[Server]:
-    server = _ingest_module()._Server()  # pinned to CPU 1 by the module itself
+    import client_ingest  # type: ignore[import-not-found]  # beside this script, on sys.path
+
+    server = client_ingest._Server()  # pinned to CPU 1 by the module itself
 
     log: dict[str, dict[str, Any]] = {}
 
