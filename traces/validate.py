@@ -34,6 +34,11 @@ def check_columns(table: pa.Table, where: str) -> None:
             f"{where}: missing required column(s) {', '.join(missing)}; "
             f"a trace needs {', '.join(s.TRACE_REQUIRED)}"
         )
+    seen: set[str] = set()
+    for name in table.column_names:
+        if name in seen:
+            raise SchemaError(f"{where}: column {name!r} appears more than once")
+        seen.add(name)
     for name in table.column_names:
         if name not in s.TRACE_SCHEMA.names:
             continue

@@ -73,9 +73,12 @@ async def preflight(
     headers: Mapping[str, str],
     x_request_id: str,
     extra: Mapping[str, Any] | None = None,
+    tools: str | None = None,
 ) -> EndpointInfo:
     """Check the endpoint and detect capabilities with a one-token streaming probe, which
-    carries ``extra`` (``--extra-body``) too: a server that refuses it fails here."""
+    carries ``extra`` (``--extra-body``) and ``tools`` (a chat run's first tool definitions,
+    JSON text) too, as the run's requests will: a server that refuses them fails here, and
+    a ``tool_choice`` in ``extra`` has the tools it needs."""
     try:
         return await _preflight(
             http,
@@ -85,6 +88,7 @@ async def preflight(
             headers=headers,
             x_request_id=x_request_id,
             extra=extra,
+            tools=tools,
         )
     except EndpointError as exc:
         # Not chained: the cause's text may hold what was just scrubbed.
@@ -100,6 +104,7 @@ async def _preflight(
     headers: Mapping[str, str],
     x_request_id: str,
     extra: Mapping[str, Any] | None,
+    tools: str | None,
 ) -> EndpointInfo:
     base = base_url.rstrip("/")
     served: tuple[str, ...] = ()
@@ -132,7 +137,7 @@ async def _preflight(
     )
     last = ""
     for caps in attempts:
-        r = await _probe(http, base, api, model, caps, headers, x_request_id, extra)
+        r = await _probe(http, base, api, model, caps, headers, x_request_id, extra, tools)
         if r.status_code < 400:
             deployment = await discover_deployment(
                 http, base_url=base, card=model_card(models_doc, model), headers=headers
@@ -159,11 +164,18 @@ async def _probe(
     headers: Mapping[str, str],
     x_request_id: str,
     extra: Mapping[str, Any] | None = None,
+    tools: str | None = None,
 ) -> httpx.Response:
     """One one-token probe; retried a few times on 429/5xx or a dropped stream, which are
     the server's transient state rather than a verdict on the request's fields."""
     body = build_body(
-        api=api, model=model, prompt=Prompt(text="ping"), max_tokens=1, caps=caps, extra=extra
+        api=api,
+        model=model,
+        prompt=Prompt(text="ping"),
+        max_tokens=1,
+        caps=caps,
+        extra=extra,
+        tools=tools,
     )
     url = base + endpoint_path(api)
     for attempt in range(_PROBE_TRIES):

@@ -199,6 +199,7 @@ async def _replay_into(
                 headers={},
                 x_request_id=f"{run_id}-preflight",
                 extra=opts.extra_body,
+                tools=next((r.tools for r in requests if r.api == api and r.tools), None),
             )
         model, caps, served = info.model, info.capabilities, tuple(info.served_models)
         deployment = info.deployment

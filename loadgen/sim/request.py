@@ -10,7 +10,8 @@ step (``max_tokens`` 1) and never streams.
 
 A chat request that carries ``tools`` (OpenAI function tools) is answered with a tool call
 in one reply of ``TOOL_CALL_EVERY``, chosen by a hash of its ``messages`` (so the same
-conversation gets the same answer on every run, whatever else the body holds): the reply
+conversation gets the same answer on every run, whatever else the body holds), or as its
+``tool_choice`` says (``"required"``, a named function, ``"none"``): the reply
 streams ``delta.tool_calls`` in place of content, with the same timing
 (``loadgen.sim.chunks``).
 
@@ -129,11 +130,20 @@ def parse_request(
 
 
 def _tool_call(body: Mapping[str, object]) -> str | None:
-    """The function a chat reply calls (``TOOL_CALL_EVERY``), or None. ``tools`` must be a
-    list of objects; the names are those of ``{"type": "function", "function": {"name"}}``
-    entries (others are ignored, as a model would not call them)."""
+    """The function a chat reply calls, or None. ``tools`` must be a list of objects; the
+    names are those of ``{"type": "function", "function": {"name"}}`` entries (others are
+    ignored, as a model would not call them). ``tool_choice`` as vLLM reads it: absent or
+    ``"auto"``, one reply in ``TOOL_CALL_EVERY`` calls a function; ``"none"``, none does;
+    ``"required"``, every reply calls one; ``{"type": "function", "function": {"name": N}}``,
+    every reply calls N, which must be among the tools. A ``tool_choice`` without ``tools``
+    is refused with vLLM's 400."""
     tools = body.get("tools")
+    choice = body.get("tool_choice")
     if tools is None:
+        if choice is not None:
+            raise RequestError(
+                "When using `tool_choice`, `tools` must be set.", param="tool_choice"
+            )
         return None
     if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
         raise RequestError("tools must be a list of objects", param="tools")
@@ -145,12 +155,36 @@ def _tool_call(body: Mapping[str, object]) -> str | None:
         and isinstance(fn.get("name"), str)
         and fn["name"]
     ]
-    if not names:
-        return None
+    forced = _forced_tool(choice, names)
+    if forced is not None or not names or choice == "none":
+        return forced
     digest = zlib.crc32(orjson.dumps(body.get("messages")))
-    if digest % TOOL_CALL_EVERY:
+    if digest % TOOL_CALL_EVERY and choice != "required":
         return None
     return str(names[digest // TOOL_CALL_EVERY % len(names)])
+
+
+def _forced_tool(choice: object, names: list[str]) -> str | None:
+    """The function a named ``tool_choice`` forces; None for the string choices."""
+    if choice is None or choice in ("auto", "none", "required"):
+        if choice == "required" and not names:
+            raise RequestError(
+                'tool_choice "required" needs at least one function tool', param="tool_choice"
+            )
+        return None
+    fn = choice.get("function") if isinstance(choice, Mapping) else None
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(choice, Mapping) or choice.get("type") != "function" or not name:
+        raise RequestError(
+            'tool_choice must be "none", "auto", "required" or '
+            '{"type": "function", "function": {"name": ...}}',
+            param="tool_choice",
+        )
+    if name not in names:
+        raise RequestError(
+            f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
+        )
+    return str(name)
 
 
 def prompt_param(api: str) -> str:

@@ -69,3 +69,39 @@ def test_tool_call_replies_are_counted_apart_from_content(sim: SimFactory, tmp_p
     assert summary is not None
     assert (summary.requests, summary.calls) == (len(rows), len(calls))
     assert summary.tokens == sum(r[s.COMPLETION_TOKENS] for r in calls)
+
+
+def test_a_forced_tool_choice_makes_every_reply_a_call(sim: SimFactory, tmp_path: Path) -> None:
+    """``--extra-body '{"tool_choice": "required"}'`` on a trace with tools: the preflight's
+    probe carries the trace's tools as the run's requests do (the simulator, as vLLM, refuses
+    a ``tool_choice`` without ``tools`` with a 400, which stopped such a run before its
+    first request), and every reply is a tool call."""
+    spec = AgentSpec(
+        sessions=2,
+        turns_min=3,
+        turns_max=3,
+        context_max=8192,
+        fork_prob=0.0,
+        tool_result=LogNormal(mean=100.0, sigma=0.5),
+        reply=LogNormal(mean=20.0, sigma=0.3),
+        think_mean_s=0.5,
+    )
+    result = synthesize(SynthConfig(agent=spec, seed=12, block_size=64))
+    trace = tmp_path / "agents.parquet"
+    write_trace(result.table, trace, result.provenance)
+    server = sim("--ttft-ms", "2", "--itl-ms", "0.05", "--tokens-per-chunk", "8")
+    opts = SessionOptions(
+        trace_path=trace,
+        run_dir=tmp_path / "run",
+        base_url=server.base_url,
+        time_scale=0.02,
+        scrape_metrics=False,
+        extra_body={"tool_choice": "required"},
+    )
+    asyncio.run(run_session(opts, install_signal_handlers=False))
+    rows = pq.read_table(tmp_path / "run" / s.REQUESTS_FILE).to_pylist()
+    assert len(rows) == result.table.num_rows
+    for r in rows:
+        assert r[s.OUTCOME] == s.OUTCOME_OK, r[s.ERROR]
+        assert r[s.FINISH_REASON] == "tool_calls"
+        assert r[s.TOOL_CALL_CHUNKS] == len(r[s.CHUNK_OFFSETS_US]) > 0

@@ -6,12 +6,14 @@ the Python reference for every split of the stream."""
 from __future__ import annotations
 
 import random
+import re
 
 import orjson
 import pyarrow as pa
 import pytest
 from feeds import IMPLS, fed, reference, split, stamps_for
 
+from loadgen.errors import RequestError
 from loadgen.openai.bodies import build_body
 from loadgen.openai.chunks import Kind, chunk_kind, reply_text
 from loadgen.sim.chunks import ResponseFormatter
@@ -124,6 +126,33 @@ def test_one_request_in_three_with_tools_gets_a_tool_call_by_its_messages() -> N
     assert set(called) == {"read_file", "run_tests"}
     assert {answer(i, tools=None) for i in range(30)} == {None}
     assert {answer(i, tools=[{"type": "web_search"}]) for i in range(30)} == {None}
+
+
+def test_tool_choice_forces_names_or_forbids_a_call_as_vllm_does() -> None:
+    def answer(i: int, choice: object, tools: object = TOOLS) -> str | None:
+        body = {
+            "messages": [{"role": "user", "content": f"task {i}"}],
+            "tools": tools,
+            "tool_choice": choice,
+        }
+        return parse_request(body, api="chat", image_tokens=0, default_max_tokens=8).tool_call
+
+    named = {"type": "function", "function": {"name": "run_tests"}}
+    assert {answer(i, named) for i in range(30)} == {"run_tests"}
+    assert {answer(i, "none") for i in range(30)} == {None}
+    required = [answer(i, "required") for i in range(30)]
+    assert set(required) == {"read_file", "run_tests"}  # every reply calls one
+    assert [answer(i, "auto") for i in range(30)] == [answer(i, None) for i in range(30)]
+    refusals = [
+        ("auto", None, "When using `tool_choice`, `tools` must be set."),
+        ({"type": "function", "function": {"name": "rm"}}, TOOLS, "'rm', which is not in tools"),
+        ("sometimes", TOOLS, 'tool_choice must be "none", "auto", "required" or'),
+        ("required", [{"type": "web_search"}], 'tool_choice "required" needs at least one'),
+    ]
+    for choice, tools, says in refusals:
+        with pytest.raises(RequestError, match=re.escape(says)) as caught:
+            answer(0, choice, tools)
+        assert caught.value.param == "tool_choice"
 
 
 def test_tools_are_validated_and_sent_in_chat_and_responses_bodies() -> None:

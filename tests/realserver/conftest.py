@@ -276,9 +276,13 @@ VLLM_OPTIONS = VllmOptions(
     served_model_name=VLLM_MODEL_ID,
     max_model_len=VLLM_MAX_MODEL_LEN,
     max_num_seqs=VLLM_MAX_NUM_SEQS,
+    extra=("--enable-auto-tool-choice", "--tool-call-parser", "pythonic"),
 )
 """The tests' server: every per-request report and prefix caching on (always, in the
-launcher), and a batch of two sequences, so a burst queues (the decomposition's case)."""
+launcher), a batch of two sequences, so a burst queues (the decomposition's case), and a
+tool-call parser, without which vLLM 0.32 refuses a forced ``tool_choice`` (it loads one only
+with auto tool choice on; ``pythonic`` needs no special tokens in the tiny model's
+vocabulary)."""
 
 
 @pytest.fixture(scope="package")

@@ -192,6 +192,58 @@ def test_too_long_prompt_is_a_context_exceeded_row(
     assert fine["outcome"] == "ok"
 
 
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def test_forced_tool_calls_are_counted_apart(tmp_path: Path, vllm: Any, vllm_model: Any) -> None:
+    """Chat requests carrying ``tools``, replayed with ``--extra-body`` naming the function
+    as ``tool_choice``: vLLM constrains the random model's output to that function's
+    arguments and streams it as ``tool_calls`` deltas, which the client counts apart from
+    content (``tool_call_chunks``, ``first_tool_call_ns``) and still times as output."""
+    import pyarrow as pa
+
+    specs = [
+        {"api": s.API_CHAT, "input_tokens": 48, "output_tokens": 10, "arrival_s": 0.05 * i}
+        for i in range(3)
+    ]
+    trace = make_trace(tmp_path / "t.parquet", vllm_model, specs, seed=14)
+    table = pq.read_table(trace)
+    tools = json.dumps([WEATHER_TOOL])
+    column = table.schema.get_field_index(s.TOOLS)
+    tools_column = pa.array([tools] * len(specs), pa.string())
+    pq.write_table(table.set_column(column, s.TOOLS, tools_column), trace)
+    choice = {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    out = tmp_path / "run"
+    done = run_cli(
+        "replay", str(trace), "--base-url", vllm.base_url, "-o", str(out), "--no-progress",
+        "--extra-body", json.dumps(choice),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    table_rows = rows(out)
+    seen = [
+        (len(r["chunk_offsets_us"]), r["tool_call_chunks"], r["completion_tokens"])
+        for r in table_rows
+    ]
+    print(f"\nforced tool calls (chunks, tool-call chunks, tokens): {seen}")
+    for row in table_rows:
+        assert row["outcome"] == "ok", row["error"]
+        assert row["completion_tokens"] == 10
+        # Every output chunk was a tool-call delta: none of it was content.
+        assert row["tool_call_chunks"] == len(row["chunk_offsets_us"]) > 0
+        assert row["first_tool_call_ns"] == row["first_token_ns"]
+
+
 def test_live_stream_has_the_recorded_shape(vllm: Any) -> None:
     """The recorded vLLM bytes in tests/loadgen/test_timings_adapters.py still describe the
     server: usage on every chunk with continuous usage stats, and a last, choice-less chunk

@@ -81,6 +81,16 @@ def test_missing_columns_and_files(tmp_path: Path) -> None:
         read_trace_table(junk)
 
 
+def test_a_column_written_twice_is_refused_by_name(tmp_path: Path) -> None:
+    """Parquet allows two columns of one name (an appended column that was already there);
+    the reader says which, instead of failing on the lookup."""
+    path = tmp_path / "twice.parquet"
+    table = trace_table().append_column("output_tokens", pa.array([6, 6, 6]))
+    pq.write_table(table, path)
+    with pytest.raises(SchemaError, match=r"twice.parquet: column 'output_tokens' appears more"):
+        read_trace_table(path)
+
+
 def test_records_to_batch_types() -> None:
     rec = RequestRecord(
         run_id="r",
