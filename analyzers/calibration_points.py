@@ -15,7 +15,9 @@ it takes a CSV's:
   is left out.
 - **Decode** (per output token): requests whose decode span (first token to last) no other
   request entered or left: every other request in flight over it was already decoding
-  before and still decoding after, so the batch is known (1 + those) and constant. The
+  before and still decoding after (within half a gap between tokens: one step's tokens
+  reach the client one stream after another), so the batch is known (1 + those) and
+  constant. The
   time per token is ``server_decode_ms`` (else the client's first-to-last span) over
   ``completion_tokens - 1``; the context per sequence is its prompt plus half its output
   (as the Splitwise table's), averaged over the batch.
@@ -191,9 +193,15 @@ def _decode_batch(
 ) -> list[_Row] | None:
     """The rows decoding with row ``i`` over its whole decode span (itself first), or None
     when another request entered or left the batch during it. Rows sent before the first
-    whose running latest end passes row ``i``'s first token had all ended before it."""
+    whose running latest end passes row ``i``'s first token had all ended before it.
+
+    Stamps within half of row ``i``'s mean gap between tokens of its first token or its end
+    count as the same step: a server writes one step's tokens to its streams one after
+    another, so requests that started and ended together arrive some microseconds apart,
+    in either order."""
     row = rows[i]
     batch = [row]
+    slack = (row.end - row.first) // max(1, 2 * (row.completion - 1))
     start = bisect.bisect_right(reach, row.first)
     for j in range(start, bisect.bisect_left(sents, row.end)):
         if j == i:
@@ -201,7 +209,7 @@ def _decode_batch(
         other = rows[j]
         if other.end <= row.first:
             continue
-        if other.first <= row.first and other.end >= row.end:
+        if other.first <= row.first + slack and other.end >= row.end - slack:
             batch.append(other)
         else:
             return None

@@ -189,6 +189,41 @@ def test_decode_at_a_constant_batch(tmp_path: Path) -> None:
         assert obs.seconds == pytest.approx(expected, rel=0.01), batch
 
 
+def test_a_batch_whose_tokens_arrive_apart_is_still_a_batch(tmp_path: Path) -> None:
+    """Over HTTP one step's tokens reach the client stream after stream: the 4 requests
+    that start and end together are stamped microseconds apart, in no fixed order. Each is
+    still a batch-4 decode point (stamps within half a gap between tokens are one step)."""
+    arrivals = [0.0] * 4
+    trace = tmp_path / "batch.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"b{i}" for i in range(4)],
+                "arrival_s": arrivals,
+                "input_tokens": [256] * 4,
+                "output_tokens": [20] * 4,
+            }
+        ),
+        trace,
+    )
+    run = tmp_path / "batch"
+    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    table = run / "requests.parquet"
+    frame = pl.read_parquet(table).sort("trace_index")
+    # First tokens in the order 0 1 2 3, ends in the order 3 1 0 2, 40 us apart.
+    first_us = pl.Series([0, 40, 80, 120])
+    end_us = pl.Series([80, 40, 120, 0])
+    frame = frame.with_columns(
+        (pl.col("first_token_ns") + first_us * 1000).alias("first_token_ns"),
+        (pl.col("end_ns") + end_us * 1000).alias("end_ns"),
+    )
+    frame.write_parquet(table)
+    points = run_calibration_points(run)
+    assert points.decode == 4
+    assert points.decode_unknown_batch == 0
+    assert {o.batch for o in points.observations if o.phase == "decode"} == {4}
+
+
 def test_without_server_timings_the_idle_ttft_times_prefill(idle_run: Path, tmp_path: Path) -> None:
     # A server that reports no timings: idle requests' TTFT (the offline simulator has no
     # network) is the prefill step.

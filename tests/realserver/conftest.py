@@ -43,6 +43,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -355,3 +356,32 @@ def rows(run_dir: Path) -> list[Row]:
 
 def ttft_ms(row: Row) -> float:
     return float(row["first_token_ns"] - row["sent_ns"]) / 1e6
+
+
+SplitReport = dict[str, list[tuple[float, float]]]
+"""Per term (queue, prefill): (inferred, the server's own) ms at p50, p90 and p99."""
+
+
+def hidden_split(own: pl.DataFrame, inferred: pl.DataFrame) -> SplitReport:
+    """The decomposition with the server's timings hidden (``inferred``) against the one
+    that reads them (``own``), per term at p50/p90/p99, after checking that both splits
+    add up to each request's server-side time."""
+    server = ("network_ms", "queue_ms", "prefill_ms", "transfer_ms", "first_token_ms")
+    for frame in (own, inferred):
+        total = frame.select(pl.sum_horizontal(server) + pl.col("overshoot_ms")).to_series()
+        assert (total - frame.get_column("server_side_ms")).abs().max() < 1e-6  # type: ignore[operator]
+    return {
+        term: [
+            (
+                round(float(inferred.get_column(f"{term}_ms").quantile(p, "linear") or 0.0), 2),
+                round(float(own.get_column(f"{term}_ms").quantile(p, "linear") or 0.0), 2),
+            )
+            for p in (0.5, 0.9, 0.99)
+        ]
+        for term in ("queue", "prefill")
+    }
+
+
+def p99_misses(report: SplitReport) -> list[str]:
+    """The terms whose p99 is off by more than 15% or 5 ms (the issues' target)."""
+    return [t for t, v in report.items() if abs(v[2][0] - v[2][1]) > max(0.15 * v[2][1], 5.0)]

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ from .conftest import (
     VLLM_MAX_NUM_SEQS,
     VLLM_MODEL_ID,
     Row,
+    hidden_split,
     make_trace,
+    p99_misses,
     replay,
     rows,
     ttft_ms,
@@ -298,12 +301,28 @@ def test_simulator_metrics_are_vllms(vllm: Any) -> None:
 # ------------------------------------------------- the simulator and the decomposition held
 # against vLLM (issue 26, items 3 and 4): one run under forced queueing shared by both.
 
-CALIBRATION_REQUESTS = 8
-CALIBRATION_GAP_S = 3.0
-"""The run's first requests, 3 s apart: each finds the server idle (the calibration's
-points: prefill at batch 1, decode at batch 1), even when the machine is so busy that a
-1,536-token prefill takes 1.5 s on vLLM's core (it takes 13 ms on a free one)."""
 _LENGTHS = (64, 256, 512, 768, 1024, 1536)
+WARMUP_REQUESTS = len(_LENGTHS)
+"""The run's first requests, one of each prompt length, flagged as warm-up (excluded from
+the calibration and the figures): vLLM's CPU kernels are slow the first time they meet a
+shape. Without them the idle 768- and 1,024-token prefills took 57.8 and 91.1 ms against
+40.3 and 58.1 ms later in the same run, the profile fitted to them was 20-30% slow at
+those lengths, and the calibrated simulator's burst 18-29% slow."""
+CALIBRATION_REQUESTS = 8
+CALIBRATION_GAP_S = 1.5
+"""The next requests, 1.5 s apart: each finds the server idle (the calibration's points:
+prefill at batch 1, decode at batch 1). The longest, 1,536 tokens, is served in about
+0.25 s on vLLM's free core (prefill and 16 tokens), 0.5 s on a busy machine."""
+PAIRS = (256, 512, 768)
+"""Then pairs of like requests sent together, 1.5 s apart. They run vLLM's two-sequence
+shapes (a prefill beside a decode, two decodes) before the burst, and when a pair shares
+all its steps it is a batch-2 decode point for the calibration (one run in three). With
+the warm-up but without them the simulator's burst was 16-32% fast (mean gap between
+tokens 7.05 against vLLM's 9.33 ms); with them, within 15% in three runs (the mean gap
+within 5%)."""
+VLLM_MAX_BATCHED_TOKENS = 2048
+"""vLLM 0.32's default token budget per step on a CPU for its OpenAI server."""
+IDLE_REQUESTS = WARMUP_REQUESTS + CALIBRATION_REQUESTS + 2 * len(PAIRS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -320,18 +339,29 @@ class QueuedRun:
 def queued_run(
     tmp_path_factory: pytest.TempPathFactory, vllm: Any, vllm_model: HFModel
 ) -> QueuedRun:
-    """8 requests 3 s apart (idle), then a burst of 30 sent 15 ms apart: with two
-    sequences per batch a queue of dozens builds (prompts 64-1,536 tokens, 16 out)."""
+    """6 warm-up and 8 calibration requests 1.5 s apart (idle), 3 pairs sent together,
+    then a burst of 30 sent 15 ms apart: with two sequences per batch a queue of dozens
+    builds (prompts 64-1,536 tokens, 16 out)."""
     work = tmp_path_factory.mktemp("queued")
     specs: list[dict[str, Any]] = [
+        {"input_tokens": length, "output_tokens": 16, "arrival_s": CALIBRATION_GAP_S * i}
+        for i, length in enumerate(_LENGTHS)
+    ]
+    specs += [
         {
             "input_tokens": _LENGTHS[(i * 2) % 6 + i % 2],
             "output_tokens": 16,
-            "arrival_s": CALIBRATION_GAP_S * i,
+            "arrival_s": CALIBRATION_GAP_S * (WARMUP_REQUESTS + i),
         }
         for i in range(CALIBRATION_REQUESTS)
     ]
-    burst = CALIBRATION_GAP_S * CALIBRATION_REQUESTS
+    paired = CALIBRATION_GAP_S * (WARMUP_REQUESTS + CALIBRATION_REQUESTS)
+    specs += [
+        {"input_tokens": length, "output_tokens": 16, "arrival_s": paired + CALIBRATION_GAP_S * i}
+        for i, length in enumerate(PAIRS)
+        for _ in range(2)
+    ]
+    burst = paired + CALIBRATION_GAP_S * len(PAIRS)
     specs += [
         {"input_tokens": _LENGTHS[(i * 5) % 6], "output_tokens": 16, "arrival_s": burst + 0.015 * i}
         for i in range(30)
@@ -339,8 +369,9 @@ def queued_run(
     trace = make_trace(work / "t.parquet", vllm_model, specs, seed=31)
     run_dir = work / "vllm"
     done = run_cli(
-        "replay", str(trace), "--base-url", vllm.base_url, "-o", str(run_dir), "--no-progress"
-    )
+        "replay", str(trace), "--base-url", vllm.base_url, "-o", str(run_dir), "--no-progress",
+        "--warmup-requests", str(WARMUP_REQUESTS),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     catalog = work / "tiny.toml"
     catalog.write_text(catalog_toml(vllm_model.spec), encoding="utf-8")
@@ -348,21 +379,32 @@ def queued_run(
 
 
 def burst_figures(run_dir: Path) -> dict[str, float]:
-    """TTFT p50/p99, server queue p99 and TPOT p50 (ms) of the burst's requests, and the
-    server's own TTFT (queue + prefill, as it reports them) at p50."""
-    table = [r for r in rows(run_dir) if r["trace_index"] >= CALIBRATION_REQUESTS]
+    """TTFT p50/p99, server queue p99 and TPOT p50 (ms) of the burst's requests, the
+    server's own TTFT (queue + prefill, as it reports them) at p50, the mean gap between
+    tokens, and the share of requests with a gap over 30 ms (a step that carried another
+    request's prefill)."""
+    table = [r for r in rows(run_dir) if r["trace_index"] >= IDLE_REQUESTS]
     assert all(r["outcome"] == "ok" for r in table), [r["error"] for r in table]
     ttft = [ttft_ms(r) for r in table]
     queue = [float(r["server_queue_ms"]) for r in table]
     server_ttft = [float(r["server_queue_ms"] + r["server_prefill_ms"]) for r in table]
     tpot = [(r["end_ns"] - r["first_token_ns"]) / 1e6 / (r["completion_tokens"] - 1) for r in table]
+    gaps = [[(b - a) / 1e3 for a, b in pairwise(r["chunk_offsets_us"])] for r in table]
+    every_gap = [g for request in gaps for g in request]
+    stalled = sum(1 for request in gaps if max(request, default=0.0) > 30.0)
     return {
         "ttft_p50": quantile(ttft, 0.5),
         "ttft_p99": quantile(ttft, 0.99),
         "queue_p99": quantile(queue, 0.99),
         "tpot_p50": quantile(tpot, 0.5),
         "server_ttft_p50": quantile(server_ttft, 0.5),
+        "itl_mean": sum(every_gap) / len(every_gap),
+        "stalled_share": stalled / len(table),
     }
+
+
+TARGETS = ("ttft_p50", "ttft_p99", "queue_p99", "tpot_p50", "server_ttft_p50")
+"""The burst figures held to 20%; the others explain a miss."""
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -410,10 +452,10 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
         )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     real, simulated = burst_figures(queued_run.run_dir), burst_figures(out)
-    lines = [f"{'burst (ms)':12s} {'vLLM':>9s} {'sim':>9s} {'diff':>6s}"]
+    lines = [f"{'burst (ms)':15s} {'vLLM':>9s} {'sim':>9s} {'diff':>6s}"]
     for key, value in real.items():
         diff = (simulated[key] - value) / value
-        lines.append(f"{key:12s} {value:9.1f} {simulated[key]:9.1f} {diff:+6.0%}")
+        lines.append(f"{key:15s} {value:9.2f} {simulated[key]:9.2f} {diff:+6.0%}")
     print("\n".join(lines))
     # Held in every run: the burst queued in both, and the simulator's queue and decode
     # step are vLLM's within a factor of three (a calibration that missed the decode
@@ -422,16 +464,16 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     assert simulated["queue_p99"] > 5 * simulated["tpot_p50"], simulated
     for key in ("queue_p99", "tpot_p50"):
         assert 1 / 3 < simulated[key] / real[key] < 3, (key, lines)
-    # The 20% target: met in one of four runs on a busy 2-core machine (load average
-    # 12-15), missed in three (queue p99 +2%, -18%, -54%, -29%; TPOT p50 +6%, -4%, -48%,
-    # -22%). The
-    # profile is fitted to idle requests, single-stream; during the burst vLLM's front end
-    # (API server, tokenizing the waiting prompts, streaming two outputs) and the load
-    # generator compete with the engine's core, whose share of a core changes with the
-    # machine's other work from minute to minute, so the burst's steps were up to 2x
-    # slower than the idle ones. The client's TTFT also carries that front end's delay
-    # (2.9 s at p50 in the first run; 74 ms in the simulator).
-    misses = [key for key in real if abs(simulated[key] - real[key]) > 0.2 * real[key]]
+    # The 20% target (the issue's four figures and the server's TTFT). On a busy 2-core
+    # machine (load average 12-15) it was met in one run of four (queue p99 +2%, -18%,
+    # -54%, -29%): vLLM's front end and the load generator compete with the engine's core,
+    # whose share changes from minute to minute. On a quiet machine, calibrated from the
+    # first idle requests, the simulator was 17-29% slow in two runs of four: vLLM's CPU
+    # kernels are slow the first time they meet a shape (hence the warm-up requests);
+    # calibrated after a warm-up but at batch 1 only, it was 16-32% fast, its two-sequence
+    # steps short (hence the pairs). With both, three runs were within 20%: TTFT p50 -14%,
+    # -12%, -15%; p99 -3%, -4%, -8%; queue p99 -1%, -3%, -7%; TPOT p50 +12%, +6%, +1%.
+    misses = [key for key in TARGETS if abs(simulated[key] - real[key]) > 0.2 * real[key]]
     if misses:
         pytest.xfail(f"{', '.join(misses)} off by more than 20%:\n" + "\n".join(lines))
 
@@ -445,44 +487,36 @@ def test_decomposition_with_vllms_timings_hidden_matches_its_own_split(
     itself (``queue_time_ms``, ``time_to_first_token_ms``). The target is queue and
     prefill within 15% or 5 ms at p99 (issue 26): the queue within 30% is asserted, a 15%
     miss is an xfail with the figures."""
-    import polars as pl
-
     from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
 
     budget = BudgetModel.from_catalog(
         "tiny-llama", CPU_NAME, catalog_file=queued_run.catalog, first_token_in_prefill=True
     )
-    budget = replace(budget, max_num_seqs=VLLM_MAX_NUM_SEQS)
+    # The server's scheduler, as its flags say (a deployment.toml would): two sequences,
+    # and vLLM's default step budget on a CPU for its OpenAI server, 2,048 tokens
+    # (vllm/engine/arg_utils.py). Left to fit it, the calibration took the pairs sent
+    # together for 256-token chunks (p99 prefill -31%).
+    deployment = replace(budget.deployment, chunk_tokens=VLLM_MAX_BATCHED_TOKENS)
+    budget = replace(budget, max_num_seqs=VLLM_MAX_NUM_SEQS, deployment=deployment)
     own = request_terms(queued_run.run_dir, None, DecomposeOptions()).frame
     hidden = request_terms(
         queued_run.run_dir, budget, DecomposeOptions(hide_server_timings=True, calibrate=True)
     )
     inferred = hidden.frame
-    report: dict[str, list[tuple[float, float]]] = {}
-    for term in ("queue", "prefill"):
-        col = f"{term}_ms"
-        report[term] = [
-            (
-                round(float(inferred.get_column(col).quantile(p, "linear") or 0.0), 2),
-                round(float(own.get_column(col).quantile(p, "linear") or 0.0), 2),
-            )
-            for p in (0.5, 0.9, 0.99)
-        ]
+    report = hidden_split(own, inferred)
     print(f"\n{hidden.prediction}\n(inferred, vLLM's own) at p50/p90/p99: {report}")
     # The burst did queue: at p99 the wait is many prefills.
     assert report["queue"][2][1] > 5 * report["prefill"][0][1], report
-    # Both splits add up to the same server-side time.
-    server = ("network_ms", "queue_ms", "prefill_ms", "transfer_ms", "first_token_ms")
-    for frame in (own, inferred):
-        total = frame.select(pl.sum_horizontal(server) + pl.col("overshoot_ms")).to_series()
-        assert (total - frame.get_column("server_side_ms")).abs().max() < 1e-6  # type: ignore[operator]
     # The queue dominates the burst's TTFT; a wide bound here catches a decomposition that
     # books the wait elsewhere (+10.8%, +13.3%, +12.1%, +4.9% in four runs).
     got, truth = report["queue"][2]
     assert abs(got - truth) <= 0.3 * truth, report
-    misses = [t for t, v in report.items() if abs(v[2][0] - v[2][1]) > max(0.15 * v[2][1], 5.0)]
+    misses = p99_misses(report)
     if misses:
-        # Known gap: the p99 prefill was +5.9%, -17.2%, -18.2%, -6.4% in four runs. On one core
-        # shared with other work vLLM's prefill of the same prompt varied about 2x, and
-        # the p99 of 38 requests is nearly their maximum: one slow step moves it.
+        # Known gap: the p99 prefill was +5.9%, -17.2%, -18.2%, -6.4% in four runs on a busy
+        # machine, and -0.4%, +16%, -3%, -21%, -22% on a quiet one. vLLM's prefill of the
+        # same prompt varies: the burst's 1,536-token prompts took 92-134 ms in one run and
+        # 100-145 ms in another (a shape its CPU kernels meet for the first time is
+        # slower), which one predicted time cannot follow, and the p99 of 38 requests is
+        # nearly their maximum: one slow step moves it.
         pytest.xfail(f"p99 {', '.join(misses)} off by more than 15% or 5 ms: {report}")
