@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -21,18 +22,28 @@ from traces.synth.lengths import LogNormal
 from traces.synth.trace import SynthConfig, synthesize
 
 
-def test_tool_call_replies_are_counted_apart_from_content(sim: SimFactory, tmp_path: Path) -> None:
+def replay_agents(
+    sim: SimFactory,
+    tmp_path: Path,
+    *,
+    sessions: int,
+    turns: tuple[int, int],
+    seed: int,
+    extra_body: dict[str, object] | None = None,
+) -> list[dict[str, Any]]:
+    """A synthetic agent trace (tool definitions on every request) replayed against the
+    simulator; its rows, one per request."""
     spec = AgentSpec(
-        sessions=6,
-        turns_min=4,
-        turns_max=6,
-        context_max=4096,
+        sessions=sessions,
+        turns_min=turns[0],
+        turns_max=turns[1],
+        context_max=8192,
         fork_prob=0.0,
         tool_result=LogNormal(mean=200.0, sigma=0.5),
         reply=LogNormal(mean=60.0, sigma=0.3),
         think_mean_s=0.5,
     )
-    result = synthesize(SynthConfig(agent=spec, seed=11, block_size=64))
+    result = synthesize(SynthConfig(agent=spec, seed=seed, block_size=64))
     trace = tmp_path / "agents.parquet"
     write_trace(result.table, trace, result.provenance)
     tools = {json.loads(t)[0]["type"] for t in result.table.column(s.TOOLS).to_pylist()}
@@ -44,10 +55,16 @@ def test_tool_call_replies_are_counted_apart_from_content(sim: SimFactory, tmp_p
         base_url=server.base_url,
         time_scale=0.02,
         scrape_metrics=False,
+        extra_body=extra_body,
     )
     asyncio.run(run_session(opts, install_signal_handlers=False))
-    rows = pq.read_table(tmp_path / "run" / s.REQUESTS_FILE).to_pylist()
+    rows: list[dict[str, Any]] = pq.read_table(tmp_path / "run" / s.REQUESTS_FILE).to_pylist()
     assert len(rows) == result.table.num_rows
+    return rows
+
+
+def test_tool_call_replies_are_counted_apart_from_content(sim: SimFactory, tmp_path: Path) -> None:
+    rows = replay_agents(sim, tmp_path, sessions=6, turns=(4, 6), seed=11)
     assert {r[s.OUTCOME] for r in rows} == {s.OUTCOME_OK}
     calls = [r for r in rows if r[s.TOOL_CALL_CHUNKS]]
     content = [r for r in rows if r[s.TOOL_CALL_CHUNKS] == 0]
@@ -76,31 +93,8 @@ def test_a_forced_tool_choice_makes_every_reply_a_call(sim: SimFactory, tmp_path
     probe carries the trace's tools as the run's requests do (the simulator, as vLLM, refuses
     a ``tool_choice`` without ``tools`` with a 400, which stopped such a run before its
     first request), and every reply is a tool call."""
-    spec = AgentSpec(
-        sessions=2,
-        turns_min=3,
-        turns_max=3,
-        context_max=8192,
-        fork_prob=0.0,
-        tool_result=LogNormal(mean=100.0, sigma=0.5),
-        reply=LogNormal(mean=20.0, sigma=0.3),
-        think_mean_s=0.5,
-    )
-    result = synthesize(SynthConfig(agent=spec, seed=12, block_size=64))
-    trace = tmp_path / "agents.parquet"
-    write_trace(result.table, trace, result.provenance)
-    server = sim("--ttft-ms", "2", "--itl-ms", "0.05", "--tokens-per-chunk", "8")
-    opts = SessionOptions(
-        trace_path=trace,
-        run_dir=tmp_path / "run",
-        base_url=server.base_url,
-        time_scale=0.02,
-        scrape_metrics=False,
-        extra_body={"tool_choice": "required"},
-    )
-    asyncio.run(run_session(opts, install_signal_handlers=False))
-    rows = pq.read_table(tmp_path / "run" / s.REQUESTS_FILE).to_pylist()
-    assert len(rows) == result.table.num_rows
+    choice: dict[str, object] = {"tool_choice": "required"}
+    rows = replay_agents(sim, tmp_path, sessions=2, turns=(3, 3), seed=12, extra_body=choice)
     for r in rows:
         assert r[s.OUTCOME] == s.OUTCOME_OK, r[s.ERROR]
         assert r[s.FINISH_REASON] == "tool_calls"
