@@ -18,7 +18,6 @@ held the client back.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -26,7 +25,6 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import ModuleType
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLIENT_CPU = 0
@@ -50,18 +48,6 @@ class RateResult:
     schedule_lag_p99_ms: float
     loop_lag_p99_ms: float
     exit_code: int
-
-
-def _ingest_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "client_ingest", REPO_ROOT / "bench" / "client_ingest.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["client_ingest"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _write_trace(path: Path, n: int) -> None:
@@ -148,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
     seconds = 0.5 if args.smoke else SECONDS[args.quick]
-    ingest = _ingest_module()
+    import client_ingest as ingest  # beside this script, on sys.path
+
     server = ingest._Server()
     results: list[RateResult] = []
     try:

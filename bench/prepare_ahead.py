@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import statistics
@@ -29,7 +28,6 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -37,18 +35,6 @@ CLIENT_CPU = 0
 HUGE_TOKENS = 1_000_000
 IMAGES = 16
 CYCLE = ("huge", "short", "images", "short", "short")
-
-
-def _ingest_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "client_ingest", REPO_ROOT / "bench" / "client_ingest.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["client_ingest"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_trace(path: Path, *, n: int, rate: float, side: int) -> dict[str, int]:
@@ -232,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.requests < 1 or args.pairs < 1 or args.ahead_mib < 1:
         parser.error("--requests, --pairs and --ahead-mib must be at least 1")
-    ingest = _ingest_module()
+    import client_ingest as ingest  # beside this script, on sys.path
+
     server = ingest._Server()
     runs: dict[str, list[dict[str, Any]]] = {"inline": [], "ahead": []}
     try:

@@ -21,7 +21,6 @@ CPU 1); ``loadgen replay`` runs as a real subprocess pinned to CPU 0.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -31,23 +30,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLIENT_CPU = 0
-
-
-def _ingest_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "client_ingest", REPO_ROOT / "bench" / "client_ingest.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["client_ingest"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _write_trace(path: Path, *, n: int, rate: float, output_tokens: int, seed: int) -> None:
@@ -201,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--rates: {args.rates!r} is not a comma-separated list of numbers")
     if not rates or min(rates) <= 0 or (args.seconds is not None and args.seconds <= 0):
         parser.error("--rates and --seconds must be positive")
-    ingest = _ingest_module()
+    import client_ingest as ingest  # beside this script, on sys.path
+
     seconds = args.seconds or (0.8 if args.smoke else 3.0 if args.quick else 10.0)
     server = ingest._Server()
     try:
