@@ -21,6 +21,13 @@ it takes a CSV's:
   time per token is ``server_decode_ms`` (else the client's first-to-last span) over
   ``completion_tokens - 1``; the context per sequence is its prompt plus half its output
   (as the Splitwise table's), averaged over the batch.
+- **Decode, a steady stretch** (when the batch changed over the span): the longest stretch
+  of the span between two events of other requests (a send, a first token, an end) in
+  which no other request waited for its first token (so no step carried a prefill); the
+  batch is 1 + the requests decoding over it. The time per token is from the request's
+  own chunk stamps, over the gaps wholly inside the stretch (at least
+  ``MIN_STRETCH_GAPS``). Two requests sent together give batch-2 points this way: a
+  server prefills the second a step after the first, so they start and end a step apart.
 
 Times are in the model's seconds: client-measured spans are divided by the recorded
 ``time_scale`` (a simulator's wall seconds per model second); server timings are already
@@ -37,6 +44,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import polars as pl
@@ -45,6 +53,9 @@ from analyzers.budget.measurements import Observation, median_observations
 from analyzers.errors import BudgetError
 from analyzers.frames import run_info, scan_run
 from traces import schema as s
+
+MIN_STRETCH_GAPS = 4
+"""The fewest gaps between tokens that make a steady stretch a decode point."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +87,7 @@ class RunPoints:
     not_idle: int
     chunked: int
     decode_unknown_batch: int
+    decode_stretches: int = 0
 
     def summary(self) -> str:
         """One paragraph: what was taken from the run and what was left out, and why."""
@@ -84,9 +96,10 @@ class RunPoints:
             f"{d.said}\n"
             f"{self.requests} ok requests: {self.prefill_server} prefills timed by the server, "
             f"{self.prefill_ttft} by TTFT (idle server), {self.decode} decode spans at a known "
-            f"batch; left out {self.not_idle} prefills that shared the server, "
+            f"batch, {self.decode_stretches} steady stretches of spans whose batch changed; "
+            f"left out {self.not_idle} prefills that shared the server, "
             f"{self.chunked} longer than a chunk ({d.chunk_tokens or 'no limit'} tokens), "
-            f"{self.decode_unknown_batch} decode spans whose batch changed"
+            f"{self.decode_unknown_batch} decode spans with no steady stretch"
         )
 
 
@@ -151,6 +164,10 @@ class _Row:
     completion: int
     prefill_ms: float | None
     decode_ms: float | None
+    offsets: list[int]
+    """Chunk arrivals, microseconds after ``sent``."""
+    tokens: list[int] | None
+    """Tokens per chunk (null: one each)."""
 
 
 def _rows(run: Path) -> list[_Row]:
@@ -172,6 +189,8 @@ def _rows(run: Path) -> list[_Row]:
             pl.col(s.COMPLETION_TOKENS).fill_null(0).alias("completion"),
             pl.col(s.SERVER_PREFILL_MS).alias("prefill_ms"),
             pl.col(s.SERVER_DECODE_MS).alias("decode_ms"),
+            pl.col(s.CHUNK_OFFSETS_US).alias("offsets"),
+            pl.col(s.CHUNK_TOKENS).alias("tokens"),
         )
         .sort("sent")
         .collect()
@@ -216,6 +235,54 @@ def _decode_batch(
     return batch
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Stretch:
+    """A steady stretch of a decode span: the batch over it and the seconds per token."""
+
+    batch: list[_Row]
+    seconds_per_token: float
+
+
+def _steady_stretch(
+    rows: Sequence[_Row], sents: Sequence[int], reach: Sequence[int], i: int
+) -> _Stretch | None:
+    """The longest steady stretch of row ``i``'s decode span (see the module's rules), or
+    None when no stretch has ``MIN_STRETCH_GAPS`` gaps. Stamps of the events that bound a
+    stretch are taken as the same step within half a gap, as in ``_decode_batch``."""
+    row = rows[i]
+    slack = (row.end - row.first) // max(1, 2 * (row.completion - 1))
+    others = [
+        rows[j]
+        for j in range(bisect.bisect_right(reach, row.first), bisect.bisect_left(sents, row.end))
+        if j != i and rows[j].end > row.first
+    ]
+    cuts = sorted(
+        {row.first, row.end}
+        | {t for o in others for t in (o.sent, o.first, o.end) if row.first < t < row.end}
+    )
+    stamps = [row.sent + 1000 * offset for offset in row.offsets]
+    weights = row.tokens if row.tokens is not None else [1] * len(stamps)
+    best: _Stretch | None = None
+    best_gaps = MIN_STRETCH_GAPS - 1
+    for low, high in pairwise(cuts):
+        middle = (low + high) // 2
+        if any(o.sent <= middle < o.first for o in others):
+            continue  # another request waits for its first token: a step may prefill it
+        inside = [
+            k
+            for k in range(len(stamps) - 1)
+            if stamps[k] >= low - slack and stamps[k + 1] <= high - slack
+        ]
+        if len(inside) <= best_gaps:
+            continue
+        span_ns = stamps[inside[-1] + 1] - stamps[inside[0]]
+        tokens = sum(weights[k + 1] for k in inside)
+        batch = [row, *(o for o in others if o.first <= middle < o.end)]
+        best_gaps = len(inside)
+        best = _Stretch(batch=batch, seconds_per_token=span_ns / 1e9 / max(1, tokens))
+    return best
+
+
 def run_calibration_points(
     run: Path,
     *,
@@ -233,7 +300,7 @@ def run_calibration_points(
     scale = deploy.time_scale
     common = {"model": deploy.model, "gpu": deploy.gpu, "engine": deploy.engine}
     observations: list[Observation] = []
-    by_server = by_ttft = decoded = not_idle = chunked = unknown_batch = 0
+    by_server = by_ttft = decoded = not_idle = chunked = unknown_batch = stretches = 0
     for i, row in enumerate(rows):
         new = row.prompt - row.cached
         if new >= 1:
@@ -263,14 +330,20 @@ def run_calibration_points(
         if row.completion < 2 or row.end <= row.first:
             continue
         batch = _decode_batch(rows, sents, reach, i)
-        if batch is None:
-            unknown_batch += 1
-            continue
-        span_s = (
-            row.decode_ms / 1e3
-            if row.decode_ms is not None and row.decode_ms > 0
-            else (row.end - row.first) / 1e9 / scale
-        )
+        if batch is not None:
+            per_token_s = (
+                row.decode_ms / 1e3
+                if row.decode_ms is not None and row.decode_ms > 0
+                else (row.end - row.first) / 1e9 / scale
+            ) / (row.completion - 1)
+            decoded += 1
+        else:
+            stretch = _steady_stretch(rows, sents, reach, i)
+            if stretch is None:
+                unknown_batch += 1
+                continue
+            batch, per_token_s = stretch.batch, stretch.seconds_per_token / scale
+            stretches += 1
         context = sum(r.prompt + r.completion // 2 for r in batch) // len(batch)
         observations.append(
             Observation(
@@ -280,11 +353,10 @@ def run_calibration_points(
                 cached_tokens=max(1, context),
                 batch=len(batch),
                 prompt_tokens=row.prompt,
-                seconds=span_s / (row.completion - 1),
+                seconds=per_token_s,
                 **common,  # type: ignore[arg-type]
             )
         )
-        decoded += 1
     if not observations:
         raise BudgetError(
             f"{run}: no request gives a calibration point (none found the server idle or "
@@ -300,4 +372,5 @@ def run_calibration_points(
         not_idle=not_idle,
         chunked=chunked,
         decode_unknown_batch=unknown_batch,
+        decode_stretches=stretches,
     )

@@ -318,14 +318,19 @@ def fit_profile(
     if not fitted:
         raise BudgetError(f"calibration of {name!r}: no measurements left to fit")
     first = fitted[0][1]
-    profile = StepProfile(
-        name=name,
-        gpu=first.gpu,
-        engine=first.engine,
-        prefill=fit_phase([(t, o) for t, o in fitted if o.phase == "prefill"]),
-        decode=fit_phase([(t, o) for t, o in fitted if o.phase == "decode"]),
-        source=source,
+    decode = fit_phase([(t, o) for t, o in fitted if o.phase == "decode"])
+    # A prefill point is a prefill alone, so the prefill phase cannot see what a decoding
+    # sequence adds to a step that also carries a prefill (vLLM's mixed steps). That cost
+    # (sampling, output processing) is the sequence's, not the step kind's: the decode
+    # phase's.
+    prefill = replace(
+        fit_phase([(t, o) for t, o in fitted if o.phase == "prefill"]),
+        sequence_overhead_s=decode.sequence_overhead_s,
     )
+    profile = StepProfile(
+        name=name, gpu=first.gpu, engine=first.engine, prefill=prefill, decode=decode,
+        source=source,
+    )  # fmt: skip
     residuals = tuple(
         Residual(observation=o, predicted_s=t.time_s(profile), held_out=held_out(o))
         for t, o in terms

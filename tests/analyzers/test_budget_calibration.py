@@ -225,6 +225,11 @@ def test_fit_recovers_a_known_profile() -> None:
                 points.append((L2, replace(o, seconds=t.time_s(truth))))
     fit = fit_profile("t", H100, points)
     assert max(r.abs_error for r in fit.residuals) < 0.01
+    # No prefill point had a sequence decoding beside it: a mixed step's decoding
+    # sequences cost what the decode points say (the truth's prefill phase has none).
+    decode_cost = fit.profile.decode.sequence_overhead_s
+    assert decode_cost == pytest.approx(2.5e-4, rel=0.05)
+    assert fit.profile.prefill.sequence_overhead_s == decode_cost
 
 
 # --- acceptance against the held-out half of Splitwise -----------------------------------

@@ -241,3 +241,66 @@ def test_without_server_timings_the_idle_ttft_times_prefill(idle_run: Path, tmp_
     for o in points.observations:
         expected = simulated_step_s(o.new_tokens, o.cached_tokens)
         assert o.seconds == pytest.approx(expected, rel=0.01), o
+
+
+def test_two_requests_a_step_apart_give_a_steady_batch_of_two(tmp_path: Path) -> None:
+    """The second request arrives while the first is prefilled: it is prefilled a step
+    later, so the two start and end a step apart and neither decode span has a constant
+    batch. The stretch where both decode and nothing waits is a batch-2 point of each."""
+    trace = tmp_path / "pair.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": ["p0", "p1"],
+                "arrival_s": [0.0, 0.001],
+                "input_tokens": [256, 256],
+                "output_tokens": [24, 24],
+            }
+        ),
+        trace,
+    )
+    run = tmp_path / "pair"
+    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    frame = pl.read_parquet(run / "requests.parquet").sort("trace_index")
+    firsts = frame.get_column("first_token_ns").to_list()
+    assert firsts[1] > firsts[0]  # a step apart, as the scenario needs
+    points = run_calibration_points(run)
+    assert points.decode == 0
+    assert points.decode_stretches == 2
+    assert points.decode_unknown_batch == 0
+    (decode,) = (o for o in points.observations if o.phase == "decode")
+    assert decode.batch == 2
+    assert decode.cached_tokens == 256 + 12
+    expected = simulated_step_s(1, decode.cached_tokens, 2)
+    assert decode.seconds == pytest.approx(expected, rel=0.01)
+    assert "2 steady stretches" in points.summary()
+
+
+def test_a_stretch_where_another_request_waits_is_not_steady(tmp_path: Path) -> None:
+    """A 20,000-token prompt arrives as the pair starts decoding: its prefill takes ten
+    2,048-token chunks, each in a step with the pair's decode (ten times a decode step),
+    and the pair's 8 tokens end before it is done. No stretch of the pair is steady (the third
+    waits for its first token over all of them); the third decodes alone after."""
+    trace = tmp_path / "three.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": ["p0", "p1", "p2"],
+                "arrival_s": [0.0, 0.001, 0.02],
+                "input_tokens": [256, 256, 20_000],
+                "output_tokens": [8, 8, 16],
+            }
+        ),
+        trace,
+    )
+    run = tmp_path / "three"
+    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    rows = pl.read_parquet(run / "requests.parquet").sort("trace_index")
+    ends, firsts = rows.get_column("end_ns").to_list(), rows.get_column("first_token_ns").to_list()
+    assert max(ends[:2]) < firsts[2]  # the pair ended within the third's prefill
+    points = run_calibration_points(run)
+    assert points.decode_stretches == 0
+    assert points.decode_unknown_batch == 2
+    (decode,) = (o for o in points.observations if o.phase == "decode")
+    assert decode.batch == 1
+    assert decode.seconds == pytest.approx(simulated_step_s(1, decode.cached_tokens), rel=0.01)

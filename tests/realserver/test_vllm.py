@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -316,6 +317,16 @@ CALIBRATION_GAP_S = 1.5
 """The next requests, 1.5 s apart: each finds the server idle (the calibration's points:
 prefill at batch 1, decode at batch 1). The longest, 1,536 tokens, is served in about
 0.25 s on vLLM's free core (prefill and 16 tokens), 0.5 s on a busy machine."""
+CALIBRATION_PAIRS = (256, 1024, 64, 768)
+"""The simulator's calibration run (after the queued run, so vLLM is warm): the 8 idle
+requests again, then pairs of equal prompts sent together, 1.5 s apart. vLLM prefills the
+second of a pair a step after the first, and the two decode side by side in between: the
+calibration's batch-2 points (steady stretches). A decoding sequence costs vLLM's CPU
+engine time of its own each step (sampling, output, the front end streaming on the same
+core): 4-5 ms per token alone, 6-9 ms two at a time in one run. Fitted to batch-1 points
+alone, the simulator decoded the burst 27% fast (TPOT p50 7.2 against 9.9 ms, queue p99
+-32%). A run of its own, because in the queued run the pairs put the decomposition's
+hidden-timings prefill 18-27% low at p99 (within 2% with their rows left out)."""
 VLLM_MAX_BATCHED_TOKENS = 2048
 """vLLM 0.32's default token budget per step on a CPU for its OpenAI server."""
 IDLE_REQUESTS = WARMUP_REQUESTS + CALIBRATION_REQUESTS
@@ -416,17 +427,42 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     tmp_path: Path, queued_run: QueuedRun, vllm: Any, vllm_model: HFModel
 ) -> None:
     """The same trace against vLLM and against ``loadgen sim`` on a profile that ``plan
-    calibrate`` fitted to the vLLM run's idle requests (the tiny model on one CPU core,
-    two sequences per batch, prefix caching on in both): the burst's TTFT p50/p99, queue
-    p99 and TPOT p50 side by side (printed). The target is 20%; a miss is an xfail with
-    the figures (see the comments for why a busy machine misses it)."""
+    calibrate`` fitted to a calibration run against the same vLLM (8 requests alone, 4
+    pairs: the tiny model on one CPU core, two sequences per batch, prefix caching on in
+    both): the burst's TTFT p50/p99, queue p99 and TPOT p50 side by side (printed). The
+    target is 20%; a miss is an xfail with the figures (see the comments for why a busy
+    machine misses it)."""
+    specs: list[dict[str, Any]] = [
+        {
+            "input_tokens": _LENGTHS[(i * 2) % 6 + i % 2],
+            "output_tokens": 16,
+            "arrival_s": CALIBRATION_GAP_S * i,
+        }
+        for i in range(CALIBRATION_REQUESTS)
+    ]
+    pairs = CALIBRATION_GAP_S * CALIBRATION_REQUESTS
+    specs += [
+        {"input_tokens": length, "output_tokens": 16, "arrival_s": pairs + CALIBRATION_GAP_S * i}
+        for i, length in enumerate(CALIBRATION_PAIRS)
+        for _ in range(2)
+    ]
+    calibration = tmp_path / "calibration"
+    done = run_cli(
+        "replay", str(make_trace(tmp_path / "c.parquet", vllm_model, specs, seed=37)),
+        "--base-url", vllm.base_url, "-o", str(calibration), "--no-progress",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
     profile = tmp_path / "profile.toml"
     done = run_cli(
-        "plan", "calibrate", str(queued_run.run_dir), "-o", str(profile), "--model",
+        "plan", "calibrate", str(calibration), "-o", str(profile), "--model",
         "tiny-llama", "--gpu", CPU_NAME, "--catalog", str(queued_run.catalog), "--summary",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     print(f"\n{done.stdout}")
+    # The pairs gave batched decode points (a stretch of each member, at least).
+    stretches = re.search(r"(\d+) steady stretches", done.stdout)
+    assert stretches is not None, done.stdout
+    assert int(stretches.group(1)) >= len(CALIBRATION_PAIRS), done.stdout
     sim_args = [
         "--served-model-name", VLLM_MODEL_ID, "--model", "tiny-llama", "--gpu", CPU_NAME,
         "--catalog", str(queued_run.catalog), "--profile", str(profile),
@@ -467,7 +503,12 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     # idle requests, 17-29% slow in two runs of four (cold shapes); after single warm-ups
     # only, 16-32% fast in one (the burst's first two-sequence steps cold in vLLM); after
     # both warm-ups, within 10% in two runs of three (TTFT p50 -9%, -4%; queue p99 -4%,
-    # +1%; TPOT p50 +7%, +9%) and TTFT p50 -30% in the third.
+    # +1%; TPOT p50 +7%, +9%) and TTFT p50 -30% in the third. With batch-2 points (pairs,
+    # steady stretches): in the queued run itself, within 10% once; from a calibration run
+    # of its own, TTFT p50 -26% once (that burst's steps were slow: mean gap 11.7 ms
+    # against 9.8-10.4 in the others). Once vLLM's engine core had a core of its own (its
+    # front end moved to the client's), within 16% in two runs of two, but the client then
+    # shares its core with vLLM's front end: not the layout kept.
     misses = [key for key in TARGETS if abs(simulated[key] - real[key]) > 0.2 * real[key]]
     if misses:
         pytest.xfail(f"{', '.join(misses)} off by more than 20%:\n" + "\n".join(lines))

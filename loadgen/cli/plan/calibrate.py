@@ -88,8 +88,9 @@ def calibrate_cmd(
 
     MEASUREMENTS is a CSV (the Splitwise perf_model.csv format, or model,gpu,tp,tokens,
     batch,ms[,phase][,engine]) or a run directory of loadgen's own: its idle requests'
-    prefill (server-reported, else TTFT) and its decode spans at a constant batch become
-    the points, on the model, GPU and tensor parallelism its run.json records (--model,
+    prefill (server-reported, else TTFT) and its decode spans at a constant batch (or
+    their steady stretches: no one else entering, leaving or waiting) become the points,
+    on the model, GPU and tensor parallelism its run.json records (--model,
     --gpu, --gpus say or override them). Names resolve through the catalog (--catalog adds).
 
     Example: loadgen plan calibrate splitwise_perf_model.csv -o profile.toml
