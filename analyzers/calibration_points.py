@@ -6,7 +6,10 @@ the run's rows into the budget package's ``Observation``s, which ``fit_profiles`
 it takes a CSV's:
 
 - **Prefill** (batch 1): requests that found the server idle, no other request in flight
-  between their send and their first token. The time is the server-reported prefill
+  between their send and their first token; or **beside decodes** (a mixed step): every
+  other request in flight then was already decoding at the send and still decoding at the
+  first token (within half a gap), so the step carried the prompt and one token of each
+  (``Observation.decoding``). The time is the server-reported prefill
   (``server_prefill_ms``: vLLM's per-request metrics, llama.cpp's ``prompt_ms``, the
   simulator's own) where the row has it, else the TTFT measured by the client (which adds
   the network's round trip: use a loopback or nearby client). New tokens are the prompt
@@ -88,6 +91,7 @@ class RunPoints:
     chunked: int
     decode_unknown_batch: int
     decode_stretches: int = 0
+    prefill_beside_decodes: int = 0
 
     def summary(self) -> str:
         """One paragraph: what was taken from the run and what was left out, and why."""
@@ -95,9 +99,11 @@ class RunPoints:
         return (
             f"{d.said}\n"
             f"{self.requests} ok requests: {self.prefill_server} prefills timed by the server, "
-            f"{self.prefill_ttft} by TTFT (idle server), {self.decode} decode spans at a known "
+            f"{self.prefill_ttft} by TTFT (no other request waiting), "
+            f"{self.prefill_beside_decodes} of them beside decoding requests, "
+            f"{self.decode} decode spans at a known "
             f"batch, {self.decode_stretches} steady stretches of spans whose batch changed; "
-            f"left out {self.not_idle} prefills that shared the server, "
+            f"left out {self.not_idle} prefills that shared the server otherwise, "
             f"{self.chunked} longer than a chunk ({d.chunk_tokens or 'no limit'} tokens), "
             f"{self.decode_unknown_batch} decode spans with no steady stretch"
         )
@@ -198,13 +204,32 @@ def _rows(run: Path) -> list[_Row]:
     return [_Row(**row) for row in frame.iter_rows(named=True)]
 
 
-def _idle(rows: Sequence[_Row], sents: Sequence[int], i: int, reach: Sequence[int]) -> bool:
-    """No other request in flight between row ``i``'s send and its first token: none sent
-    before it still running after its send, none sent before its first token."""
+def _half_gap(row: _Row) -> int:
+    """Half of the row's mean gap between tokens, ns: stamps closer than this to one of
+    its events are the same step (a server writes one step's tokens stream by stream)."""
+    return (row.end - row.first) // max(1, 2 * (row.completion - 1))
+
+
+def _prefill_company(
+    rows: Sequence[_Row], sents: Sequence[int], i: int, reach: Sequence[int]
+) -> int | None:
+    """How many requests decoded beside row ``i``'s prefill (0: the server was idle), or
+    None when its wait for the first token saw anything else: a request sent after it and
+    before its first token, or one in flight at its send that was not yet decoding or
+    ended before that first token (within half a gap: the step of the first token)."""
     row = rows[i]
-    if i > 0 and reach[i - 1] > row.sent:
-        return False
-    return bisect.bisect_left(sents, row.first) == i + 1
+    if bisect.bisect_left(sents, row.first) != i + 1:
+        return None
+    if i == 0 or reach[i - 1] <= row.sent:
+        return 0
+    decoding = 0
+    for other in rows[bisect.bisect_right(reach, row.sent) : i]:
+        if other.end <= row.sent:
+            continue
+        if other.first >= row.sent or other.end < row.first - _half_gap(other):
+            return None
+        decoding += 1
+    return decoding
 
 
 def _decode_batch(
@@ -220,7 +245,7 @@ def _decode_batch(
     in either order."""
     row = rows[i]
     batch = [row]
-    slack = (row.end - row.first) // max(1, 2 * (row.completion - 1))
+    slack = _half_gap(row)
     start = bisect.bisect_right(reach, row.first)
     for j in range(start, bisect.bisect_left(sents, row.end)):
         if j == i:
@@ -250,7 +275,7 @@ def _steady_stretch(
     None when no stretch has ``MIN_STRETCH_GAPS`` gaps. Stamps of the events that bound a
     stretch are taken as the same step within half a gap, as in ``_decode_batch``."""
     row = rows[i]
-    slack = (row.end - row.first) // max(1, 2 * (row.completion - 1))
+    slack = _half_gap(row)
     others = [
         rows[j]
         for j in range(bisect.bisect_right(reach, row.first), bisect.bisect_left(sents, row.end))
@@ -300,15 +325,16 @@ def run_calibration_points(
     scale = deploy.time_scale
     common = {"model": deploy.model, "gpu": deploy.gpu, "engine": deploy.engine}
     observations: list[Observation] = []
-    by_server = by_ttft = decoded = not_idle = chunked = unknown_batch = stretches = 0
+    by_server = by_ttft = decoded = not_idle = chunked = unknown_batch = stretches = beside = 0
     for i, row in enumerate(rows):
         new = row.prompt - row.cached
         if new >= 1:
             if deploy.chunk_tokens is not None and new > deploy.chunk_tokens:
                 chunked += 1
-            elif not _idle(rows, sents, i, reach):
+            elif (company := _prefill_company(rows, sents, i, reach)) is None:
                 not_idle += 1
             else:
+                beside += 1 if company else 0
                 if row.prefill_ms is not None and row.prefill_ms > 0:
                     seconds = row.prefill_ms / 1e3
                     by_server += 1
@@ -324,6 +350,7 @@ def run_calibration_points(
                             cached_tokens=row.cached,
                             prompt_tokens=row.prompt,
                             seconds=seconds,
+                            decoding=company,
                             **common,  # type: ignore[arg-type]
                         )
                     )
@@ -373,4 +400,5 @@ def run_calibration_points(
         chunked=chunked,
         decode_unknown_batch=unknown_batch,
         decode_stretches=stretches,
+        prefill_beside_decodes=beside,
     )

@@ -65,6 +65,7 @@ def _summary(label: str, rows: Sequence[Residual]) -> str:
         f"    {label}: {len(rows)} points, median |error| {statistics.median(errors) * 100:.1f}% "
         f"worst {worst.abs_error * 100:.1f}% at "
         f"{o.model} tp{o.tensor_parallel} {o.prompt_tokens} tokens x{o.batch}"
+        + (f" beside {o.decoding} decoding" if o.decoding else "")
     )
 
 
@@ -91,21 +92,23 @@ def render_calibration(fits: Sequence[ProfileFit], *, all_points: bool = True) -
             )
             for r in f.residuals:
                 o = r.observation
+                batch = f"{o.batch}+{o.decoding}d" if o.decoding else str(o.batch)
                 out.append(
                     f"  {o.phase:<7} {o.model:<12} {o.tensor_parallel:>2} {o.prompt_tokens:>6} "
-                    f"{o.batch:>5} {o.seconds * 1e3:>8.1f}ms {r.predicted_s * 1e3:>8.1f}ms "
+                    f"{batch:>5} {o.seconds * 1e3:>8.1f}ms {r.predicted_s * 1e3:>8.1f}ms "
                     f"{r.ratio:>6.2f}  {'held out' if r.held_out else 'fitted'}"
                 )
         for phase in ("prefill", "decode"):
             for held_out in (False, True):
+                kept = "held out" if held_out else "fitted"
                 for batched in (False, True):
-                    rows = f.select(phase=phase, held_out=held_out, batched=batched)
-                    label = (
-                        f"{phase} {'batched' if batched else 'batch 1'} "
-                        f"{'held out' if held_out else 'fitted'}"
-                    )
+                    rows = f.select(phase=phase, held_out=held_out, batched=batched, mixed=False)
+                    label = f"{phase} {'batched' if batched else 'batch 1'} {kept}"
                     if rows:
                         out.append(_summary(label, rows))
+                rows = f.select(phase=phase, held_out=held_out, mixed=True)
+                if rows:
+                    out.append(_summary(f"{phase} beside decodes {kept}", rows))
         out.append("")
     return "\n".join(out).rstrip("\n")
 

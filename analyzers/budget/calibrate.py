@@ -168,15 +168,22 @@ class ProfileFit:
     residuals: tuple[Residual, ...]
 
     def select(
-        self, *, phase: str, held_out: bool | None = None, batched: bool | None = None
+        self,
+        *,
+        phase: str,
+        held_out: bool | None = None,
+        batched: bool | None = None,
+        mixed: bool | None = None,
     ) -> list[Residual]:
-        """The residuals of one phase, optionally only held-out/fitted, batch 1/batched."""
+        """The residuals of one phase, optionally only held-out/fitted, batch 1/batched,
+        alone/beside decoding sequences (``mixed``)."""
         return [
             r
             for r in self.residuals
             if r.observation.phase == phase
             and (held_out is None or r.held_out == held_out)
             and (batched is None or (r.observation.batch > 1) == batched)
+            and (mixed is None or (r.observation.decoding > 0) == mixed)
         ]
 
 
@@ -184,17 +191,20 @@ def observation_terms(model: ModelSpec, hardware: HardwareSpec, obs: Observation
     """The ``StepTerms`` of the step ``obs`` measured (its FLOPs and bytes as ``step_cost``)."""
     deploy = Deployment(hardware=hardware, tensor_parallel=obs.tensor_parallel)
     work = [SequenceWork(new_tokens=obs.new_tokens, cached_tokens=obs.cached_tokens)] * obs.batch
+    # A mixed step's decoding sequences: one token each, their contexts unknown (their
+    # attention is negligible beside the prefill's).
+    work += [SequenceWork(new_tokens=1)] * obs.decoding
     cost = step_cost(model, deploy, work)
-    decoding = obs.batch if obs.phase == "decode" else 0
+    decode = obs.phase == "decode"
     return step_terms(
         model,
         hardware,
         tensor_parallel=obs.tensor_parallel,
         flops=cost.flops,
         bytes_read=cost.bytes,
-        tokens=obs.new_tokens * obs.batch,
-        prefills=0 if decoding else 1,
-        decode_sequences=decoding,
+        tokens=obs.new_tokens * obs.batch + obs.decoding,
+        prefills=0 if decode else 1,
+        decode_sequences=obs.batch if decode else obs.decoding,
     )
 
 
@@ -319,14 +329,13 @@ def fit_profile(
         raise BudgetError(f"calibration of {name!r}: no measurements left to fit")
     first = fitted[0][1]
     decode = fit_phase([(t, o) for t, o in fitted if o.phase == "decode"])
-    # A prefill point is a prefill alone, so the prefill phase cannot see what a decoding
-    # sequence adds to a step that also carries a prefill (vLLM's mixed steps). That cost
-    # (sampling, output processing) is the sequence's, not the step kind's: the decode
-    # phase's.
-    prefill = replace(
-        fit_phase([(t, o) for t, o in fitted if o.phase == "prefill"]),
-        sequence_overhead_s=decode.sequence_overhead_s,
-    )
+    prefills = [(t, o) for t, o in fitted if o.phase == "prefill"]
+    prefill = fit_phase(prefills)
+    if not any(o.decoding for _, o in prefills):
+        # Prefills alone only: the prefill phase cannot see what a decoding sequence adds
+        # to a step that also carries a prefill (vLLM's mixed steps). Take the decode
+        # phase's cost per sequence (sampling, output processing), the least it adds.
+        prefill = replace(prefill, sequence_overhead_s=decode.sequence_overhead_s)
     profile = StepProfile(
         name=name, gpu=first.gpu, engine=first.engine, prefill=prefill, decode=decode,
         source=source,

@@ -37,7 +37,8 @@ _SIMPLE = ("model", "gpu", "tp", "tokens", "batch", "ms")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Observation:
     """One measured step: ``seconds`` for ``batch`` sequences of ``new_tokens`` over
-    ``cached_tokens`` each, on ``gpu`` (and ``engine``) at ``tensor_parallel``."""
+    ``cached_tokens`` each, on ``gpu`` (and ``engine``) at ``tensor_parallel``; a prefill
+    step may carry ``decoding`` other sequences' decode tokens (a mixed step)."""
 
     phase: Phase
     model: str
@@ -50,15 +51,21 @@ class Observation:
     prompt_tokens: int
     seconds: float
     repeats: int = 1
+    decoding: int = 0
 
     def __post_init__(self) -> None:
         if min(self.tensor_parallel, self.new_tokens, self.batch, self.repeats) < 1:
             raise BudgetError(f"measurement {self.model}/{self.gpu}: counts must be >= 1")
+        if self.decoding < 0 or (self.decoding and self.phase != "prefill"):
+            raise BudgetError(
+                f"measurement {self.model}/{self.gpu}: only a prefill step has sequences "
+                "decoding beside it, never fewer than 0"
+            )
         if not self.seconds > 0:
             raise BudgetError(f"measurement {self.model}/{self.gpu}: time must be positive")
 
     @property
-    def key(self) -> tuple[str, str, str, str, int, int, int, int]:
+    def key(self) -> tuple[str, str, str, str, int, int, int, int, int]:
         """What identifies the point (all but the time and the repeats)."""
         return (
             self.phase,
@@ -69,6 +76,7 @@ class Observation:
             self.new_tokens,
             self.cached_tokens,
             self.batch,
+            self.decoding,
         )
 
 
@@ -88,7 +96,7 @@ def _float(row: Mapping[str, str], key: str, where: str) -> float:
 
 def median_observations(observations: Iterable[Observation]) -> list[Observation]:
     """One observation per ``key``: the median time of its repeats, repeats summed."""
-    groups: dict[tuple[str, str, str, str, int, int, int, int], list[Observation]] = {}
+    groups: dict[tuple[str, str, str, str, int, int, int, int, int], list[Observation]] = {}
     for o in observations:
         groups.setdefault(o.key, []).append(o)
     out = []
@@ -107,6 +115,7 @@ def median_observations(observations: Iterable[Observation]) -> list[Observation
                 prompt_tokens=first.prompt_tokens,
                 seconds=statistics.median(o.seconds for o in group),
                 repeats=sum(o.repeats for o in group),
+                decoding=first.decoding,
             )
         )
     return out

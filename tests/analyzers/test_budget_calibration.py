@@ -436,3 +436,52 @@ def test_a_request_whose_kv_does_not_fit_exits_1_without_tpot() -> None:
     assert "4,425 tokens" in out
     assert "TPOT at" not in out
     assert "break-even" not in out.lower()
+
+
+def test_mixed_step_points_fit_the_prefill_phases_own_sequence_cost() -> None:
+    """Prefills timed beside decoding sequences (vLLM's mixed steps) show what each such
+    sequence adds to a prefill step: the prefill phase fits it, instead of taking the
+    decode phase's."""
+    truth = StepProfile(
+        name="t",
+        gpu="h100",
+        prefill=PhaseProfile(
+            compute_efficiency=0.55, step_overhead_s=2e-3, sequence_overhead_s=5e-3
+        ),
+        decode=PhaseProfile(
+            memory_efficiency=0.8, step_overhead_s=6e-3, sequence_overhead_s=2.5e-4
+        ),
+    )
+    points = []
+    for n in (128, 512, 2048, 8192):
+        for phase, batch, decoding in (
+            ("prefill", 1, 0), ("prefill", 1, 1), ("prefill", 1, 4),
+            ("decode", 1, 0), ("decode", 16, 0),
+        ):  # fmt: skip
+            decode = phase == "decode"
+            o = Observation(
+                phase="decode" if decode else "prefill",
+                model="llama-2-70b",
+                gpu="h100",
+                tensor_parallel=2,
+                new_tokens=1 if decode else n,
+                cached_tokens=n if decode else 0,
+                batch=batch,
+                prompt_tokens=n,
+                seconds=1.0,
+                decoding=decoding,
+            )
+            t = observation_terms(L2, H100, o)
+            points.append((L2, replace(o, seconds=t.time_s(truth))))
+    fit = fit_profile("t", H100, points)
+    assert max(r.abs_error for r in fit.residuals) < 0.01
+    assert fit.profile.prefill.sequence_overhead_s == pytest.approx(5e-3, rel=0.05)
+    assert len(fit.select(phase="prefill", mixed=True)) == 8
+
+
+def test_only_a_prefill_has_sequences_decoding_beside_it() -> None:
+    with pytest.raises(BudgetError, match="only a prefill step"):
+        Observation(
+            phase="decode", model="m", gpu="g", tensor_parallel=1, new_tokens=1,
+            prompt_tokens=1, seconds=1.0, decoding=1,
+        )  # fmt: skip

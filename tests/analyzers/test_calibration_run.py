@@ -304,3 +304,43 @@ def test_a_stretch_where_another_request_waits_is_not_steady(tmp_path: Path) -> 
     (decode,) = (o for o in points.observations if o.phase == "decode")
     assert decode.batch == 1
     assert decode.seconds == pytest.approx(simulated_step_s(1, decode.cached_tokens), rel=0.01)
+
+
+def test_a_prefill_beside_a_decode_is_a_mixed_step_point(tmp_path: Path) -> None:
+    """Prompts sent while one long request decodes, each after the previous one ended: the
+    prefill shares its step with that request's decode token only (a mixed step), a point
+    with ``decoding == 1`` timed as the simulator's mixed step."""
+    trace = tmp_path / "mixed.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": ["long", "m0", "m1"],
+                "arrival_s": [0.0, 0.2, 0.5],
+                "input_tokens": [64, 512, 1536],
+                "output_tokens": [80, 2, 2],
+            }
+        ),
+        trace,
+    )
+    run = tmp_path / "mixed"
+    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    rows = pl.read_parquet(run / "requests.parquet").sort("trace_index")
+    assert rows.get_column("end_ns")[0] > rows.get_column("first_token_ns")[2]  # still decoding
+    points = run_calibration_points(run)
+    assert points.prefill_beside_decodes == 2
+    assert "2 of them beside decoding requests" in points.summary()
+    mixed = {o.new_tokens: o for o in points.observations if o.decoding}
+    assert sorted(mixed) == [512, 1536]
+    for tokens, obs in mixed.items():
+        assert obs.decoding == 1
+        # The prompt and the long request's one token (its context 64-150 tokens).
+        cat = catalog.load_catalog(None)
+        deploy = Deployment(
+            hardware=cat.gpu("h100"),
+            prefill_efficiency=EFF_PREFILL,
+            decode_efficiency=EFF_DECODE,
+            step_overhead_s=OVERHEAD_US / 1e6,
+        )
+        work = [SequenceWork(new_tokens=tokens), SequenceWork(new_tokens=1, cached_tokens=100)]
+        expected = step_cost(cat.model("llama-3.1-8b"), deploy, work).time_s
+        assert obs.seconds == pytest.approx(expected, rel=0.01), tokens

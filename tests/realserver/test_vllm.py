@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -318,15 +319,35 @@ CALIBRATION_GAP_S = 1.5
 prefill at batch 1, decode at batch 1). The longest, 1,536 tokens, is served in about
 0.25 s on vLLM's free core (prefill and 16 tokens), 0.5 s on a busy machine."""
 CALIBRATION_PAIRS = (256, 1024, 64, 768)
-"""The simulator's calibration run (after the queued run, so vLLM is warm): the 8 idle
-requests again, then pairs of equal prompts sent together, 1.5 s apart. vLLM prefills the
-second of a pair a step after the first, and the two decode side by side in between: the
-calibration's batch-2 points (steady stretches). A decoding sequence costs vLLM's CPU
-engine time of its own each step (sampling, output, the front end streaming on the same
-core): 4-5 ms per token alone, 6-9 ms two at a time in one run. Fitted to batch-1 points
-alone, the simulator decoded the burst 27% fast (TPOT p50 7.2 against 9.9 ms, queue p99
--32%). A run of its own, because in the queued run the pairs put the decomposition's
-hidden-timings prefill 18-27% low at p99 (within 2% with their rows left out)."""
+"""The simulator's calibration run (after the queued run, so vLLM is warm): 8 requests
+alone 1 s apart (the longest is served in 0.25-0.5 s), then pairs of equal prompts sent
+together, 1 s apart. vLLM prefills the second of a pair a step after the first (or both
+in one step), and the two decode side by side in between: the calibration's batch-2
+points (steady stretches). A decoding sequence costs vLLM's CPU engine time of its own
+each step (sampling, output, the front end streaming on the same core): 4-5 ms per token
+alone, 6-9 ms two at a time in one run. Fitted to batch-1 points alone, the simulator
+decoded the burst 27% fast (TPOT p50 7.2 against 9.9 ms, queue p99 -32%). A run of its
+own, because in the queued run the pairs put the decomposition's hidden-timings prefill
+18-27% low at p99 (within 2% with their rows left out)."""
+CALIBRATION_RUN_GAP_S = 1.0
+MIXED_PROBES = (256, 768, 1536, 1024)
+"""Last in the calibration run: one request of 200 tokens out and, while it decodes, these
+prompts 0.25 s apart (2 tokens out, each done before the next): each is prefilled in a
+step beside the long request's decode (vLLM's mixed step), a prefill point with one
+sequence decoding beside it. Those steps cost vLLM more than the prefill alone: in the
+burst the steps that carried a prefill took 77 ms on average against the simulator's 60
+(calibrated on prefills alone), while the steps of decodes alone agreed (median gap 5.8
+against 5.7 ms)."""
+MIXED_PROBE_GAP_S = 0.25
+BURST_SEEDS = (41, 43)
+"""Burst-only replays of the queued run's burst with fresh prompts (no prefix-cache hits),
+one before the calibration run and one after it: with the queued run's, three bursts of
+the same shapes from the same warm vLLM, whose median per figure the simulator is held
+to. vLLM differs from itself from one burst to the next: replays of one burst 20-40 s
+apart took TTFT p50 1,971, 1,532 and 1,144 ms (queue p99 3,271, 2,663 and 2,135 ms), in
+another session 1,621, 1,733, 1,381 and 1,259 ms, in a third 1,482, 1,525 and 1,771 ms:
+neither warming up nor slowing down, by up to 72% between the fastest and the slowest
+(mean gap between tokens 8.9-12.7 ms). One of them is no reference for 20%."""
 VLLM_MAX_BATCHED_TOKENS = 2048
 """vLLM 0.32's default token budget per step on a CPU for its OpenAI server."""
 IDLE_REQUESTS = WARMUP_REQUESTS + CALIBRATION_REQUESTS
@@ -385,12 +406,12 @@ def queued_run(
     return QueuedRun(trace=trace, run_dir=run_dir, catalog=catalog)
 
 
-def burst_figures(run_dir: Path) -> dict[str, float]:
-    """TTFT p50/p99, server queue p99 and TPOT p50 (ms) of the burst's requests, the
-    server's own TTFT (queue + prefill, as it reports them) at p50, the mean gap between
-    tokens, and the share of requests with a gap over 30 ms (a step that carried another
-    request's prefill)."""
-    table = [r for r in rows(run_dir) if r["trace_index"] >= IDLE_REQUESTS]
+def burst_figures(run_dir: Path, first: int = IDLE_REQUESTS) -> dict[str, float]:
+    """TTFT p50/p99, server queue p99 and TPOT p50 (ms) of the burst's requests (trace
+    rows from ``first``), the server's own TTFT (queue + prefill, as it reports them) at
+    p50, the mean gap between tokens, and the share of requests with a gap over 30 ms (a
+    step that carried another request's prefill)."""
+    table = [r for r in rows(run_dir) if r["trace_index"] >= first]
     assert all(r["outcome"] == "ok" for r in table), [r["error"] for r in table]
     ttft = [ttft_ms(r) for r in table]
     queue = [float(r["server_queue_ms"]) for r in table]
@@ -423,35 +444,66 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
+def _trace_specs(trace: Path) -> list[dict[str, Any]]:
+    """The rows of a trace ``make_trace`` wrote, as its specs (lengths and arrivals)."""
+    table = pq.read_table(trace, columns=["input_tokens", "output_tokens", "arrival_s"])
+    specs: list[dict[str, Any]] = table.to_pylist()
+    return specs
+
+
 def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     tmp_path: Path, queued_run: QueuedRun, vllm: Any, vllm_model: HFModel
 ) -> None:
     """The same trace against vLLM and against ``loadgen sim`` on a profile that ``plan
     calibrate`` fitted to a calibration run against the same vLLM (8 requests alone, 4
     pairs: the tiny model on one CPU core, two sequences per batch, prefix caching on in
-    both): the burst's TTFT p50/p99, queue p99 and TPOT p50 side by side (printed). The
-    target is 20%; a miss is an xfail with the figures (see the comments for why a busy
-    machine misses it)."""
+    both): the burst's TTFT p50/p99, queue p99 and TPOT p50 side by side (printed), the
+    simulator's against the median of three vLLM bursts (``BURST_SEEDS``). The target is
+    20%; a miss is an xfail with the figures, which says whether the simulator lies within
+    vLLM's own spread (see the comments for why a busy machine misses it)."""
     specs: list[dict[str, Any]] = [
         {
             "input_tokens": _LENGTHS[(i * 2) % 6 + i % 2],
             "output_tokens": 16,
-            "arrival_s": CALIBRATION_GAP_S * i,
+            "arrival_s": CALIBRATION_RUN_GAP_S * i,
         }
         for i in range(CALIBRATION_REQUESTS)
     ]
-    pairs = CALIBRATION_GAP_S * CALIBRATION_REQUESTS
+    pairs = CALIBRATION_RUN_GAP_S * CALIBRATION_REQUESTS
     specs += [
-        {"input_tokens": length, "output_tokens": 16, "arrival_s": pairs + CALIBRATION_GAP_S * i}
+        {
+            "input_tokens": length,
+            "output_tokens": 16,
+            "arrival_s": pairs + CALIBRATION_RUN_GAP_S * i,
+        }
         for i, length in enumerate(CALIBRATION_PAIRS)
         for _ in range(2)
     ]
+    mixed = pairs + CALIBRATION_RUN_GAP_S * len(CALIBRATION_PAIRS)
+    specs.append({"input_tokens": 64, "output_tokens": 200, "arrival_s": mixed})
+    specs += [
+        {"input_tokens": length, "output_tokens": 2, "arrival_s": mixed + MIXED_PROBE_GAP_S * k}
+        for k, length in enumerate(MIXED_PROBES, start=1)
+    ]
+    queued = _trace_specs(queued_run.trace)[IDLE_REQUESTS:]
+    start = float(queued[0]["arrival_s"])
+    burst = [{**spec, "arrival_s": spec["arrival_s"] - start} for spec in queued]
     calibration = tmp_path / "calibration"
-    done = run_cli(
-        "replay", str(make_trace(tmp_path / "c.parquet", vllm_model, specs, seed=37)),
-        "--base-url", vllm.base_url, "-o", str(calibration), "--no-progress",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    before, after = (tmp_path / f"burst{seed}" for seed in BURST_SEEDS)
+    bursts = [
+        make_trace(tmp_path / f"b{seed}.parquet", vllm_model, burst, seed=seed)
+        for seed in BURST_SEEDS
+    ]
+    calibration_trace = make_trace(tmp_path / "c.parquet", vllm_model, specs, seed=37)
+    for trace, run_dir in (
+        (bursts[0], before),
+        (calibration_trace, calibration),
+        (bursts[1], after),
+    ):
+        done = run_cli(
+            "replay", str(trace), "--base-url", vllm.base_url, "-o", str(run_dir), "--no-progress",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
     profile = tmp_path / "profile.toml"
     done = run_cli(
         "plan", "calibrate", str(calibration), "-o", str(profile), "--model",
@@ -459,10 +511,14 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     print(f"\n{done.stdout}")
-    # The pairs gave batched decode points (a stretch of each member, at least).
+    # The pairs gave batched decode points (a stretch of each member, at least), the
+    # probes prefills beside a decode.
     stretches = re.search(r"(\d+) steady stretches", done.stdout)
     assert stretches is not None, done.stdout
     assert int(stretches.group(1)) >= len(CALIBRATION_PAIRS), done.stdout
+    beside = re.search(r"(\d+) of them beside decoding requests", done.stdout)
+    assert beside is not None, done.stdout
+    assert int(beside.group(1)) >= len(MIXED_PROBES) - 1, done.stdout
     sim_args = [
         "--served-model-name", VLLM_MODEL_ID, "--model", "tiny-llama", "--gpu", CPU_NAME,
         "--catalog", str(queued_run.catalog), "--profile", str(profile),
@@ -479,15 +535,22 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
         finally:
             os.sched_setaffinity(0, cpus)
         done = run_cli(
-            "replay", str(queued_run.trace), "--base-url", sim.base_url, "-o", str(out),
-            "--no-progress",
+            "replay", str(bursts[1]), "--base-url", sim.base_url, "-o", str(out), "--no-progress",
         )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    real, simulated = burst_figures(queued_run.run_dir), burst_figures(out)
-    lines = [f"{'burst (ms)':15s} {'vLLM':>9s} {'sim':>9s} {'diff':>6s}"]
+    runs = [burst_figures(queued_run.run_dir), burst_figures(before, 0), burst_figures(after, 0)]
+    real = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    simulated = burst_figures(out, 0)
+    lines = [
+        f"{'burst (ms)':15s} {'vLLM: queued':>13s} {'before':>9s} {'after':>9s} "
+        f"{'median':>9s} {'sim':>9s} {'diff':>6s}"
+    ]
     for key, value in real.items():
         diff = (simulated[key] - value) / value
-        lines.append(f"{key:15s} {value:9.2f} {simulated[key]:9.2f} {diff:+6.0%}")
+        lines.append(
+            f"{key:15s} {runs[0][key]:13.2f} {runs[1][key]:9.2f} {runs[2][key]:9.2f} "
+            f"{value:9.2f} {simulated[key]:9.2f} {diff:+6.0%}"
+        )
     print("\n".join(lines))
     # Held in every run: the burst queued in both, and the simulator's queue and decode
     # step are vLLM's within a factor of three (a calibration that missed the decode
@@ -508,10 +571,20 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     # of its own, TTFT p50 -26% once (that burst's steps were slow: mean gap 11.7 ms
     # against 9.8-10.4 in the others). Once vLLM's engine core had a core of its own (its
     # front end moved to the client's), within 16% in two runs of two, but the client then
-    # shares its core with vLLM's front end: not the layout kept.
+    # shares its core with vLLM's front end: not the layout kept. Those figures were
+    # against one vLLM burst; vLLM's own bursts differ by up to 72% (``BURST_SEEDS``), so
+    # the reference is now the median of three.
     misses = [key for key in TARGETS if abs(simulated[key] - real[key]) > 0.2 * real[key]]
     if misses:
-        pytest.xfail(f"{', '.join(misses)} off by more than 20%:\n" + "\n".join(lines))
+        inside = [
+            key
+            for key in misses
+            if min(run[key] for run in runs) <= simulated[key] <= max(run[key] for run in runs)
+        ]
+        pytest.xfail(
+            f"{', '.join(misses)} off by more than 20% ({', '.join(inside) or 'none'} within "
+            "vLLM's own three bursts):\n" + "\n".join(lines)
+        )
 
 
 def test_decomposition_with_vllms_timings_hidden_matches_its_own_split(
