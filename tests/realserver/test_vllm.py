@@ -444,6 +444,18 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
+def front_end_ms(run_dir: Path) -> list[float]:
+    """Per request, the client's TTFT from its last byte written less the server's own
+    (queue + prefill): the server's front end before and after its engine, with the
+    loopback round trip (tens of microseconds)."""
+    return [
+        (r["first_token_ns"] - r["request_written_ns"]) / 1e6
+        - float(r["server_queue_ms"] + r["server_prefill_ms"])
+        for r in rows(run_dir)
+        if r["server_queue_ms"] is not None and r["server_prefill_ms"] is not None
+    ]
+
+
 def _trace_specs(trace: Path) -> list[dict[str, Any]]:
     """The rows of a trace ``make_trace`` wrote, as its specs (lengths and arrivals)."""
     table = pq.read_table(trace, columns=["input_tokens", "output_tokens", "arrival_s"])
@@ -574,6 +586,23 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     # shares its core with vLLM's front end: not the layout kept. Those figures were
     # against one vLLM burst; vLLM's own bursts differ by up to 72% (``BURST_SEEDS``), so
     # the reference is now the median of three.
+    #
+    # What the simulator leaves out: vLLM's front end (its API server: parsing, tokenizing,
+    # streaming) runs on the engine's one core, 12-38 ms a request at idle here against
+    # the simulator's 1-3 ms, and the burst's 30 arrivals within 0.45 s take that much of
+    # the engine's core (their front-end wait before the engine reached 190-240 ms). The
+    # misses seen were the simulator fast on the TTFT p50 by about that (run: TTFT p50
+    # 1,619 against 1,233 ms, engine-side 1,569 against 1,232; front end 20 ms x 30
+    # requests), with TPOT within 3%. Printed each run:
+    front = statistics.median(front_end_ms(calibration))
+    sim_front = statistics.median(front_end_ms(out))
+    shortfall = real["ttft_p50"] - simulated["ttft_p50"]
+    said = (
+        f"vLLM's front end: {front:.1f} ms a request at idle (p50; the simulator's "
+        f"{sim_front:.1f}), x {len(burst)} burst requests = {front * len(burst):.0f} ms of the "
+        f"engine's core; the simulator's TTFT p50 is {shortfall:+.0f} ms short of vLLM's"
+    )
+    print(said)
     misses = [key for key in TARGETS if abs(simulated[key] - real[key]) > 0.2 * real[key]]
     if misses:
         inside = [
@@ -583,7 +612,7 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
         ]
         pytest.xfail(
             f"{', '.join(misses)} off by more than 20% ({', '.join(inside) or 'none'} within "
-            "vLLM's own three bursts):\n" + "\n".join(lines)
+            f"vLLM's own three bursts); {said}:\n" + "\n".join(lines)
         )
 
 
