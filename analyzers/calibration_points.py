@@ -24,6 +24,10 @@ it takes a CSV's:
   time per token is ``server_decode_ms`` (else the client's first-to-last span) over
   ``completion_tokens - 1``; the context per sequence is its prompt plus half its output
   (as the Splitwise table's), averaged over the batch.
+- **Front end** (not a point: printed): for requests alone with the server's queue and
+  prefill, the client's TTFT from the last byte written less those, the median: what the
+  server spends outside its engine (parsing, tokenizing, streaming the first token), for
+  ``loadgen sim --frontend-ms`` where that front end shares the engine's cores.
 - **Decode, a steady stretch** (when the batch changed over the span): the longest stretch
   of the span between two events of other requests (a send, a first token, an end) in
   which no other request waited for its first token (so no step carried a prefill); the
@@ -45,6 +49,7 @@ Imports polars, ``traces`` and the budget package (never ``loadgen``).
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -92,6 +97,9 @@ class RunPoints:
     decode_unknown_batch: int
     decode_stretches: int = 0
     prefill_beside_decodes: int = 0
+    front_end_ms: float | None = None
+    """The server's time outside its engine for a request alone (median; see the module)."""
+    front_end_requests: int = 0
 
     def summary(self) -> str:
         """One paragraph: what was taken from the run and what was left out, and why."""
@@ -106,6 +114,14 @@ class RunPoints:
             f"left out {self.not_idle} prefills that shared the server otherwise, "
             f"{self.chunked} longer than a chunk ({d.chunk_tokens or 'no limit'} tokens), "
             f"{self.decode_unknown_batch} decode spans with no steady stretch"
+            + (
+                ""
+                if self.front_end_ms is None
+                else f"\nfront end: {self.front_end_ms:.1f} ms a request (median of "
+                f"{self.front_end_requests} alone: TTFT from the last byte written less the "
+                "server's queue and prefill; loadgen sim --frontend-ms, on a server whose "
+                "front end shares the engine's cores)"
+            )
         )
 
 
@@ -170,6 +186,8 @@ class _Row:
     completion: int
     prefill_ms: float | None
     decode_ms: float | None
+    written: int | None
+    queue_ms: float | None
     offsets: list[int]
     """Chunk arrivals, microseconds after ``sent``."""
     tokens: list[int] | None
@@ -195,6 +213,8 @@ def _rows(run: Path) -> list[_Row]:
             pl.col(s.COMPLETION_TOKENS).fill_null(0).alias("completion"),
             pl.col(s.SERVER_PREFILL_MS).alias("prefill_ms"),
             pl.col(s.SERVER_DECODE_MS).alias("decode_ms"),
+            pl.col(s.REQUEST_WRITTEN_NS).alias("written"),
+            pl.col(s.SERVER_QUEUE_MS).alias("queue_ms"),
             pl.col(s.CHUNK_OFFSETS_US).alias("offsets"),
             pl.col(s.CHUNK_TOKENS).alias("tokens"),
         )
@@ -326,6 +346,7 @@ def run_calibration_points(
     common = {"model": deploy.model, "gpu": deploy.gpu, "engine": deploy.engine}
     observations: list[Observation] = []
     by_server = by_ttft = decoded = not_idle = chunked = unknown_batch = stretches = beside = 0
+    fronts: list[float] = []
     for i, row in enumerate(rows):
         new = row.prompt - row.cached
         if new >= 1:
@@ -335,6 +356,9 @@ def run_calibration_points(
                 not_idle += 1
             else:
                 beside += 1 if company else 0
+                if not company and None not in (row.written, row.queue_ms, row.prefill_ms):
+                    server_ms = float(row.queue_ms or 0.0) + float(row.prefill_ms or 0.0)
+                    fronts.append((row.first - (row.written or 0)) / 1e6 / scale - server_ms)
                 if row.prefill_ms is not None and row.prefill_ms > 0:
                     seconds = row.prefill_ms / 1e3
                     by_server += 1
@@ -401,4 +425,6 @@ def run_calibration_points(
         decode_unknown_batch=unknown_batch,
         decode_stretches=stretches,
         prefill_beside_decodes=beside,
+        front_end_ms=statistics.median(fronts) if fronts else None,
+        front_end_requests=len(fronts),
     )

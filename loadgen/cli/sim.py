@@ -128,6 +128,15 @@ class _OneLineErrors(click.Command):
     help="Share of requests held by --accept-delay-ms.",
 )
 @click.option(
+    "--frontend-ms",
+    type=_MS,
+    default=0.0,
+    show_default=True,
+    help="With --model: a front end on the engine's core, ms a request (as vLLM's API server "
+    "beside a CPU-served engine; loadgen plan calibrate RUN prints it): requests pass it one "
+    "at a time and the engine stops while it works.",
+)
+@click.option(
     "--tgi-headers",
     is_flag=True,
     help="Non-streamed replies carry TGI's x-queue-time/x-inference-time/... headers "
@@ -155,6 +164,8 @@ def sim(**options: Any) -> None:
     engine = pop_engine_options(options)
     try:
         options["engine"] = engine_config(engine)
+        if options["frontend_ms"] and options["engine"] is None:
+            raise ConfigError("--frontend-ms needs the physics engine (--model)")
         config = SimConfig(**options)
     except ConfigError as exc:
         raise _OptionError(str(exc)) from exc

@@ -149,13 +149,20 @@ class SimConfig:
     tgi_headers: bool = False
     """Non-streamed replies carry TGI's timing headers (``x-queue-time``,
     ``x-inference-time``, ...) instead of the body's ``metrics``, as TGI sends them."""
+    frontend_ms: float = 0.0
+    """With ``engine``: a front end on the engine's core, ms of model time a request (vLLM's
+    API server beside a CPU-served engine: parsing, tokenizing). Requests pass it one at a
+    time before the engine sees them, and the engine's steps stop while it works. The
+    reported queue starts at the engine, as vLLM's does; the front end shows only in the
+    client's TTFT. 0: none (a GPU server's front end has cores of its own)."""
     engine: EngineConfig | None = None
 
     def __post_init__(self) -> None:
         _check(0 <= self.port <= 65535, "port", self.port, "must be in 0..65535")
         _check(bool(self.served_model_name), "served_model_name", "", "must not be empty")
         for name in (
-            "ttft_ms", "prefill_us_per_token", "itl_ms", "stall_ms", "loading_s", "accept_delay_ms"
+            "ttft_ms", "prefill_us_per_token", "itl_ms", "stall_ms", "loading_s", "accept_delay_ms",
+            "frontend_ms",
         ):  # fmt: skip
             value = getattr(self, name)
             _check(math.isfinite(value) and value >= 0, name, value, "must be a finite number >= 0")

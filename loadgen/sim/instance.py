@@ -10,6 +10,12 @@ ends the loop wakes (a shared :mod:`loadgen.sim.deadline` timer) and hands the
 :class:`~analyzers.budget.engine.scheduler.StepResult` with its planned start and end to
 ``on_step``, which wakes the requests' handlers.
 
+A front end on the engine's core (``frontend_s``, model seconds a request; vLLM's API
+server beside a CPU-served engine, parsing and tokenizing): arrivals pass it one at a time
+before the engine sees them, and the engine's steps stop while it works (it takes the core
+first), so a step's end is its work placed around the front end's busy spans, and moves
+later when a request arrives during the step.
+
 Must not import the replay client (loadgen.client/replay/transport/recorder).
 """
 
@@ -39,6 +45,7 @@ class Instance:
         time_scale: float,
         timer: DeadlineTimer,
         on_step: StepCallback,
+        frontend_s: float = 0.0,
     ) -> None:
         self.name = name
         self.role: Role = role
@@ -52,6 +59,10 @@ class Instance:
         self._kick_ns: int | None = None
         self._steps = 0
         self._busy_until_ns = 0
+        self._frontend_ns = round(frontend_s * time_scale * 1e9)
+        self._frontend_free_ns = 0
+        self._frontend_busy: list[tuple[int, int]] = []
+        """The front end's busy spans (wall ns) that may still overlap a step, in order."""
 
     def load(self) -> int:
         """Sequences this instance holds or is about to (the least-loaded router's key)."""
@@ -82,10 +93,29 @@ class Instance:
         """Raise CapacityError if ``spec`` can never fit here."""
         self.scheduler.check(spec)
 
-    def submit(self, spec: SeqSpec, *, arrival_ns: int) -> None:
-        """Queue a sequence that arrived at ``arrival_ns`` (now or earlier)."""
+    def submit(self, spec: SeqSpec, *, arrival_ns: int) -> int:
+        """Queue a sequence that arrived at ``arrival_ns`` (now or earlier); return when
+        the engine sees it (after the front end, if any)."""
+        if self._frontend_ns:
+            begin = max(arrival_ns, self._frontend_free_ns)
+            arrival_ns = self._frontend_free_ns = begin + self._frontend_ns
+            self._frontend_busy.append((begin, arrival_ns))
         self._pending.append((arrival_ns, spec))
         self._wake.set()
+        return arrival_ns
+
+    def _end_after(self, start_ns: int, work_ns: int) -> int:
+        """The end of a step of ``work_ns`` begun at ``start_ns``, the front end's busy
+        spans taking the core first (spans over before the step are dropped)."""
+        spans = self._frontend_busy = [s for s in self._frontend_busy if s[1] > start_ns]
+        at, left = start_ns, work_ns
+        for begin, end in spans:
+            if begin >= at + left:
+                break
+            if begin > at:
+                left -= begin - at
+            at = max(at, end)
+        return at + left
 
     def abort(self, seq_id: int, *, at_ns: int) -> None:
         """Drop a sequence wherever it is; its blocks are free from ``at_ns``."""
@@ -140,10 +170,14 @@ class Instance:
                 if not any(t > start for t, _ in self._pending):
                     await self._wake.wait()
                 continue
-            end = start + round(result.duration_s * self._scale * 1e9)
+            work = round(result.duration_s * self._scale * 1e9)
+            end = self._end_after(start, work) if self._frontend_ns else start + work
             self._busy_until_ns = end
             self._steps += 1
             await self._timer.sleep_until(end)
+            while self._frontend_ns and (later := self._end_after(start, work)) > end:
+                end = self._busy_until_ns = later  # a request came in during the step
+                await self._timer.sleep_until(end)
             self._on_step(self, result, start, end)
             busy_until = end
             floor_ns = end

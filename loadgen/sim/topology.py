@@ -92,6 +92,7 @@ class _Ticket:
         "cached",
         "closed",
         "decode_start_ns",
+        "engine_ns",
         "first_step_ns",
         "front",
         "prefill_end_ns",
@@ -107,6 +108,8 @@ class _Ticket:
         self.seq_id = seq_id
         self.request = request
         self.received_ns = received_ns
+        self.engine_ns = received_ns
+        """When the engine saw the request: after the front end (``frontend_ms``)."""
         self.front = front
         self.back: Instance | None = None
         self.first_step_ns: int | None = None
@@ -131,7 +134,7 @@ class _Ticket:
         return self.times[k]
 
     def phases(self, scale: float) -> Phases:
-        received = self.received_ns
+        received = self.engine_ns  # the queue starts at the engine, as vLLM's does
         first_step = self.first_step_ns if self.first_step_ns is not None else received
         prefill_end = self.prefill_end_ns if self.prefill_end_ns is not None else first_step
         ready = self.transfer_end_ns if self.transfer_end_ns is not None else prefill_end
@@ -203,6 +206,7 @@ class PhysicsEngine:
                 time_scale=self.spec.time_scale,
                 timer=self._timer,
                 on_step=self._on_step,
+                frontend_s=0.0 if role == "decode" else self._config.frontend_ms / 1e3,
             )
             for i in range(count)
         ]
@@ -380,7 +384,7 @@ class PhysicsEngine:
         front = pinned[1] if pinned is not None else self._front_router.choose(self.front)
         ticket = _Ticket(seq_id, request, received_ns, front)
         self._tickets[seq_id] = ticket
-        front.submit(self._seq(request, seq_id), arrival_ns=received_ns)
+        ticket.engine_ns = front.submit(self._seq(request, seq_id), arrival_ns=received_ns)
         per_chunk = self._config.tokens_per_chunk
         total = request.max_tokens
         try:

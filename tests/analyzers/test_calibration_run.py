@@ -102,6 +102,9 @@ def test_points_of_an_idle_run(idle_run: Path) -> None:
     assert points.not_idle == 0
     assert points.decode == 2 * len(PROMPTS)
     assert points.decode_unknown_batch == 0
+    # The offline simulator has no front end: its TTFT is its queue and prefill.
+    assert points.front_end_ms == pytest.approx(0.0, abs=1e-3)
+    assert points.front_end_requests == 2 * (len(PROMPTS) - 1)
     prefills = {o.new_tokens: o.seconds for o in points.observations if o.phase == "prefill"}
     assert sorted(prefills) == sorted(PROMPTS[:-1])
     for tokens, seconds in prefills.items():  # the simulator's server timing is its step

@@ -126,3 +126,63 @@ def test_a_request_larger_than_the_kv_cache_is_rejected() -> None:
         engine.prepare(_request(100), {"prompt": "w " * 950})
     with pytest.raises(RequestError, match="empty"):
         engine.prepare(_request(10), {"prompt": ""})
+
+
+async def _arrivals(
+    engine: PhysicsEngine, plan: list[tuple[float, int, int]]
+) -> list[tuple[Outcome, float]]:
+    """Requests (model seconds after the start, prompt words, output tokens), each with its
+    outcome and its end (ms of model time after the start)."""
+    scale = engine.time_scale
+    out: list[tuple[Outcome, float]] = [None] * len(plan)  # type: ignore[list-item]
+    t0 = time.perf_counter_ns() + 5_000_000
+
+    async def one(i: int, at_s: float, words: int, tokens: int) -> None:
+        request = engine.prepare(
+            _request(tokens), {"prompt": " ".join(f"q{i}w{j}" for j in range(words))}
+        )
+        await asyncio.sleep(max(0.0, (t0 + at_s * scale * 1e9 - time.perf_counter_ns()) / 1e9))
+        received = time.perf_counter_ns()
+        ems = [e async for e in engine.generate(request, received_ns=received)]
+        ph = ems[0].phases
+        outcome = Outcome(
+            ttft_ms=(ems[0].due_ns - received) / scale / 1e6,
+            tpot_ms=(ems[-1].due_ns - ems[0].due_ns) / max(1, len(ems) - 1) / scale / 1e6,
+            transfer_ms=ph.transfer_ns / 1e6,
+            prefill_ms=ph.prefill_ns / 1e6,
+            queue_ms=ph.queue_ns / 1e6,
+        )
+        out[i] = (outcome, (ems[-1].due_ns - t0) / scale / 1e6)
+
+    async with engine.running(), asyncio.TaskGroup() as group:
+        for i, (at_s, words, tokens) in enumerate(plan):
+            group.create_task(one(i, at_s, words, tokens))
+    return out
+
+
+def _frontend_engine(frontend_ms: float) -> PhysicsEngine:
+    spec = EngineConfig(model="llama-3.1-8b", gpu="h100", time_scale=SCALE)
+    return PhysicsEngine(SimConfig(engine=spec, frontend_ms=frontend_ms))
+
+
+def test_a_front_end_delays_the_engine_and_stops_its_steps() -> None:
+    """A front end of 20 ms a request on the engine's core: a request alone reaches the
+    engine 20 ms late (its reported queue and prefill unchanged, its TTFT 20 ms longer);
+    four arriving together while another decodes pass it one at a time, and the decoding
+    request's steps stop for their 80 ms."""
+    plan = [(0.0, 16, 48), *[(0.15, 16, 4)] * 4]
+    alone_without, alone_with = (
+        asyncio.run(_arrivals(_frontend_engine(ms), [(0.0, 16, 4)]))[0][0] for ms in (0.0, 20.0)
+    )
+    assert alone_with.queue_ms == alone_without.queue_ms == 0.0
+    assert alone_with.prefill_ms == pytest.approx(alone_without.prefill_ms, abs=1e-3)
+    assert alone_with.ttft_ms - alone_without.ttft_ms == pytest.approx(20.0, abs=2.0)
+    without = asyncio.run(_arrivals(_frontend_engine(0.0), plan))
+    with_front = asyncio.run(_arrivals(_frontend_engine(20.0), plan))
+    # The long request ends 100 ms later: its own 20 ms at the front end, then its steps
+    # stopped for the four's 80 ms (they join its batch at the next step in both runs).
+    stalled = with_front[0][1] - without[0][1]
+    assert stalled == pytest.approx(100.0, abs=8.0), (stalled, without, with_front)
+    # One at a time: the four reach the engine 20, 40, 60 and 80 ms after they arrived.
+    late = sorted(w[0].ttft_ms - w[0].queue_ms - w[0].prefill_ms for w in with_front[1:])
+    assert late[-1] - late[0] == pytest.approx(60.0, abs=6.0), late
