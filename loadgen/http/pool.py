@@ -333,7 +333,9 @@ class FastTransport(httpx.AsyncBaseTransport):
         await self._acquire(timeouts, deadline_ns)
         try:
             for attempt in (0, 1):
-                conn = self._idle_connection(out.origin)
+                # The retry connects afresh: another idle connection may be as stale (a
+                # server that closes idle connections closes them all).
+                conn = None if attempt else self._idle_connection(out.origin)
                 if conn is None:
                     conn = await self._connect(out.origin, timeouts, deadline_ns, progress, trace)
                 try:

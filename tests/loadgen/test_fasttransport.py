@@ -545,3 +545,51 @@ def test_warm_pool_opens_connections_that_the_first_requests_reuse() -> None:
         assert record.outcome == s.OUTCOME_OK
         assert record.connect_start_ns is None
         assert record.connected_ns is None
+
+
+def test_a_stale_kept_alive_connection_is_retried_on_a_fresh_one() -> None:
+    """A server that closes each kept-alive connection when its second request comes (as
+    one that timed out the idle connection as the request was written). With two idle
+    connections in the pool, the one retry must connect afresh: retried on the other idle
+    connection it met the same close, and the request failed (seen against llama.cpp)."""
+
+    async def main() -> None:
+        seen: list[int] = []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            served = 0
+            try:
+                while served < 2:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    length = next(
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    )
+                    await reader.readexactly(length)
+                    served += 1
+                    seen.append(served)
+                    if served == 1:
+                        await asyncio.sleep(0.05)  # both first requests in flight at once
+                        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass  # the client closed the connection at its end
+            finally:
+                writer.close()
+                await writer.wait_closed()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        url = f"http://127.0.0.1:{port}/v1/x"
+        async with server, httpx.AsyncClient(transport=FastTransport(Clock().now_ns)) as client:
+            first = await asyncio.gather(*(client.post(url, content=b"{}") for _ in range(2)))
+            assert [r.status_code for r in first] == [200, 200]
+            again = await client.post(url, content=b"{}")
+            assert again.status_code == 200
+            assert again.content == b"ok"
+        # Two first requests, then one on a kept-alive connection (closed), then a first
+        # request on a fresh connection.
+        assert sorted(seen) == [1, 1, 1, 2]
+
+    run(main())
