@@ -602,7 +602,10 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     # front end moved to the client's), within 16% in two runs of two, but the client then
     # shares its core with vLLM's front end: not the layout kept. Those figures were
     # against one vLLM burst; vLLM's own bursts differ by up to 72% (``BURST_SEEDS``), so
-    # the reference is now the median of three.
+    # the reference is now the median of three. With the front end, mixed and batch-2
+    # points: within 20% in 6 runs of 9, the misses slow (+26% to +51% TTFT p50) where
+    # the pairs gave a decoding sequence 1.3-1.95 ms a step against 0.24-1.08 ms in the
+    # others (docs/endpoints.md).
     #
     # vLLM's front end (its API server: parsing, tokenizing, streaming) runs on the
     # engine's one core: 12-38 ms a request at idle here, and the burst's 30 arrivals
