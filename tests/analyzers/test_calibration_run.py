@@ -71,13 +71,35 @@ def make_run(tmp: Path, *, rate: float) -> Path:
     return run
 
 
+def simulate_requests(
+    tmp: Path, name: str, *, arrivals: list[float], inputs: list[int], outputs: list[int]
+) -> Path:
+    """``loadgen simulate`` (the module's engine, no prefix cache) of these requests."""
+    trace = tmp / f"{name}.parquet"
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"{name}{i}" for i in range(len(arrivals))],
+                "arrival_s": arrivals,
+                "input_tokens": inputs,
+                "output_tokens": outputs,
+            }
+        ),
+        trace,
+    )
+    run = tmp / name
+    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    return run
+
+
 @pytest.fixture(scope="module")
 def idle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_run(tmp_path_factory.mktemp("calib"), rate=1.0)
 
 
-def simulated_step_s(new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
-    """The simulator's step: the plain roofline at the efficiencies it was given."""
+def simulated_work_s(work: list[SequenceWork]) -> float:
+    """The simulator's step over ``work``: the plain roofline at the efficiencies it was
+    given."""
     cat = catalog.load_catalog(None)
     deploy = Deployment(
         hardware=cat.gpu("h100"),
@@ -85,8 +107,13 @@ def simulated_step_s(new_tokens: int, cached_tokens: int = 0, batch: int = 1) ->
         decode_efficiency=EFF_DECODE,
         step_overhead_s=OVERHEAD_US / 1e6,
     )
-    work = [SequenceWork(new_tokens=new_tokens, cached_tokens=cached_tokens)] * batch
     return step_cost(cat.model("llama-3.1-8b"), deploy, work).time_s
+
+
+def simulated_step_s(new_tokens: int, cached_tokens: int = 0, batch: int = 1) -> float:
+    """The simulator's step of ``batch`` alike sequences."""
+    alike = SequenceWork(new_tokens=new_tokens, cached_tokens=cached_tokens)
+    return simulated_work_s([alike] * batch)
 
 
 def test_points_of_an_idle_run(idle_run: Path) -> None:
@@ -250,20 +277,9 @@ def test_two_requests_a_step_apart_give_a_steady_batch_of_two(tmp_path: Path) ->
     """The second request arrives while the first is prefilled: it is prefilled a step
     later, so the two start and end a step apart and neither decode span has a constant
     batch. The stretch where both decode and nothing waits is a batch-2 point of each."""
-    trace = tmp_path / "pair.parquet"
-    write_trace(
-        pa.table(
-            {
-                "request_id": ["p0", "p1"],
-                "arrival_s": [0.0, 0.001],
-                "input_tokens": [256, 256],
-                "output_tokens": [24, 24],
-            }
-        ),
-        trace,
+    run = simulate_requests(
+        tmp_path, "pair", arrivals=[0.0, 0.001], inputs=[256, 256], outputs=[24, 24]
     )
-    run = tmp_path / "pair"
-    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
     frame = pl.read_parquet(run / "requests.parquet").sort("trace_index")
     firsts = frame.get_column("first_token_ns").to_list()
     assert firsts[1] > firsts[0]  # a step apart, as the scenario needs
@@ -282,22 +298,12 @@ def test_two_requests_a_step_apart_give_a_steady_batch_of_two(tmp_path: Path) ->
 def test_a_stretch_where_another_request_waits_is_not_steady(tmp_path: Path) -> None:
     """A 20,000-token prompt arrives as the pair starts decoding: its prefill takes ten
     2,048-token chunks, each in a step with the pair's decode (ten times a decode step),
-    and the pair's 8 tokens end before it is done. No stretch of the pair is steady (the third
-    waits for its first token over all of them); the third decodes alone after."""
-    trace = tmp_path / "three.parquet"
-    write_trace(
-        pa.table(
-            {
-                "request_id": ["p0", "p1", "p2"],
-                "arrival_s": [0.0, 0.001, 0.02],
-                "input_tokens": [256, 256, 20_000],
-                "output_tokens": [8, 8, 16],
-            }
-        ),
-        trace,
-    )
-    run = tmp_path / "three"
-    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
+    and the pair's 8 tokens end before it is done. No stretch of the pair is steady (the
+    third waits for its first token over all of them); the third decodes alone after."""
+    run = simulate_requests(
+        tmp_path, "three", arrivals=[0.0, 0.001, 0.02], inputs=[256, 256, 20_000],
+        outputs=[8, 8, 16],
+    )  # fmt: skip
     rows = pl.read_parquet(run / "requests.parquet").sort("trace_index")
     ends, firsts = rows.get_column("end_ns").to_list(), rows.get_column("first_token_ns").to_list()
     assert max(ends[:2]) < firsts[2]  # the pair ended within the third's prefill
@@ -313,20 +319,9 @@ def test_a_prefill_beside_a_decode_is_a_mixed_step_point(tmp_path: Path) -> None
     """Prompts sent while one long request decodes, each after the previous one ended: the
     prefill shares its step with that request's decode token only (a mixed step), a point
     with ``decoding == 1`` timed as the simulator's mixed step."""
-    trace = tmp_path / "mixed.parquet"
-    write_trace(
-        pa.table(
-            {
-                "request_id": ["long", "m0", "m1"],
-                "arrival_s": [0.0, 0.2, 0.5],
-                "input_tokens": [64, 512, 1536],
-                "output_tokens": [80, 2, 2],
-            }
-        ),
-        trace,
+    run = simulate_requests(
+        tmp_path, "mixed", arrivals=[0.0, 0.2, 0.5], inputs=[64, 512, 1536], outputs=[80, 2, 2]
     )
-    run = tmp_path / "mixed"
-    invoke("simulate", str(trace), *ENGINE, "--no-prefix-cache", "-o", str(run))
     rows = pl.read_parquet(run / "requests.parquet").sort("trace_index")
     assert rows.get_column("end_ns")[0] > rows.get_column("first_token_ns")[2]  # still decoding
     points = run_calibration_points(run)
@@ -337,13 +332,5 @@ def test_a_prefill_beside_a_decode_is_a_mixed_step_point(tmp_path: Path) -> None
     for tokens, obs in mixed.items():
         assert obs.decoding == 1
         # The prompt and the long request's one token (its context 64-150 tokens).
-        cat = catalog.load_catalog(None)
-        deploy = Deployment(
-            hardware=cat.gpu("h100"),
-            prefill_efficiency=EFF_PREFILL,
-            decode_efficiency=EFF_DECODE,
-            step_overhead_s=OVERHEAD_US / 1e6,
-        )
         work = [SequenceWork(new_tokens=tokens), SequenceWork(new_tokens=1, cached_tokens=100)]
-        expected = step_cost(cat.model("llama-3.1-8b"), deploy, work).time_s
-        assert obs.seconds == pytest.approx(expected, rel=0.01), tokens
+        assert obs.seconds == pytest.approx(simulated_work_s(work), rel=0.01), tokens
