@@ -31,6 +31,7 @@ def test_defaults() -> None:
         {"tokens_per_chunk": 0},
         {"image_tokens": -1},
         {"served_model_name": ""},
+        {"frontend_ms": -1.0},
     ],
 )
 def test_rejects_bad_values(kwargs: dict[str, object]) -> None:
@@ -56,6 +57,7 @@ def test_help_lists_every_option() -> None:
         "--model", "--gpu", "--gpus", "--topology", "--replicas", "--router",
         "--prefill-gpus", "--decode-gpus", "--link-gbps", "--clock-scale", "--max-num-seqs",
         "--max-batched-tokens", "--kv-capacity-tokens", "--no-prefix-cache", "--preempt",
+        "--frontend-ms",
     ):  # fmt: skip
         assert option in result.output
 
@@ -69,6 +71,8 @@ def test_help_lists_every_option() -> None:
         ["--itl-ms", "fast"],
         ["--model", "x"],
         ["--gpu", "h100"],
+        ["--frontend-ms", "5"],  # a front end needs the physics engine
+        ["--frontend-ms", "-1", "--model", "llama-3.1-8b"],
     ],
 )
 def test_bad_option_exits_2_with_one_line(args: list[str]) -> None:
