@@ -124,7 +124,11 @@ def test_batch_one_decode_gaps_match_the_budget(tmp_path: Path, sim: SimFactory)
         f"lateness (model ms): floor {min(late_ms):.3f}, median {statistics.median(late_ms):.3f}, "
         f"max {max(late_ms):.3f}; floor drift {drift:.3f} against spread {spread:.3f}"
     )
-    assert abs(drift) <= spread, late_ms
+    # Or a twentieth of a step, whichever is larger: on a quiet machine the spread is tens
+    # of microseconds, and a drift of 75 us against a spread of 72 failed a fresh-clone
+    # suite once; a writer whose late writes pushed the later ones drifts by the sum of
+    # its lateness (about 0.2 ms a token here), many steps' twentieths over the stream.
+    assert abs(drift) <= max(spread, predicted[0] / 20), late_ms
     # And that floor is a wake-up, not a step: a writer that held each token back until the
     # next step (or any fixed lag of that size) would lift every write, the floor included.
     assert min(late_ms) < predicted[0] / 4, late_ms
