@@ -34,6 +34,11 @@ _SPLITWISE = ("model", "hardware", "tensor_parallel", "prompt_size", "batch_size
 _SIMPLE = ("model", "gpu", "tp", "tokens", "batch", "ms")
 
 
+ObservationKey = tuple[str, str, str, str, int, int, int, int, int]
+"""What identifies a measured point: phase, model, GPU, engine, tensor parallelism, new and
+cached tokens, batch and sequences decoding beside it (``Observation.key``)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Observation:
     """One measured step: ``seconds`` for ``batch`` sequences of ``new_tokens`` over
@@ -65,7 +70,7 @@ class Observation:
             raise BudgetError(f"measurement {self.model}/{self.gpu}: time must be positive")
 
     @property
-    def key(self) -> tuple[str, str, str, str, int, int, int, int, int]:
+    def key(self) -> ObservationKey:
         """What identifies the point (all but the time and the repeats)."""
         return (
             self.phase,
@@ -96,7 +101,7 @@ def _float(row: Mapping[str, str], key: str, where: str) -> float:
 
 def median_observations(observations: Iterable[Observation]) -> list[Observation]:
     """One observation per ``key``: the median time of its repeats, repeats summed."""
-    groups: dict[tuple[str, str, str, str, int, int, int, int, int], list[Observation]] = {}
+    groups: dict[ObservationKey, list[Observation]] = {}
     for o in observations:
         groups.setdefault(o.key, []).append(o)
     out = []

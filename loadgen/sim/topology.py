@@ -134,14 +134,14 @@ class _Ticket:
         return self.times[k]
 
     def phases(self, scale: float) -> Phases:
-        received = self.engine_ns  # the queue starts at the engine, as vLLM's does
-        first_step = self.first_step_ns if self.first_step_ns is not None else received
+        arrived = self.engine_ns  # the queue starts at the engine, as vLLM's does
+        first_step = self.first_step_ns if self.first_step_ns is not None else arrived
         prefill_end = self.prefill_end_ns if self.prefill_end_ns is not None else first_step
         ready = self.transfer_end_ns if self.transfer_end_ns is not None else prefill_end
         decode = self.decode_start_ns if self.decode_start_ns is not None else ready
         disagg = self.back is not None
         return Phases(
-            queue_ns=round((first_step - received) / scale),
+            queue_ns=round((first_step - arrived) / scale),
             prefill_ns=round((prefill_end - first_step) / scale),
             transfer_ns=round((ready - prefill_end) / scale),
             decode_wait_ns=round((decode - ready) / scale),
