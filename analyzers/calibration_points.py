@@ -20,10 +20,10 @@ it takes a CSV's:
   request entered or left: every other request in flight over it was already decoding
   before and still decoding after (within half a gap between tokens: one step's tokens
   reach the client one stream after another), so the batch is known (1 + those) and
-  constant. The
-  time per token is ``server_decode_ms`` (else the client's first-to-last span) over
-  ``completion_tokens - 1``; the context per sequence is its prompt plus half its output
-  (as the Splitwise table's), averaged over the batch.
+  constant, with at least ``MIN_DECODE_GAPS`` gaps (the steps right after a prefill are
+  no steady decode). The time per token is ``server_decode_ms`` (else the client's
+  first-to-last span) over ``completion_tokens - 1``; the context per sequence is its
+  prompt plus half its output (as the Splitwise table's), averaged over the batch.
 - **Front end** (not a point: printed): for requests alone with the server's queue and
   prefill, the client's TTFT from the last byte written less those, the median: what the
   server spends outside its engine (parsing, tokenizing, streaming the first token), for
@@ -33,7 +33,7 @@ it takes a CSV's:
   which no other request waited for its first token (so no step carried a prefill); the
   batch is 1 + the requests decoding over it. The time per token is from the request's
   own chunk stamps, over the gaps wholly inside the stretch (at least
-  ``MIN_STRETCH_GAPS``). Two requests sent together give batch-2 points this way: a
+  ``MIN_DECODE_GAPS``). Two requests sent together give batch-2 points this way: a
   server prefills the second a step after the first, so they start and end a step apart.
 
 Times are in the model's seconds: client-measured spans are divided by the recorded
@@ -62,8 +62,12 @@ from analyzers.errors import BudgetError
 from analyzers.frames import run_info, scan_run
 from traces import schema as s
 
-MIN_STRETCH_GAPS = 4
-"""The fewest gaps between tokens that make a steady stretch a decode point."""
+MIN_DECODE_GAPS = 4
+"""The fewest gaps between tokens that make a decode span or a steady stretch a point. A
+span of a few gaps is mostly the steps right after a prefill, which carry the new
+stream's start (on vLLM's CPU build its front end, on the engine's core, sends the first
+token then): 2-token probes beside a decoding request measured 8.0-9.3 ms a step where
+the steady batch-2 stretches of the same run took 6.0-6.2 ms."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +100,8 @@ class RunPoints:
     chunked: int
     decode_unknown_batch: int
     decode_stretches: int = 0
+    decode_short: int = 0
+    """Requests of 2 to ``MIN_DECODE_GAPS`` output tokens: too few gaps for a point."""
     prefill_beside_decodes: int = 0
     front_end_ms: float | None = None
     """The server's time outside its engine for a request alone (median; see the module)."""
@@ -113,7 +119,8 @@ class RunPoints:
             f"batch, {self.decode_stretches} steady stretches of spans whose batch changed; "
             f"left out {self.not_idle} prefills that shared the server otherwise, "
             f"{self.chunked} longer than a chunk ({d.chunk_tokens or 'no limit'} tokens), "
-            f"{self.decode_unknown_batch} decode spans with no steady stretch"
+            f"{self.decode_unknown_batch} decode spans with no steady stretch, "
+            f"{self.decode_short} of under {MIN_DECODE_GAPS} gaps"
             + (
                 ""
                 if self.front_end_ms is None
@@ -292,7 +299,7 @@ def _steady_stretch(
     rows: Sequence[_Row], sents: Sequence[int], reach: Sequence[int], i: int
 ) -> _Stretch | None:
     """The longest steady stretch of row ``i``'s decode span (see the module's rules), or
-    None when no stretch has ``MIN_STRETCH_GAPS`` gaps. Stamps of the events that bound a
+    None when no stretch has ``MIN_DECODE_GAPS`` gaps. Stamps of the events that bound a
     stretch are taken as the same step within half a gap, as in ``_decode_batch``."""
     row = rows[i]
     slack = _half_gap(row)
@@ -308,7 +315,7 @@ def _steady_stretch(
     stamps = [row.sent + 1000 * offset for offset in row.offsets]
     weights = row.tokens if row.tokens is not None else [1] * len(stamps)
     best: _Stretch | None = None
-    best_gaps = MIN_STRETCH_GAPS - 1
+    best_gaps = MIN_DECODE_GAPS - 1
     for low, high in pairwise(cuts):
         middle = (low + high) // 2
         if any(o.sent <= middle < o.first for o in others):
@@ -346,6 +353,7 @@ def run_calibration_points(
     common = {"model": deploy.model, "gpu": deploy.gpu, "engine": deploy.engine}
     observations: list[Observation] = []
     by_server = by_ttft = decoded = not_idle = chunked = unknown_batch = stretches = beside = 0
+    short = 0
     fronts: list[float] = []
     for i, row in enumerate(rows):
         new = row.prompt - row.cached
@@ -379,7 +387,8 @@ def run_calibration_points(
                             **common,  # type: ignore[arg-type]
                         )
                     )
-        if row.completion < 2 or row.end <= row.first:
+        if row.completion <= MIN_DECODE_GAPS or row.end <= row.first:
+            short += row.completion >= 2
             continue
         batch = _decode_batch(rows, sents, reach, i)
         if batch is not None:
@@ -425,6 +434,7 @@ def run_calibration_points(
         chunked=chunked,
         decode_unknown_batch=unknown_batch,
         decode_stretches=stretches,
+        decode_short=short,
         prefill_beside_decodes=beside,
         front_end_ms=statistics.median(fronts) if fronts else None,
         front_end_requests=len(fronts),

@@ -22,7 +22,7 @@ from analyzers.budget import catalog
 from analyzers.budget.engine.step import SequenceWork, step_cost
 from analyzers.budget.profile import load_profiles
 from analyzers.budget.specs import Deployment
-from analyzers.calibration_points import run_calibration_points
+from analyzers.calibration_points import MIN_DECODE_GAPS, run_calibration_points
 from analyzers.errors import BudgetError
 from loadgen.cli.root import cli
 from traces.io import write_trace
@@ -327,6 +327,9 @@ def test_a_prefill_beside_a_decode_is_a_mixed_step_point(tmp_path: Path) -> None
     points = run_calibration_points(run)
     assert points.prefill_beside_decodes == 2
     assert "2 of them beside decoding requests" in points.summary()
+    # The probes' one gap each is the step right after their prefill: no decode point.
+    assert points.decode_short == 2
+    assert [o.batch for o in points.observations if o.phase == "decode"] == [1]
     mixed = {o.new_tokens: o for o in points.observations if o.decoding}
     assert sorted(mixed) == [512, 1536]
     for tokens, obs in mixed.items():
@@ -334,3 +337,17 @@ def test_a_prefill_beside_a_decode_is_a_mixed_step_point(tmp_path: Path) -> None
         # The prompt and the long request's one token (its context 64-150 tokens).
         work = [SequenceWork(new_tokens=tokens), SequenceWork(new_tokens=1, cached_tokens=100)]
         assert obs.seconds == pytest.approx(simulated_work_s(work), rel=0.01), tokens
+
+
+def test_a_decode_span_of_few_gaps_is_no_point(tmp_path: Path) -> None:
+    """Requests alone with 2 to ``MIN_DECODE_GAPS`` output tokens give prefill points but
+    no decode point; one with a gap more gives both."""
+    outputs = [2, MIN_DECODE_GAPS, MIN_DECODE_GAPS + 1]
+    run = simulate_requests(
+        tmp_path, "short", arrivals=[0.0, 0.5, 1.0], inputs=[256, 512, 768], outputs=outputs
+    )
+    points = run_calibration_points(run)
+    assert points.decode_short == 2
+    assert points.decode == 1
+    assert f"2 of under {MIN_DECODE_GAPS} gaps" in points.summary()
+    assert len([o for o in points.observations if o.phase == "prefill"]) == 3
