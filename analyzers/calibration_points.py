@@ -120,7 +120,7 @@ class RunPoints:
             f"left out {self.not_idle} prefills that shared the server otherwise, "
             f"{self.chunked} longer than a chunk ({d.chunk_tokens or 'no limit'} tokens), "
             f"{self.decode_unknown_batch} decode spans with no steady stretch, "
-            f"{self.decode_short} of under {MIN_DECODE_GAPS} gaps"
+            f"{self.decode_short} decode spans of under {MIN_DECODE_GAPS} gaps"
             + (
                 ""
                 if self.front_end_ms is None
@@ -387,8 +387,10 @@ def run_calibration_points(
                             **common,  # type: ignore[arg-type]
                         )
                     )
-        if row.completion <= MIN_DECODE_GAPS or row.end <= row.first:
-            short += row.completion >= 2
+        if row.completion < 2 or row.end <= row.first:
+            continue
+        if row.completion <= MIN_DECODE_GAPS:
+            short += 1
             continue
         batch = _decode_batch(rows, sents, reach, i)
         if batch is not None:

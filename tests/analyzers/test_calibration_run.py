@@ -349,5 +349,5 @@ def test_a_decode_span_of_few_gaps_is_no_point(tmp_path: Path) -> None:
     points = run_calibration_points(run)
     assert points.decode_short == 2
     assert points.decode == 1
-    assert f"2 of under {MIN_DECODE_GAPS} gaps" in points.summary()
+    assert f"2 decode spans of under {MIN_DECODE_GAPS} gaps" in points.summary()
     assert len([o for o in points.observations if o.phase == "prefill"]) == 3
