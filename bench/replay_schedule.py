@@ -9,7 +9,8 @@ CPU 1); ``loadgen replay`` runs as a real subprocess pinned to CPU 0.
 (c) open loop, Poisson at each of ``--rates`` (500 req/s; e.g. ``--rates 500,2000,5000``),
     short outputs, ``--seconds`` of schedule each (10; 3 with ``--quick``): share of
     scheduled requests sent, share sent within 2 ms of their due time, p99 lateness (sent -
-    due), and the client's CPU over the replay as a share of one core;
+    due), the client's CPU over the replay as a share of one core, and the start: how late
+    the first request left and the worst lateness in the schedule's first 100 ms;
 (d) time from starting the process to its first request leaving;
 (e) CPU-seconds per million streamed tokens with one worker and with two (the workers'
     own CPU during the replay, from run.json, so start-up and the summary are excluded),
@@ -107,6 +108,12 @@ def schedule_check(port: int, workdir: Path, *, n: int, rate: float) -> dict[str
     late_ms = [(s - d) / 1e6 for s, d in zip(table.column("sent_ns").to_pylist(), due, strict=True)
                if s is not None]  # fmt: skip
     ok = sum(1 for o in table.column("outcome").to_pylist() if o == "ok")
+    # The start: how late the first request left, and the worst of the schedule's first
+    # 100 ms (a start-up stall shows there as a backlog every request inherits).
+    by_due = sorted((d, s) for d, s in zip(due, table.column("sent_ns").to_pylist(), strict=True)
+                    if s is not None)  # fmt: skip
+    first_due = by_due[0][0] if by_due else 0
+    start_late = [(s - d) / 1e6 for d, s in by_due if d - first_due < 100_000_000]
     return {
         "scheduled": float(n),
         "sent_share": len(sent) / n,
@@ -115,6 +122,8 @@ def schedule_check(port: int, workdir: Path, *, n: int, rate: float) -> dict[str
         "late_p99_ms": _pct(late_ms, 0.99),
         "ok_share": ok / n,
         "first_request_s": (min(sent) - start_ns) / 1e9 if sent else float("nan"),
+        "first_late_ms": start_late[0] if start_late else float("nan"),
+        "start_late_max_ms": max(start_late, default=float("nan")),
         "exit_code": float(rc),
         # The client's CPU over the replay (run.json: start-up and the summary excluded),
         # as a share of one core.
@@ -215,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{sched['late_p50_ms']:.2f} ms, p99 {sched['late_p99_ms']:.2f} ms [target <= 2 ms]; "
               f"ok {sched['ok_share']:.1%}; client CPU {sched['client_cores']:.2f} of a core"
               + (" [target <= 0.2 at 500 req/s]" if rate == 500 else ""))  # fmt: skip
+        print(f"    start: first request {sched['first_late_ms']:.2f} ms late, the first 100 ms "
+              f"of the schedule at most {sched['start_late_max_ms']:.2f} ms")  # fmt: skip
     print(f"(d) process start to first request: {scheds[0]['first_request_s']:.2f} s "
           "[target < 1 s]")  # fmt: skip
     ones = ", ".join(f"{x:.2f}" for x in shard["cpu_s_per_mtok_1"])
