@@ -215,10 +215,10 @@ class Replayer:
                 hist.record_value(max(1, ns // 1000))
             warm = summarize_us(hist)
         sessions = self._shape.closed_sessions
-        early = [] if closed or sessions else await self._prepare_first()
-        # The open loop's due times from the start, computed before it: a list of every
-        # request's offset takes milliseconds at tens of thousands of requests.
-        offsets = [] if closed or sessions else self._due_offsets()
+        # Due times from the start (open loop, sessions), computed before it: a list of
+        # every request's offset takes milliseconds at tens of thousands of requests.
+        offsets = [] if closed else self._due_offsets()
+        early = [] if closed or sessions else await self._prepare_first(offsets)
         if gate is not None:
             start_ns = await gate()
         if self._ahead is not None:
@@ -244,7 +244,7 @@ class Replayer:
                     if self._shape.concurrency is not None:
                         await self._closed_loop(tg, start, self._shape.concurrency)
                     elif self._shape.closed_sessions:
-                        await self._closed_sessions(start)
+                        await self._closed_sessions(start, offsets)
                     else:
                         await self._open_loop(tg, start, offsets, early)
                     await self._drain()
@@ -339,10 +339,7 @@ class Replayer:
             [r.arrival_s for r in self._requests], self._shape.time_factor, self._origin_s
         )
 
-    def _due_ns(self, start: int) -> list[int]:
-        return [start + o for o in self._due_offsets()]
-
-    async def _closed_sessions(self, start: int) -> None:
+    async def _closed_sessions(self, start: int, offsets: Sequence[int]) -> None:
         plan = self._plan
         if plan is None:
             raise ValueError("closed sessions need the requests' session plan")
@@ -351,19 +348,17 @@ class Replayer:
         await ClosedSessions(
             self,
             plan,
-            self._due_ns(start),
+            start,
+            offsets,
             now_ns=self._clock.now_ns,
             deadline_ns=self._deadline(start),
             max_sessions=self._shape.max_sessions,
         ).run()
 
-    async def _prepare_first(self) -> list[ReadyRequest]:
+    async def _prepare_first(self, offsets: Sequence[int]) -> list[ReadyRequest]:
         """The open loop's first requests, prepared before the start (up to ``_AHEAD``);
-        their warm-up flags come from their offsets, as the start is not known yet."""
+        their warm-up flags come from their ``offsets``, as the start is not known yet."""
         first = min(_AHEAD, len(self._requests))
-        offsets = due_offsets_ns(
-            [r.arrival_s for r in self._requests], self._shape.time_factor, self._origin_s
-        )
         warm_ns = None if self._shape.warmup_s is None else int(self._shape.warmup_s * 1e9)
         return [
             self._client.ready(

@@ -54,16 +54,18 @@ class ClosedSessions:
         self,
         replay: Dispatch,
         plan: SessionPlan,
-        due_ns: Sequence[int],
+        start_ns: int,
+        offsets_ns: Sequence[int],
         *,
         now_ns: Callable[[], int],
         deadline_ns: int | None,
         max_sessions: int | None,
     ) -> None:
-        """``due_ns``: each request's open-loop due time (epoch ns)."""
+        """``start_ns + offsets_ns[i]``: request ``i``'s open-loop due time (epoch ns)."""
         self._replay = replay
         self._plan = plan
-        self._due = due_ns
+        self._start = start_ns
+        self._offsets = offsets_ns
         self._now_ns = now_ns
         self._deadline = deadline_ns
         self._slots = asyncio.Semaphore(max_sessions) if max_sessions is not None else None
@@ -89,7 +91,7 @@ class ClosedSessions:
                 )
             ):
                 pos = roots[following]
-                due = self._due[pos]
+                due = self._start + self._offsets[pos]
                 ahead.append((due, pos, await replay.ready(pos, due)))
                 following += 1
             if not ahead:
@@ -119,7 +121,7 @@ class ClosedSessions:
         if replay.stopping:
             return
         for nxt in plan.followers[pos]:
-            at = turn_due(self._due[nxt], end, plan.think_ns[nxt])
+            at = turn_due(self._start + self._offsets[nxt], end, plan.think_ns[nxt])
             if self._deadline is not None and at >= self._deadline:
                 replay.end_by_duration()
                 continue
