@@ -364,10 +364,14 @@ def run_calibration_points(
                 not_idle += 1
             else:
                 beside += 1 if company else 0
-                written, queue_ms, prefill_ms = row.written, row.queue_ms, row.prefill_ms
-                if not company and written and queue_ms is not None and prefill_ms is not None:
-                    client_ms = (row.first - written) / 1e6 / scale
-                    fronts.append(client_ms - queue_ms - prefill_ms)
+                if (
+                    not company
+                    and row.written
+                    and row.queue_ms is not None
+                    and row.prefill_ms is not None
+                ):
+                    client_ms = (row.first - row.written) / 1e6 / scale
+                    fronts.append(client_ms - row.queue_ms - row.prefill_ms)
                 if row.prefill_ms is not None and row.prefill_ms > 0:
                     seconds = row.prefill_ms / 1e3
                     by_server += 1

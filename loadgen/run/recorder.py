@@ -53,6 +53,10 @@ from traces.records import RequestRecord, RunRow, record_problem, rows_to_batch,
 _ROW_GROUP_ROWS = 65_536
 
 
+def _as_row(item: RunRow | RequestRecord) -> RunRow:
+    return item if isinstance(item, RunRow) else run_row(item)
+
+
 class RunRecorder:
     """Writes run rows to ``run_dir`` from a background thread.
 
@@ -128,14 +132,7 @@ class RunRecorder:
                 take = len(pending)
                 if not (stopping or timed):
                     take -= take % self._flush_rows
-                while take > 0:  # a batch at most flush_rows long: a crash loses one
-                    size = min(take, self._flush_rows)
-                    take -= size
-                    rows: list[RunRow] = []
-                    for _ in range(size):
-                        item = pending.popleft()
-                        rows.append(item if isinstance(item, RunRow) else run_row(item))
-                    self._write(rows)
+                self._write_first(take)
                 if stopping:
                     return
                 if timed:
@@ -144,6 +141,15 @@ class RunRecorder:
             self._fail(str(exc))
         except BaseException as exc:  # reported at once and by close(): never a silent death
             self._fail(f"cannot write to {self._journal_path}: {type(exc).__name__}: {exc}")
+
+    def _write_first(self, count: int) -> None:
+        """Write the first ``count`` waiting rows in batches of at most ``flush_rows`` (a
+        crash loses at most one)."""
+        pending, size = self._pending, self._flush_rows
+        while count > 0:
+            batch = [_as_row(pending.popleft()) for _ in range(min(count, size))]
+            count -= len(batch)
+            self._write(batch)
 
     def _write(self, rows: list[RunRow]) -> None:
         if not rows:

@@ -358,6 +358,11 @@ def ttft_ms(row: Row) -> float:
     return float(row["first_token_ns"] - row["sent_ns"]) / 1e6
 
 
+def tpot_ms(row: Row) -> float:
+    """Time per output token after the first, ms (the client's first-to-last span)."""
+    return float(row["end_ns"] - row["first_token_ns"]) / 1e6 / float(row["completion_tokens"] - 1)
+
+
 SplitReport = dict[str, list[tuple[float, float]]]
 """Per term (queue, prefill): (inferred, the server's own) ms at p50, p90 and p99."""
 

@@ -44,6 +44,7 @@ from .conftest import (
     p99_misses,
     replay,
     rows,
+    tpot_ms,
     ttft_ms,
 )
 
@@ -416,7 +417,7 @@ def burst_figures(run_dir: Path, first: int = IDLE_REQUESTS) -> dict[str, float]
     ttft = [ttft_ms(r) for r in table]
     queue = [float(r["server_queue_ms"]) for r in table]
     server_ttft = [float(r["server_queue_ms"] + r["server_prefill_ms"]) for r in table]
-    tpot = [(r["end_ns"] - r["first_token_ns"]) / 1e6 / (r["completion_tokens"] - 1) for r in table]
+    tpot = [tpot_ms(r) for r in table]
     gaps = [[(b - a) / 1e3 for a, b in pairwise(r["chunk_offsets_us"])] for r in table]
     every_gap = [g for request in gaps for g in request]
     stalled = sum(1 for request in gaps if max(request, default=0.0) > 30.0)
@@ -449,9 +450,7 @@ def idle_times(run_dir: Path, indices: range) -> dict[str, list[float]]:
     table = [r for r in rows(run_dir) if r["trace_index"] in indices]
     return {
         "prefill": [float(r["server_prefill_ms"]) for r in table],
-        "decode": [
-            (r["end_ns"] - r["first_token_ns"]) / 1e6 / (r["completion_tokens"] - 1) for r in table
-        ],
+        "decode": [tpot_ms(r) for r in table],
     }
 
 
