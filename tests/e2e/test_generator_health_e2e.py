@@ -279,6 +279,9 @@ def test_a_capped_run_records_its_backpressure_in_run_json(tmp_path: Path, sim: 
     for reason in a.validity.reasons:
         if "schedule lag" in reason:
             assert "beyond the --max-inflight wait" in reason, reason
+    # The cap alone leaves the run valid (a caveat). A loaded machine may still raise a
+    # flag of its own (the client's lateness beyond the hold, or the simulator's slip:
+    # seen with two busy processes beside the suite), and then gate withholds the verdict.
     gated = CliRunner().invoke(cli, ["gate", str(run_dir), "--slo", "ttft_ms.p50<=5000"])
-    assert gated.exit_code == (3 if a.validity.client_bound else 0), gated.output
+    assert gated.exit_code == (0 if a.validity.valid else 3), gated.output
     assert "backpressure:" in gated.output
