@@ -101,7 +101,7 @@ bench: $(STAMP)
 	$(PY) bench/analysis_scale.py
 	$(PY) bench/wakeup.py
 	$(PY) bench/record_cost.py
-	$(PY) bench/hostile.py
+	$(PY) bench/client_hostile.py
 	$(PY) bench/calibrate.py
 
 clean:

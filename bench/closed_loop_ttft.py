@@ -104,7 +104,7 @@ Server = tuple[str, list[str], Callable[[list[str]], dict[str, tuple[int, int]]]
 
 @contextlib.contextmanager
 def _stub(itl_ms: float) -> Iterator[Server]:
-    import client_ingest  # type: ignore[import-not-found]  # beside this script, on sys.path
+    import client_ingest  # beside this script, on sys.path
 
     server = client_ingest._Server()  # pinned to CPU 1 by the module itself
 

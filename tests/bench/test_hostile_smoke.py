@@ -30,7 +30,9 @@ OUTCOMES = {
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_hostile_quick_runs_and_prints_every_scenario(tmp_path: Path) -> None:
-    stdout, doc = run_bench("hostile.py", "--quick", out_json=tmp_path / "out.json", timeout_s=110)
+    stdout, doc = run_bench(
+        "client_hostile.py", "--quick", out_json=tmp_path / "out.json", timeout_s=110
+    )
     for heading in ("scenario", "outcome", "loop CPU s", "stall ms", "peak RSS MB", "ratio"):
         assert heading in stdout
     assert "FAILED" not in stdout

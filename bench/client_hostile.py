@@ -1,7 +1,7 @@
 """Hostile-server benchmark: what one request against each scenario of
 ``tests/support/hostile.py`` costs the client. One command:
 
-    .venv/bin/python bench/hostile.py [--quick] [--only NAME ...] [--json out.json]
+    .venv/bin/python bench/client_hostile.py [--quick] [--only NAME ...] [--json out.json]
 
 Each row is one request by the replay's client (``StreamingClient`` over the fast
 transport, on uvloop where installed, the C feed where built) in a process of its own, so
