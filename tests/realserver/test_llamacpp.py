@@ -412,8 +412,9 @@ def _slowest_prompts(table: list[Row], count: int = 3) -> list[tuple[int, float,
     its batch took). Prompts of one batch report the same ``prompt_ms`` (to 0.1 ms) and get
     their first tokens within a few ms: requests within 0.15 ms and 50 ms of the first of a
     group count as one batch."""
+    timed = [r for r in table if r["server_prefill_ms"] is not None]
     groups: list[list[Row]] = []
-    for row in sorted(table, key=lambda r: float(r["server_prefill_ms"])):
+    for row in sorted(timed, key=lambda r: float(r["server_prefill_ms"])):
         head = groups[-1][0] if groups else None
         if (
             head is not None
