@@ -71,6 +71,10 @@ class ClosedSessions:
         self._slots = asyncio.Semaphore(max_sessions) if max_sessions is not None else None
         self._left = list(plan.session_rows)
 
+    def _due(self, pos: int) -> int:
+        """Request ``pos``'s open-loop due time (epoch ns)."""
+        return self._start + self._offsets[pos]
+
     async def run(self) -> None:
         """Send the requests that wait for no turn, in trace order; their turns follow from
         their tasks. Returns when the last of these is sent (the caller drains the rest)."""
@@ -91,7 +95,7 @@ class ClosedSessions:
                 )
             ):
                 pos = roots[following]
-                due = self._start + self._offsets[pos]
+                due = self._due(pos)
                 ahead.append((due, pos, await replay.ready(pos, due)))
                 following += 1
             if not ahead:
@@ -121,7 +125,7 @@ class ClosedSessions:
         if replay.stopping:
             return
         for nxt in plan.followers[pos]:
-            at = turn_due(self._start + self._offsets[nxt], end, plan.think_ns[nxt])
+            at = turn_due(self._due(nxt), end, plan.think_ns[nxt])
             if self._deadline is not None and at >= self._deadline:
                 replay.end_by_duration()
                 continue

@@ -606,8 +606,9 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     # points: within 20% in 6 runs of 9, the misses slow (+26% to +51% TTFT p50) where
     # the fit gave a decoding sequence 1.3-1.95 ms a step against 0.24-1.08 ms in the
     # others. The probes' 2-token spans were batch-2 points then; with decode spans of at
-    # least 4 gaps, within 20% in 5 runs of 5 (worst +17%), one replay of an earlier
-    # run's burst +36% (docs/endpoints.md).
+    # least 4 gaps, within 20% in 8 dev-box runs of 8 (worst +17%) and 7 fresh-clone
+    # suites of 11; each miss went the way vLLM's speed moved between the calibration and
+    # the bursts (the drift line below; docs/endpoints.md).
     #
     # vLLM's front end (its API server: parsing, tokenizing, streaming) runs on the
     # engine's one core: 12-38 ms a request at idle here, and the burst's 30 arrivals
