@@ -56,9 +56,9 @@ NOT_TIMED = frozenset(
         "sim/test_sim_config.py",  # the sim command line's validation in process
         # Benchmarks' smoke modes: every figure printed, none compared with a target:
         "bench/test_analysis_scale_smoke.py",
+        "bench/test_client_hostile_smoke.py",
         "bench/test_client_ingest_smoke.py",
         "bench/test_closed_loop_ttft_smoke.py",
-        "bench/test_hostile_smoke.py",
         "bench/test_max_rate_smoke.py",
         "bench/test_prepare_ahead_smoke.py",
         "bench/test_record_cost_smoke.py",
