@@ -28,6 +28,9 @@ it takes a CSV's:
   prefill, the client's TTFT from the last byte written less those, the median: what the
   server spends outside its engine (parsing, tokenizing, streaming the first token), for
   ``loadgen sim --frontend-ms`` where that front end shares the engine's cores.
+- **Several runs** of one server (:class:`PooledPoints`): their points as one set, a shape
+  measured in more than one run merged by the median of the runs' medians, and one front
+  end over all their requests alone.
 - **Decode, a steady stretch** (when the batch changed over the span): the longest stretch
   of the span between two events of other requests (a send, a first token, an end) in
   which no other request waited for its first token (so no step carried a prefill); the
@@ -103,9 +106,17 @@ class RunPoints:
     decode_short: int = 0
     """Requests of 2 to ``MIN_DECODE_GAPS`` output tokens: too few gaps for a point."""
     prefill_beside_decodes: int = 0
-    front_end_ms: float | None = None
-    """The server's time outside its engine for a request alone (median; see the module)."""
-    front_end_requests: int = 0
+    front_ends: tuple[float, ...] = ()
+    """The server's time outside its engine for each request alone, ms (see the module)."""
+
+    @property
+    def front_end_ms(self) -> float | None:
+        """The median of ``front_ends`` (None without a request alone)."""
+        return statistics.median(self.front_ends) if self.front_ends else None
+
+    @property
+    def front_end_requests(self) -> int:
+        return len(self.front_ends)
 
     def summary(self) -> str:
         """One paragraph: what was taken from the run and what was left out, and why."""
@@ -129,6 +140,34 @@ class RunPoints:
                 "server's queue and prefill; loadgen sim --frontend-ms, on a server whose "
                 "front end shares the engine's cores)"
             )
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PooledPoints:
+    """The points of several runs of one server as one set (``plan calibrate RUN RUN...``):
+    a profile fitted to runs spread over a session carries the server's speed over the
+    session rather than over one run's minutes."""
+
+    runs: tuple[RunPoints, ...]
+
+    @property
+    def observations(self) -> tuple[Observation, ...]:
+        """Every run's points; a shape measured in several runs is their median."""
+        return tuple(median_observations(o for run in self.runs for o in run.observations))
+
+    @property
+    def front_ends(self) -> tuple[float, ...]:
+        return tuple(f for run in self.runs for f in run.front_ends)
+
+    def summary(self) -> str:
+        """One line for the pool, after each run's own summary."""
+        fronts = self.front_ends
+        return f"{len(self.runs)} runs pooled: {len(self.observations)} points" + (
+            ""
+            if not fronts
+            else f"; front end, all runs: {statistics.median(fronts):.1f} ms a request "
+            f"(median of {len(fronts)} alone)"
         )
 
 
@@ -442,6 +481,5 @@ def run_calibration_points(
         decode_stretches=stretches,
         decode_short=short,
         prefill_beside_decodes=beside,
-        front_end_ms=statistics.median(fronts) if fronts else None,
-        front_end_requests=len(fronts),
+        front_ends=tuple(fronts),
     )

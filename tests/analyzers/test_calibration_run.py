@@ -11,6 +11,7 @@ fit, and at sizes the run never sent (the step time of the simulator's deploymen
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -22,7 +23,7 @@ from analyzers.budget import catalog
 from analyzers.budget.engine.step import SequenceWork, step_cost
 from analyzers.budget.profile import load_profiles
 from analyzers.budget.specs import Deployment
-from analyzers.calibration_points import MIN_DECODE_GAPS, run_calibration_points
+from analyzers.calibration_points import MIN_DECODE_GAPS, PooledPoints, run_calibration_points
 from analyzers.errors import BudgetError
 from loadgen.cli.root import cli
 from traces.io import write_trace
@@ -351,3 +352,64 @@ def test_a_decode_span_of_few_gaps_is_no_point(tmp_path: Path) -> None:
     assert points.decode == 1
     assert f"2 decode spans of under {MIN_DECODE_GAPS} gaps" in points.summary()
     assert len([o for o in points.observations if o.phase == "prefill"]) == 3
+
+
+def _simulated(tmp: Path, name: str, prompts: list[int], *, prefill_efficiency: float) -> Path:
+    """Requests alone 1 s apart (8 tokens out) on the module's engine at another prefill
+    efficiency."""
+    trace = tmp / f"{name}.parquet"
+    n = len(prompts)
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"{name}{i}" for i in range(n)],
+                "arrival_s": [float(i) for i in range(n)],
+                "input_tokens": prompts,
+                "output_tokens": [8] * n,
+            }
+        ),
+        trace,
+    )
+    engine = list(ENGINE)
+    engine[engine.index("--efficiency-prefill") + 1] = str(prefill_efficiency)
+    run = tmp / name
+    invoke("simulate", str(trace), *engine, "--no-prefix-cache", "-o", str(run))
+    return run
+
+
+def test_several_runs_are_pooled(tmp_path: Path) -> None:
+    """Two runs of one server, slower in the second (a server whose speed drifted): a shape
+    measured in both is the median of the two (here their mean), a shape in one run only is
+    that run's, and the front end is the median over both runs' requests alone."""
+    first = _simulated(tmp_path, "first", [256, 1024], prefill_efficiency=0.6)
+    second = _simulated(tmp_path, "second", [1024, 2000], prefill_efficiency=0.3)
+    out = tmp_path / "profile.toml"
+    text = invoke("plan", "calibrate", str(first), str(second), "-o", str(out))
+    assert text.count("ok requests") == 2  # each run's own summary
+    assert "2 runs pooled: " in text
+    # The offline simulator has no front end (its median may print as -0.0).
+    assert re.search(r"front end, all runs: -?0\.0 ms a request \(median of 4 alone\)", text)
+    assert "loadgen plan calibrate first second" in out.read_text(encoding="utf-8")
+    runs = (run_calibration_points(first), run_calibration_points(second))
+    prefills = {
+        o.new_tokens: o.seconds
+        for o in PooledPoints(runs=runs).observations
+        if o.phase == "prefill"
+    }
+    alone = [
+        {o.new_tokens: o.seconds for o in r.observations if o.phase == "prefill"} for r in runs
+    ]
+    assert prefills[256] == alone[0][256]
+    assert prefills[2000] == alone[1][2000]
+    assert alone[1][1024] > 1.5 * alone[0][1024]  # the second run's prefill is slower
+    assert prefills[1024] == pytest.approx((alone[0][1024] + alone[1][1024]) / 2, rel=1e-9)
+
+
+def test_a_csv_is_calibrated_alone(idle_run: Path, tmp_path: Path) -> None:
+    csv = tmp_path / "points.csv"
+    csv.write_text("model,gpu,tp,tokens,batch,ms\nllama-3.1-8b,h100,1,512,1,40\n", encoding="utf-8")
+    out = str(tmp_path / "p.toml")
+    said = invoke("plan", "calibrate", str(idle_run), str(csv), "-o", out, code=2)
+    assert "a CSV is calibrated alone" in said
+    said = invoke("plan", "calibrate", str(csv), str(csv), "-o", out, code=2)
+    assert "give one CSV" in said

@@ -1,8 +1,8 @@
-"""``loadgen plan calibrate``: fit step-time profiles to measurements or a run directory.
+"""``loadgen plan calibrate``: fit step-time profiles to measurements or run directories.
 
-Reads a CSV of measurements (``analyzers.budget.measurements``) or a run directory through
-``analyzers.calibration_points`` (polars, imported only then), fits one profile per GPU
-type and writes them as TOML. User mistakes are ``BudgetError``s (exit 2).
+Reads a CSV of measurements (``analyzers.budget.measurements``) or run directories (one,
+or several pooled) through ``analyzers.calibration_points`` (polars, imported only then),
+fits one profile per GPU type and writes them as TOML. User mistakes are ``BudgetError``s (exit 2).
 """
 
 from __future__ import annotations
@@ -28,7 +28,12 @@ def _int_set(text: str, option: str) -> frozenset[int]:
 
 
 @click.command("calibrate")
-@click.argument("measurements", type=click.Path(path_type=Path, exists=True, dir_okay=True))
+@click.argument(
+    "measurements",
+    nargs=-1,
+    required=True,
+    type=click.Path(path_type=Path, exists=True, dir_okay=True),
+)
 @click.option(
     "-o",
     "--out",
@@ -73,7 +78,7 @@ def _int_set(text: str, option: str) -> frozenset[int]:
 )
 @catalog_option
 def calibrate_cmd(
-    measurements: Path,
+    measurements: tuple[Path, ...],
     out_path: Path,
     hold_out_prompts: str,
     hold_out_batches: str,
@@ -92,29 +97,56 @@ def calibrate_cmd(
     their steady stretches: no one else entering, leaving or waiting) become the points,
     on the model, GPU and tensor parallelism its run.json records (--model,
     --gpu, --gpus say or override them). Names resolve through the catalog (--catalog adds).
+    Several run directories of one server are pooled: a shape measured in more than one
+    is their median, and the front end is the median over all their requests alone. A
+    profile fitted to runs spread over a session carries the server's speed over the
+    session, not one minute's.
 
     Example: loadgen plan calibrate splitwise_perf_model.csv -o profile.toml
     --hold-out-prompts 256,1024,4096 --hold-out-batches 4,16 --exclude-batches 64
 
     From a run: loadgen plan calibrate runs/sweep -o profile.toml
+
+    From runs before and after a test: loadgen plan calibrate runs/before runs/after
+    -o profile.toml
     """
     cat = load_catalog(catalog_file)
     excluded = _int_set(exclude_batches, "--exclude-batches")
-    if measurements.is_dir():
-        from analyzers.calibration_points import run_calibration_points  # deferred: polars
-
-        points = run_calibration_points(
-            measurements, model=model_name, gpu=gpu_name, tensor_parallel=gpus
+    runs = [m for m in measurements if m.is_dir()]
+    csvs = [m for m in measurements if not m.is_dir()]
+    if csvs and runs:
+        raise BudgetError(
+            f"{csvs[0]}: a CSV is calibrated alone; give run directories or one CSV, not both"
         )
-        click.echo(points.summary())
-        loaded = list(points.observations)
+    if len(csvs) > 1:
+        raise BudgetError(f"{csvs[1]}: give one CSV (merge them into one file)")
+    if runs:
+        from analyzers.calibration_points import (  # deferred: polars
+            PooledPoints,
+            run_calibration_points,
+        )
+
+        pooled = []
+        for run in runs:
+            points = run_calibration_points(
+                run, model=model_name, gpu=gpu_name, tensor_parallel=gpus
+            )
+            click.echo(points.summary())
+            pooled.append(points)
+        if len(pooled) > 1:
+            pool = PooledPoints(runs=tuple(pooled))
+            click.echo(pool.summary())
+            loaded = list(pool.observations)
+        else:
+            loaded = list(pooled[0].observations)
     else:
         if model_name or gpu_name or gpus:
             raise BudgetError("--model/--gpu/--gpus apply to a run directory; a CSV names its own")
-        loaded = load_measurements(measurements)
+        loaded = load_measurements(csvs[0])
+    names = " ".join(m.name for m in measurements)
     observations = [o for o in loaded if o.batch not in excluded]
     if not observations:
-        raise BudgetError(f"{measurements}: no measurements left after --exclude-batches")
+        raise BudgetError(f"{names}: no measurements left after --exclude-batches")
     held_out = prompt_split(
         _int_set(hold_out_prompts, "--hold-out-prompts"),
         _int_set(hold_out_batches, "--hold-out-batches"),
@@ -124,10 +156,10 @@ def calibrate_cmd(
         model_of=cat.model,
         gpu_of=cat.gpu,
         held_out=held_out,
-        source=f"loadgen plan calibrate {measurements.name}",
+        source=f"loadgen plan calibrate {names}",
     )
     header = (
-        f"Step-time profiles fitted by loadgen plan calibrate to {measurements.name}"
+        f"Step-time profiles fitted by loadgen plan calibrate to {names}"
         + (f"; held out prompts {hold_out_prompts}" if hold_out_prompts else "")
         + (f", batches {hold_out_batches}" if hold_out_batches else "")
         + (f"; excluded batches {exclude_batches}" if exclude_batches else "")
