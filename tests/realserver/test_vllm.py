@@ -642,9 +642,9 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     # suites of 13; four of the five misses went the way vLLM's speed moved between the
     # calibration and the bursts (the drift line below; docs/endpoints.md). With the
     # profile pooled over the session (the queued run, the pairs after each burst-only
-    # replay, the calibration run): the fit's median error per decode point fell from
-    # 12.5% to 3.3-8.1% (batch 2) and 12.4% to 3.5% (batch 1); within 20% in 3 dev-box
-    # runs of 4, the miss slow throughout (TTFT p50 +20%, server TTFT p50 +21%, TPOT p50
+    # replay, the calibration run): the fit's median error per decode point 3.3-8.1% at
+    # batch 2 and 2.3-8.9% at batch 1 (12.5% and 12.4% in the run before); within 20% in
+    # 3 dev-box runs of 4, the miss slow throughout (TTFT p50 +20%, server TTFT p50 +21%, TPOT p50
     # +14%) against a queued burst that ran faster than the other two (TTFT p50 1,127
     # against 1,273 and 1,362 ms).
     #
