@@ -73,6 +73,11 @@ token then): 2-token probes beside a decoding request measured 8.0-9.3 ms a step
 the steady batch-2 stretches of the same run took 6.0-6.2 ms."""
 
 
+def _ms(value: float) -> str:
+    """``value`` to 0.1 ms, a value that rounds to zero printed as 0.0 (not -0.0)."""
+    return f"{round(value, 1) + 0.0:.1f}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunDeployment:
     """What the points are measured on: catalog names, tensor parallelism of the prefill
@@ -135,7 +140,7 @@ class RunPoints:
             + (
                 ""
                 if self.front_end_ms is None
-                else f"\nfront end: {self.front_end_ms:.1f} ms a request (median of "
+                else f"\nfront end: {_ms(self.front_end_ms)} ms a request (median of "
                 f"{self.front_end_requests} alone: TTFT from the last byte written less the "
                 "server's queue and prefill; loadgen sim --frontend-ms, on a server whose "
                 "front end shares the engine's cores)"
@@ -166,7 +171,7 @@ class PooledPoints:
         return f"{len(self.runs)} runs pooled: {len(self.observations)} points" + (
             ""
             if not fronts
-            else f"; front end, all runs: {statistics.median(fronts):.1f} ms a request "
+            else f"; front end, all runs: {_ms(statistics.median(fronts))} ms a request "
             f"(median of {len(fronts)} alone)"
         )
 
