@@ -28,6 +28,14 @@ it takes a CSV's:
   prefill, the client's TTFT from the last byte written less those, the median: what the
   server spends outside its engine (parsing, tokenizing, streaming the first token), for
   ``loadgen sim --frontend-ms`` where that front end shares the engine's cores.
+- **The front end's share of its engine** (not a point: printed): a request sent to an
+  idle server with others arriving during its prefill, each waiting behind it (a long
+  prompt, then short ones a few ms apart), has its prefill lengthened by the part of the
+  arrivals' front-end work that the engine lost. Placing each arrival's front end (the
+  median above, one request at a time from its last byte written) against the prefill
+  (from the front end of the request itself to its end), the share is the lengthening
+  over that overlap; the median over such requests with an alone prefill of the same
+  shape. ``loadgen sim --frontend-share``.
 - **Several runs** of one server (:class:`PooledPoints`): their points as one set, a shape
   measured in more than one run merged by the median of the runs' medians, and one front
   end over all their requests alone.
@@ -95,6 +103,69 @@ class RunDeployment:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OverlappedPrefill:
+    """A prefill that requests arrived during (see the module): its shape, its time and
+    when the arrivals' last bytes were written, ms after its own (model time)."""
+
+    new_tokens: int
+    cached_tokens: int
+    prefill_ms: float
+    arrivals_ms: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FrontEndShare:
+    """The share of the front end's time its engine loses, and what it rests on."""
+
+    share: float
+    prefills: int
+    arrivals: int
+
+    def said(self) -> str:
+        return (
+            f"front end's share of its engine: {self.share:.2f} (median of {self.prefills} "
+            f"prefills with {self.arrivals} arrivals during them; loadgen sim --frontend-share)"
+        )
+
+
+def front_end_share(
+    overlapped: Sequence[OverlappedPrefill],
+    observations: Sequence[Observation],
+    front_end_ms: float | None,
+) -> FrontEndShare | None:
+    """The share (see the module) from prefills with arrivals during them, each against the
+    alone prefill of its shape among ``observations``; None without both or without a
+    front end. Clipped to [0, 1]."""
+    if not overlapped or front_end_ms is None or front_end_ms <= 0:
+        return None
+    alone = {
+        (o.new_tokens, o.cached_tokens): o.seconds * 1e3
+        for o in observations
+        if o.phase == "prefill" and o.batch == 1 and not o.decoding
+    }
+    shares: list[float] = []
+    arrivals = 0
+    for p in overlapped:
+        base = alone.get((p.new_tokens, p.cached_tokens))
+        if base is None:
+            continue
+        start, stop = front_end_ms, front_end_ms + p.prefill_ms  # the engine's prefill
+        free = start  # the front end is busy with the request itself until then
+        overlap = 0.0
+        for at in p.arrivals_ms:
+            begin = max(at, free)
+            free = begin + front_end_ms
+            overlap += max(0.0, min(free, stop) - max(begin, start))
+        if overlap < front_end_ms / 2:
+            continue
+        shares.append(min(1.0, max(0.0, (p.prefill_ms - base) / overlap)))
+        arrivals += len(p.arrivals_ms)
+    if not shares:
+        return None
+    return FrontEndShare(share=statistics.median(shares), prefills=len(shares), arrivals=arrivals)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunPoints:
     """The observations of a run and how many requests gave (or could not give) each."""
 
@@ -113,6 +184,8 @@ class RunPoints:
     prefill_beside_decodes: int = 0
     front_ends: tuple[float, ...] = ()
     """The server's time outside its engine for each request alone, ms (see the module)."""
+    overlapped: tuple[OverlappedPrefill, ...] = ()
+    """Prefills that requests arrived during (the front end's share)."""
 
     @property
     def front_end_ms(self) -> float | None:
@@ -122,6 +195,9 @@ class RunPoints:
     @property
     def front_end_requests(self) -> int:
         return len(self.front_ends)
+
+    def front_end_share(self) -> FrontEndShare | None:
+        return front_end_share(self.overlapped, self.observations, self.front_end_ms)
 
     def summary(self) -> str:
         """One paragraph: what was taken from the run and what was left out, and why."""
@@ -145,6 +221,7 @@ class RunPoints:
                 "server's queue and prefill; loadgen sim --frontend-ms, on a server whose "
                 "front end shares the engine's cores)"
             )
+            + ("" if (share := self.front_end_share()) is None else f"\n{share.said()}")
         )
 
 
@@ -165,14 +242,29 @@ class PooledPoints:
     def front_ends(self) -> tuple[float, ...]:
         return tuple(f for run in self.runs for f in run.front_ends)
 
+    def front_end_share(self) -> FrontEndShare | None:
+        """The share from every run's prefills with arrivals, against the pooled points
+        and front end."""
+        fronts = self.front_ends
+        return front_end_share(
+            [p for run in self.runs for p in run.overlapped],
+            self.observations,
+            statistics.median(fronts) if fronts else None,
+        )
+
     def summary(self) -> str:
         """One line for the pool, after each run's own summary."""
         fronts = self.front_ends
-        return f"{len(self.runs)} runs pooled: {len(self.observations)} points" + (
-            ""
-            if not fronts
-            else f"; front end, all runs: {_ms(statistics.median(fronts))} ms a request "
-            f"(median of {len(fronts)} alone)"
+        share = self.front_end_share()
+        return (
+            f"{len(self.runs)} runs pooled: {len(self.observations)} points"
+            + (
+                ""
+                if not fronts
+                else f"; front end, all runs: {_ms(statistics.median(fronts))} ms a request "
+                f"(median of {len(fronts)} alone)"
+            )
+            + ("" if share is None else f"; {share.said()}")
         )
 
 
@@ -303,6 +395,21 @@ def _prefill_company(
     return decoding
 
 
+def _arrivals_during(
+    rows: Sequence[_Row], sents: Sequence[int], i: int, reach: Sequence[int]
+) -> tuple[float, ...] | None:
+    """When row ``i`` was sent to an idle server and others were sent during its wait for
+    its first token, each getting its own first token after it: their last bytes written,
+    ms after row ``i``'s (wall time); else None."""
+    row = rows[i]
+    if row.written is None or (i > 0 and reach[i - 1] > row.sent):
+        return None
+    later = rows[i + 1 : bisect.bisect_left(sents, row.first)]
+    if not later or any(o.first < row.first or o.written is None for o in later):
+        return None
+    return tuple((o.written - row.written) / 1e6 for o in later if o.written is not None)
+
+
 def _decode_batch(
     rows: Sequence[_Row], sents: Sequence[int], reach: Sequence[int], i: int
 ) -> list[_Row] | None:
@@ -399,6 +506,7 @@ def run_calibration_points(
     by_server = by_ttft = decoded = not_idle = chunked = unknown_batch = stretches = beside = 0
     short = 0
     fronts: list[float] = []
+    overlapped: list[OverlappedPrefill] = []
     for i, row in enumerate(rows):
         new = row.prompt - row.cached
         if new >= 1:
@@ -406,6 +514,16 @@ def run_calibration_points(
                 chunked += 1
             elif (company := _prefill_company(rows, sents, i, reach)) is None:
                 not_idle += 1
+                arrivals = _arrivals_during(rows, sents, i, reach)
+                if arrivals is not None and row.prefill_ms is not None and row.prefill_ms > 0:
+                    overlapped.append(
+                        OverlappedPrefill(
+                            new_tokens=new,
+                            cached_tokens=row.cached,
+                            prefill_ms=row.prefill_ms,
+                            arrivals_ms=tuple(a / scale for a in arrivals),
+                        )
+                    )
             else:
                 beside += 1 if company else 0
                 if (
@@ -487,4 +605,5 @@ def run_calibration_points(
         decode_short=short,
         prefill_beside_decodes=beside,
         front_ends=tuple(fronts),
+        overlapped=tuple(overlapped),
     )

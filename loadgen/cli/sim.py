@@ -137,6 +137,15 @@ class _OneLineErrors(click.Command):
     "at a time and the engine stops while it works.",
 )
 @click.option(
+    "--frontend-share",
+    type=_RATE,
+    default=1.0,
+    show_default=True,
+    help="With --frontend-ms: the share of the front end's time its engine loses (1: the "
+    "engine stops; 0.5: half speed; loadgen plan calibrate prints it from prefills that "
+    "requests arrived during).",
+)
+@click.option(
     "--tgi-headers",
     is_flag=True,
     help="Non-streamed replies carry TGI's x-queue-time/x-inference-time/... headers "
@@ -166,6 +175,8 @@ def sim(**options: Any) -> None:
         options["engine"] = engine_config(engine)
         if options["frontend_ms"] and options["engine"] is None:
             raise ConfigError("--frontend-ms needs the physics engine (--model)")
+        if options["frontend_share"] != 1.0 and not options["frontend_ms"]:
+            raise ConfigError("--frontend-share needs a front end (--frontend-ms)")
         config = SimConfig(**options)
     except ConfigError as exc:
         raise _OptionError(str(exc)) from exc

@@ -155,6 +155,12 @@ class SimConfig:
     time before the engine sees them, and the engine's steps stop while it works. The
     reported queue starts at the engine, as vLLM's does; the front end shows only in the
     client's TTFT. 0: none (a GPU server's front end has cores of its own)."""
+    frontend_share: float = 1.0
+    """The share of the front end's time its engine loses (1: the engine stops while the
+    front end works; 0.5: the engine runs at half speed then). A front end's latency
+    alone (``frontend_ms``) is more than the core it takes from a busy engine: vLLM's CPU
+    build lost about half of it (``loadgen plan calibrate`` measures it from prefills that
+    other requests arrived during)."""
     engine: EngineConfig | None = None
 
     def __post_init__(self) -> None:
@@ -168,7 +174,7 @@ class SimConfig:
             _check(math.isfinite(value) and value >= 0, name, value, "must be a finite number >= 0")
         for name in (
             "error_rate", "rate_429", "drop_rate", "stall_rate", "malformed_rate",
-            "accept_delay_rate",
+            "accept_delay_rate", "frontend_share",
         ):  # fmt: skip
             value = getattr(self, name)
             _check(0.0 <= value <= 1.0, name, value, "must be a rate in [0, 1]")

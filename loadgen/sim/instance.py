@@ -12,9 +12,10 @@ ends the loop wakes (a shared :mod:`loadgen.sim.deadline` timer) and hands the
 
 A front end on the engine's core (``frontend_s``, model seconds a request; vLLM's API
 server beside a CPU-served engine, parsing and tokenizing): arrivals pass it one at a time
-before the engine sees them, and the engine's steps stop while it works (it takes the core
-first), so a step's end is its work placed around the front end's busy spans, and moves
-later when a request arrives during the step.
+before the engine sees them, and the engine loses ``frontend_share`` of the front end's
+busy time (1: its steps stop; 0.5: they run at half speed), so a step's end is its work
+placed around the front end's busy spans, and moves later when a request arrives during
+the step.
 
 Must not import the replay client (loadgen.client/replay/transport/recorder).
 """
@@ -46,6 +47,7 @@ class Instance:
         timer: DeadlineTimer,
         on_step: StepCallback,
         frontend_s: float = 0.0,
+        frontend_share: float = 1.0,
     ) -> None:
         self.name = name
         self.role: Role = role
@@ -60,6 +62,8 @@ class Instance:
         self._steps = 0
         self._busy_until_ns = 0
         self._frontend_ns = round(frontend_s * time_scale * 1e9)
+        self._frontend_rate = 1.0 - frontend_share
+        """The engine's speed while the front end works (0: stopped)."""
         self._frontend_free_ns = 0
         self._frontend_busy: list[tuple[int, int]] = []
         """The front end's busy spans (wall ns) that may still overlap a step, in order."""
@@ -105,17 +109,23 @@ class Instance:
         return arrival_ns
 
     def _end_after(self, start_ns: int, work_ns: int) -> int:
-        """The end of a step of ``work_ns`` begun at ``start_ns``, the front end's busy
-        spans taking the core first (spans over before the step are dropped)."""
+        """The end of a step of ``work_ns`` begun at ``start_ns``, the engine slowed to
+        ``_frontend_rate`` (stopped at 0) over the front end's busy spans (spans over before
+        the step are dropped)."""
         spans = self._frontend_busy = [s for s in self._frontend_busy if s[1] > start_ns]
-        at, left = start_ns, work_ns
+        rate = self._frontend_rate
+        at, left = start_ns, float(work_ns)
         for begin, end in spans:
             if begin >= at + left:
                 break
             if begin > at:
                 left -= begin - at
+                at = begin
+            if rate > 0 and (end - at) * rate >= left:
+                return round(at + left / rate)
+            left -= (end - at) * rate
             at = max(at, end)
-        return at + left
+        return round(at + left)
 
     def abort(self, seq_id: int, *, at_ns: int) -> None:
         """Drop a sequence wherever it is; its blocks are free from ``at_ns``."""

@@ -207,6 +207,7 @@ class PhysicsEngine:
                 timer=self._timer,
                 on_step=self._on_step,
                 frontend_s=0.0 if role == "decode" else self._config.frontend_ms / 1e3,
+                frontend_share=self._config.frontend_share,
             )
             for i in range(count)
         ]

@@ -340,6 +340,19 @@ burst the steps that carried a prefill took 77 ms on average against the simulat
 (calibrated on prefills alone), while the steps of decodes alone agreed (median gap 5.8
 against 5.7 ms)."""
 MIXED_PROBE_GAP_S = 0.25
+FRONT_END_PROBES = 2
+FRONT_END_PROBE_AFTER_S = 3.0
+"""Last in the calibration run, 3 s after the mixed probes' long request (200 tokens, done
+in 1.2-2 s) and 1 s apart: a 1,536-token prompt alone and, during its prefill (90-180 ms),
+four 64-token prompts 15 ms apart (2 tokens out), which wait behind it. vLLM's front end
+works on each arrival while the engine prefills: how much longer that prefill takes than
+the same prompt alone, over the arrivals' front-end time, is the share of the front end's
+time the engine loses (``plan calibrate`` prints it; ``loadgen sim --frontend-share``).
+Without it the simulator stopped its engine for the whole front-end time of every arrival:
+the burst's first prefills took it 17-105 and 227-407 ms against vLLM's 7-11 and 124-199,
+and its TTFT p50 sat 3-9 points above its TTFT p99 against vLLM's (the misses were the
+TTFT p50)."""
+FRONT_END_ARRIVALS = 4
 BURST_SEEDS = (41, 43)
 """Burst-only replays of the queued run's burst with fresh prompts (no prefix-cache hits),
 one before the calibration run and one after it: with the queued run's, three bursts of
@@ -524,6 +537,13 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
         {"input_tokens": length, "output_tokens": 2, "arrival_s": mixed + MIXED_PROBE_GAP_S * k}
         for k, length in enumerate(MIXED_PROBES, start=1)
     ]
+    for probe in range(FRONT_END_PROBES):
+        at = mixed + FRONT_END_PROBE_AFTER_S + probe
+        specs.append({"input_tokens": 1536, "output_tokens": 2, "arrival_s": at})
+        specs += [
+            {"input_tokens": 64, "output_tokens": 2, "arrival_s": at + 0.005 + 0.015 * k}
+            for k in range(1, FRONT_END_ARRIVALS + 1)
+        ]
     queued = _trace_specs(queued_run.trace)[IDLE_REQUESTS:]
     start = float(queued[0]["arrival_s"])
     burst = [{**spec, "arrival_s": spec["arrival_s"] - start} for spec in queued]
@@ -577,11 +597,16 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     assert front is not None, done.stdout
     frontend_ms = float(front.group(1))
     assert 0 < frontend_ms < 200, done.stdout
+    # ... and the share of the front end's time its engine loses, from the front-end probes.
+    shared = re.search(r"runs pooled: .*front end's share of its engine: ([\d.]+)", done.stdout)
+    assert shared is not None, done.stdout
+    frontend_share = float(shared.group(1))
     sim_args = [
         "--served-model-name", VLLM_MODEL_ID, "--model", "tiny-llama", "--gpu", CPU_NAME,
         "--catalog", str(queued_run.catalog), "--profile", str(profile),
         "--max-num-seqs", str(VLLM_MAX_NUM_SEQS), "--max-model-len", str(VLLM_MAX_MODEL_LEN),
         "--tokenizer", str(vllm_model.tokenizer_json), "--frontend-ms", f"{frontend_ms:g}",
+        "--frontend-share", f"{frontend_share:g}",
     ]  # fmt: skip
     # The simulator on the core vLLM has (idle now), the load generator on the others: the
     # second burst's trace without its pairs.
@@ -678,7 +703,8 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
         f"{v:.0f}/{m:.0f}" for v, m in zip(first_prefills(after), first_prefills(out), strict=True)
     )
     said = (
-        f"vLLM's front end {frontend_ms:.1f} ms a request alone (given to the simulator), "
+        f"vLLM's front end {frontend_ms:.1f} ms a request alone and a share of "
+        f"{frontend_share:.2f} of it lost by its engine (given to the simulator), "
         f"{burst_front:.0f} ms in the burst (the simulator's {sim_front:.0f}); the burst's "
         f"first prefills, vLLM/simulator: {early} ms; the calibration's idle requests against "
         f"the queued run's: prefill {drift['prefill']:+.0%}, time per output token "

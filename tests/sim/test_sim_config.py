@@ -32,6 +32,8 @@ def test_defaults() -> None:
         {"image_tokens": -1},
         {"served_model_name": ""},
         {"frontend_ms": -1.0},
+        {"frontend_share": 1.5},
+        {"frontend_share": -0.1},
     ],
 )
 def test_rejects_bad_values(kwargs: dict[str, object]) -> None:
@@ -57,7 +59,7 @@ def test_help_lists_every_option() -> None:
         "--model", "--gpu", "--gpus", "--topology", "--replicas", "--router",
         "--prefill-gpus", "--decode-gpus", "--link-gbps", "--clock-scale", "--max-num-seqs",
         "--max-batched-tokens", "--kv-capacity-tokens", "--no-prefix-cache", "--preempt",
-        "--frontend-ms",
+        "--frontend-ms", "--frontend-share",
     ):  # fmt: skip
         assert option in result.output
 
@@ -73,6 +75,8 @@ def test_help_lists_every_option() -> None:
         ["--gpu", "h100"],
         ["--frontend-ms", "5"],  # a front end needs the physics engine
         ["--frontend-ms", "-1", "--model", "llama-3.1-8b"],
+        ["--frontend-share", "0.5", "--model", "llama-3.1-8b"],  # a share of no front end
+        ["--frontend-share", "2", "--frontend-ms", "5", "--model", "llama-3.1-8b"],
     ],
 )
 def test_bad_option_exits_2_with_one_line(args: list[str]) -> None:

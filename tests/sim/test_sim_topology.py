@@ -170,9 +170,9 @@ async def _arrivals(engine: PhysicsEngine, plan: list[tuple[float, int, int]]) -
     return out
 
 
-def _frontend_engine(frontend_ms: float) -> PhysicsEngine:
+def _frontend_engine(frontend_ms: float, share: float = 1.0) -> PhysicsEngine:
     spec = EngineConfig(model="llama-3.1-8b", gpu="h100", time_scale=SCALE)
-    return PhysicsEngine(SimConfig(engine=spec, frontend_ms=frontend_ms))
+    return PhysicsEngine(SimConfig(engine=spec, frontend_ms=frontend_ms, frontend_share=share))
 
 
 def test_a_front_end_delays_the_engine_and_stops_its_steps() -> None:
@@ -213,3 +213,24 @@ def test_a_front_end_delays_the_engine_and_stops_its_steps() -> None:
         assert at == pytest.approx(max(w.received_ms, previous) + 20.0, abs=3.0), reached
         previous = at
     assert reached[-1][0] - reached[0][0] >= 57.0, reached
+
+
+def test_a_front_end_costs_its_engine_its_share_of_the_core() -> None:
+    """The same four arrivals beside a decoding request, the engine losing half of the front
+    end's time (``frontend_share`` 0.5): the long request's own 20 ms at the front end (the
+    engine idle then) and half of the four's 80 ms: 60 ms; the four still pass the front end
+    20 ms apart."""
+    plan = [(0.0, 16, 48), *[(0.15, 16, 4)] * 4]
+    without = asyncio.run(_arrivals(_frontend_engine(0.0), plan))
+    half = asyncio.run(_arrivals(_frontend_engine(20.0, share=0.5), plan))
+    stalled = (half[0].end_ms - half[0].received_ms) - (without[0].end_ms - without[0].received_ms)
+    assert stalled == pytest.approx(60.0, abs=8.0), (stalled, without, half)
+    reached = sorted(
+        w.received_ms + w.outcome.ttft_ms - w.outcome.queue_ms - w.outcome.prefill_ms
+        for w in half[1:]
+    )
+    arrived = sorted(w.received_ms for w in half[1:])
+    previous = 0.0
+    for at, came in zip(reached, arrived, strict=True):  # each against its own arrival
+        assert at == pytest.approx(max(came, previous) + 20.0, abs=3.0), (reached, arrived)
+        previous = at

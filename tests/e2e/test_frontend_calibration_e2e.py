@@ -1,0 +1,93 @@
+"""``loadgen plan calibrate RUN`` measures a front end it is not told: a simulator with a
+front end on its engine's core (``--frontend-ms 12``) that costs the engine half of its
+time (``--frontend-share 0.5``), or all of it, replayed over loopback.
+
+The trace: three prompts of 2,000 tokens alone 1 s apart (the alone prefill, about 57 ms
+on one H100 at the catalog's efficiency, in one step of the default 2,048 tokens; the
+front end's latency), then twice a 2,000-token prompt with four short ones arriving
+during its prefill, 15 ms apart.
+Each short one's 12 ms at the front end lands in the long prefill, which the engine
+stretches by the share of it; ``plan calibrate`` reads the share from that stretch. The
+replay's own timing (loopback, the event loop) is part of what it has to live with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from loadgen.cli.root import cli
+from loadgen.run.session import SessionOptions, run_session
+from loadgen.sim.launch import SimProcess
+from traces.io import write_trace
+
+pytestmark = pytest.mark.serial  # times a real server: run alone
+
+SimFactory = Callable[..., SimProcess]
+
+LONG, SHORT = 2000, 64
+FRONTEND_MS = 12.0
+ARRIVALS = 4
+
+
+def _trace(path: Path) -> Path:
+    arrivals: list[float] = [0.0, 1.0, 2.0]
+    inputs = [LONG] * 3
+    for start in (3.0, 4.0):
+        arrivals.append(start)
+        inputs.append(LONG)
+        for k in range(1, ARRIVALS + 1):
+            arrivals.append(start + 0.005 + 0.015 * k)
+            inputs.append(SHORT)
+    write_trace(
+        pa.table(
+            {
+                "request_id": [f"q{i:02d}" for i in range(len(arrivals))],
+                "arrival_s": arrivals,
+                "input_tokens": inputs,
+                "output_tokens": [2] * len(arrivals),
+            }
+        ),
+        path,
+    )
+    return path
+
+
+@pytest.mark.parametrize("share", [0.5, 1.0])
+def test_calibrate_measures_the_front_ends_share(
+    tmp_path: Path, sim: SimFactory, share: float
+) -> None:
+    server = sim(
+        "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1",
+        "--frontend-ms", f"{FRONTEND_MS:g}", "--frontend-share", f"{share:g}",
+    )  # fmt: skip
+    opts = SessionOptions(
+        trace_path=_trace(tmp_path / "t.parquet"),
+        run_dir=tmp_path / "run",
+        base_url=server.base_url,
+        scrape_metrics=False,
+    )
+    run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
+    result = CliRunner().invoke(
+        cli, ["plan", "calibrate", str(run_dir), "-o", str(tmp_path / "p.toml"), "--summary"]
+    )
+    assert result.exit_code == 0, result.output
+    print(f"\n{result.output}")
+    front = re.search(r"front end: ([\d.]+) ms a request", result.output)
+    assert front is not None, result.output
+    assert float(front.group(1)) == pytest.approx(FRONTEND_MS, abs=2.0), result.output
+    found = re.search(
+        r"front end's share of its engine: ([\d.]+) \(median of (\d+) prefills with (\d+) "
+        r"arrivals during them",
+        result.output,
+    )
+    assert found is not None, result.output
+    assert int(found.group(2)) == 2, result.output
+    assert int(found.group(3)) == 2 * ARRIVALS, result.output
+    assert float(found.group(1)) == pytest.approx(share, abs=0.15), result.output
