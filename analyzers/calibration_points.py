@@ -35,7 +35,10 @@ it takes a CSV's:
   median above, one request at a time from its last byte written) against the prefill
   (from the front end of the request itself to its end), the share is the lengthening
   over that overlap; the median over such requests with an alone prefill of the same
-  shape. ``loadgen sim --frontend-share``.
+  shape. Only arrivals written after the request's own front end count: requests sent
+  together (a pair) are taken in by a server's front end before its engine starts (vLLM's
+  pairs gave shares near 0 where its probes gave 0.2-0.8). ``loadgen sim
+  --frontend-share``.
 - **Several runs** of one server (:class:`PooledPoints`): their points as one set, a shape
   measured in more than one run merged by the median of the runs' medians, and one front
   end over all their requests alone.
@@ -150,16 +153,17 @@ def front_end_share(
         if base is None:
             continue
         start, stop = front_end_ms, front_end_ms + p.prefill_ms  # the engine's prefill
+        came = [at for at in p.arrivals_ms if at >= start]  # after its own front end
         free = start  # the front end is busy with the request itself until then
         overlap = 0.0
-        for at in p.arrivals_ms:
+        for at in came:
             begin = max(at, free)
             free = begin + front_end_ms
             overlap += max(0.0, min(free, stop) - max(begin, start))
         if overlap < front_end_ms / 2:
             continue
         shares.append(min(1.0, max(0.0, (p.prefill_ms - base) / overlap)))
-        arrivals += len(p.arrivals_ms)
+        arrivals += len(came)
     if not shares:
         return None
     return FrontEndShare(share=statistics.median(shares), prefills=len(shares), arrivals=arrivals)

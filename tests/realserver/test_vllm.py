@@ -340,19 +340,23 @@ burst the steps that carried a prefill took 77 ms on average against the simulat
 (calibrated on prefills alone), while the steps of decodes alone agreed (median gap 5.8
 against 5.7 ms)."""
 MIXED_PROBE_GAP_S = 0.25
-FRONT_END_PROBES = 2
+FRONT_END_PROBES = 3
 FRONT_END_PROBE_AFTER_S = 3.0
 """Last in the calibration run, 3 s after the mixed probes' long request (200 tokens, done
-in 1.2-2 s) and 1 s apart: a 1,536-token prompt alone and, during its prefill (90-180 ms),
-four 64-token prompts 15 ms apart (2 tokens out), which wait behind it. vLLM's front end
-works on each arrival while the engine prefills: how much longer that prefill takes than
-the same prompt alone, over the arrivals' front-end time, is the share of the front end's
-time the engine loses (``plan calibrate`` prints it; ``loadgen sim --frontend-share``).
+in 1.2-2 s), 1 s apart: a 1,536-token prompt alone, then 0.5 s later the same length with,
+during its prefill (90-180 ms), eight 64-token prompts 12 ms apart (2 tokens out), which
+wait behind it. vLLM's front end works on each arrival while the engine prefills: how
+much longer that prefill takes than the same prompt alone, over the arrivals' front-end
+time, is the share of the front end's time the engine loses (``plan calibrate`` prints
+it; ``loadgen sim --frontend-share``). With four arrivals 15 ms apart and two probes the
+lengthening was 11-38 ms, as noisy as the prompt alone (90-101 ms), and the share came
+out 0.21 in one run and 0.80 in the next.
 Without it the simulator stopped its engine for the whole front-end time of every arrival:
 the burst's first prefills took it 17-105 and 227-407 ms against vLLM's 7-11 and 124-199,
 and its TTFT p50 sat 3-9 points above its TTFT p99 against vLLM's (the misses were the
 TTFT p50)."""
-FRONT_END_ARRIVALS = 4
+FRONT_END_ARRIVALS = 8
+FRONT_END_ARRIVAL_GAP_S = 0.012
 BURST_SEEDS = (41, 43)
 """Burst-only replays of the queued run's burst with fresh prompts (no prefix-cache hits),
 one before the calibration run and one after it: with the queued run's, three bursts of
@@ -538,10 +542,16 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
         for k, length in enumerate(MIXED_PROBES, start=1)
     ]
     for probe in range(FRONT_END_PROBES):
-        at = mixed + FRONT_END_PROBE_AFTER_S + probe
+        alone = mixed + FRONT_END_PROBE_AFTER_S + probe
+        at = alone + 0.5
+        specs.append({"input_tokens": 1536, "output_tokens": 2, "arrival_s": alone})
         specs.append({"input_tokens": 1536, "output_tokens": 2, "arrival_s": at})
         specs += [
-            {"input_tokens": 64, "output_tokens": 2, "arrival_s": at + 0.005 + 0.015 * k}
+            {
+                "input_tokens": 64,
+                "output_tokens": 2,
+                "arrival_s": at + 0.006 + FRONT_END_ARRIVAL_GAP_S * k,
+            }
             for k in range(1, FRONT_END_ARRIVALS + 1)
         ]
     queued = _trace_specs(queued_run.trace)[IDLE_REQUESTS:]
