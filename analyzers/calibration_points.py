@@ -114,6 +114,9 @@ class OverlappedPrefill:
     cached_tokens: int
     prefill_ms: float
     arrivals_ms: tuple[float, ...]
+    alone_ms: float | None = None
+    """The prefill of the last request of the same shape before it that found the server
+    idle (same run): the reference nearest in time (a server's speed drifts)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,7 +152,7 @@ def front_end_share(
     shares: list[float] = []
     arrivals = 0
     for p in overlapped:
-        base = alone.get((p.new_tokens, p.cached_tokens))
+        base = p.alone_ms if p.alone_ms is not None else alone.get((p.new_tokens, p.cached_tokens))
         if base is None:
             continue
         start, stop = front_end_ms, front_end_ms + p.prefill_ms  # the engine's prefill
@@ -511,6 +514,8 @@ def run_calibration_points(
     short = 0
     fronts: list[float] = []
     overlapped: list[OverlappedPrefill] = []
+    last_alone: dict[tuple[int, int], float] = {}
+    """The server-timed prefill of the last request alone, by (new, cached) tokens."""
     for i, row in enumerate(rows):
         new = row.prompt - row.cached
         if new >= 1:
@@ -526,6 +531,7 @@ def run_calibration_points(
                             cached_tokens=row.cached,
                             prefill_ms=row.prefill_ms,
                             arrivals_ms=tuple(a / scale for a in arrivals),
+                            alone_ms=last_alone.get((new, row.cached)),
                         )
                     )
             else:
@@ -541,6 +547,8 @@ def run_calibration_points(
                 if row.prefill_ms is not None and row.prefill_ms > 0:
                     seconds = row.prefill_ms / 1e3
                     by_server += 1
+                    if not company:
+                        last_alone[(new, row.cached)] = row.prefill_ms
                 else:
                     seconds = (row.first - row.sent) / 1e9 / scale
                     by_ttft += 1

@@ -342,19 +342,23 @@ against 5.7 ms)."""
 MIXED_PROBE_GAP_S = 0.25
 FRONT_END_PROBES = 3
 FRONT_END_PROBE_AFTER_S = 3.0
+FRONT_END_PROBE_GAP_S = 1.5
 """Last in the calibration run, 3 s after the mixed probes' long request (200 tokens, done
-in 1.2-2 s), 1 s apart: a 1,536-token prompt alone, then 0.5 s later the same length with,
-during its prefill (90-180 ms), eight 64-token prompts 12 ms apart (2 tokens out), which
-wait behind it. vLLM's front end works on each arrival while the engine prefills: how
-much longer that prefill takes than the same prompt alone, over the arrivals' front-end
-time, is the share of the front end's time the engine loses (``plan calibrate`` prints
-it; ``loadgen sim --frontend-share``). With four arrivals 15 ms apart and two probes the
-lengthening was 11-38 ms, as noisy as the prompt alone (90-101 ms), and the share came
-out 0.21 in one run and 0.80 in the next.
-Without it the simulator stopped its engine for the whole front-end time of every arrival:
-the burst's first prefills took it 17-105 and 227-407 ms against vLLM's 7-11 and 124-199,
-and its TTFT p50 sat 3-9 points above its TTFT p99 against vLLM's (the misses were the
-TTFT p50)."""
+in 1.2-2 s), 1.5 s apart: a 1,536-token prompt alone, then 0.5 s later the same length
+with, during its prefill (90-180 ms), eight prompts 12 ms apart of the burst's lengths (2
+tokens out), which wait behind it. vLLM's front end works on each arrival while the
+engine prefills: how much longer that prefill takes than the prompt alone just before
+it, over the arrivals' front-end time, is the share of the front end's time the engine
+loses (``plan calibrate`` prints it; ``loadgen sim --frontend-share``). With four
+64-token arrivals 15 ms apart and two probes against the session's median prompt alone,
+the share came out 0.21 in one run and 0.80 in the next (the lengthening, 11-38 ms, as
+noisy as the prompt alone, 90-136 ms in one run); with eight 64-token arrivals against
+the prompt just before, 0.22-0.32, and the simulator 5-15% fast at TTFT p50: a short
+prompt costs vLLM's front end less than the burst's (7.5-12 ms of CPU from 64 to 1,536
+tokens, docs/endpoints.md). Without a share the simulator stopped its engine for the
+whole front-end time of every arrival: the burst's first prefills took it 17-105 and
+227-407 ms against vLLM's 7-11 and 124-199, and its TTFT p50 sat 3-9 points above its TTFT
+p99 against vLLM's (the misses were the TTFT p50)."""
 FRONT_END_ARRIVALS = 8
 FRONT_END_ARRIVAL_GAP_S = 0.012
 BURST_SEEDS = (41, 43)
@@ -542,13 +546,13 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
         for k, length in enumerate(MIXED_PROBES, start=1)
     ]
     for probe in range(FRONT_END_PROBES):
-        alone = mixed + FRONT_END_PROBE_AFTER_S + probe
+        alone = mixed + FRONT_END_PROBE_AFTER_S + FRONT_END_PROBE_GAP_S * probe
         at = alone + 0.5
         specs.append({"input_tokens": 1536, "output_tokens": 2, "arrival_s": alone})
         specs.append({"input_tokens": 1536, "output_tokens": 2, "arrival_s": at})
         specs += [
             {
-                "input_tokens": 64,
+                "input_tokens": _LENGTHS[(k * 5) % 6],
                 "output_tokens": 2,
                 "arrival_s": at + 0.006 + FRONT_END_ARRIVAL_GAP_S * k,
             }
