@@ -134,7 +134,7 @@ class _OneLineErrors(click.Command):
     show_default=True,
     help="With --model: a front end on the engine's core, ms a request (as vLLM's API server "
     "beside a CPU-served engine; loadgen plan calibrate RUN prints it): requests pass it one "
-    "at a time and the engine stops while it works.",
+    "at a time and the engine loses --frontend-share of its time.",
 )
 @click.option(
     "--frontend-share",
