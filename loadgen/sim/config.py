@@ -153,9 +153,9 @@ class SimConfig:
     """With ``engine``: a front end on the engine's core, ms of model time a request (vLLM's
     API server beside a CPU-served engine: parsing, tokenizing). Requests pass it one at a
     time before the engine sees them, and the engine loses ``frontend_share`` of its time
-    (its steps stop at 1). The
-    reported queue starts at the engine, as vLLM's does; the front end shows only in the
-    client's TTFT. 0: none (a GPU server's front end has cores of its own)."""
+    (its steps stop at 1). The reported queue starts at the engine, as vLLM's does; the
+    front end shows only in the client's TTFT. 0: none (a GPU server's front end has cores
+    of its own)."""
     frontend_share: float = 1.0
     """The share of the front end's time its engine loses (1: the engine stops while the
     front end works; 0.5: the engine runs at half speed then). A front end's latency
