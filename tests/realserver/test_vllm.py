@@ -686,8 +686,8 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     # 3 dev-box runs of 4, the miss slow throughout (TTFT p50 +20%, server TTFT p50 +21%, TPOT p50
     # +14%) against a queued burst that ran faster than the other two (TTFT p50 1,127
     # against 1,273 and 1,362 ms). With the front end's share of the engine measured by
-    # the probes (``FRONT_END_PROBES``: 0.44, 0.60, 0.45) and given to the simulator:
-    # TTFT p50 +1%, +0%, -0%; TTFT p99 +4%, -1%, -1%; TPOT p50 +11%, -1%, +0%.
+    # the probes (``FRONT_END_PROBES``: 0.44-0.64) and given to the simulator, six dev-box
+    # runs in a row: TTFT p50 -4% to +7%, TTFT p99 -3% to +5%, TPOT p50 -3% to +11%.
     #
     # vLLM's front end (its API server: parsing, tokenizing, streaming) runs on the
     # engine's one core: 12-38 ms a request at idle here, and the burst's 30 arrivals
