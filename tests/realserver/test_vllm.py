@@ -502,6 +502,20 @@ def first_prefills(run_dir: Path, count: int = 4) -> list[float]:
     return [float(r["server_prefill_ms"]) for r in table]
 
 
+def _pair_specs(start_s: float) -> list[dict[str, Any]]:
+    """The calibration's pairs (``CALIBRATION_PAIRS``): two equal prompts sent together,
+    ``CALIBRATION_RUN_GAP_S`` apart from ``start_s``."""
+    return [
+        {
+            "input_tokens": length,
+            "output_tokens": 16,
+            "arrival_s": start_s + CALIBRATION_RUN_GAP_S * i,
+        }
+        for i, length in enumerate(CALIBRATION_PAIRS)
+        for _ in range(2)
+    ]
+
+
 def _trace_specs(trace: Path) -> list[dict[str, Any]]:
     """The rows of a trace ``make_trace`` wrote, as its specs (lengths and arrivals)."""
     table = pq.read_table(trace, columns=["input_tokens", "output_tokens", "arrival_s"])
@@ -530,15 +544,7 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
         for i in range(CALIBRATION_REQUESTS)
     ]
     pairs = CALIBRATION_RUN_GAP_S * CALIBRATION_REQUESTS
-    specs += [
-        {
-            "input_tokens": length,
-            "output_tokens": 16,
-            "arrival_s": pairs + CALIBRATION_RUN_GAP_S * i,
-        }
-        for i, length in enumerate(CALIBRATION_PAIRS)
-        for _ in range(2)
-    ]
+    specs += _pair_specs(pairs)
     mixed = pairs + CALIBRATION_RUN_GAP_S * len(CALIBRATION_PAIRS)
     specs.append({"input_tokens": 64, "output_tokens": 200, "arrival_s": mixed})
     specs += [
@@ -561,15 +567,7 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     queued = _trace_specs(queued_run.trace)[IDLE_REQUESTS:]
     start = float(queued[0]["arrival_s"])
     burst = [{**spec, "arrival_s": spec["arrival_s"] - start} for spec in queued]
-    burst += [
-        {
-            "input_tokens": length,
-            "output_tokens": 16,
-            "arrival_s": PAIRS_AFTER_BURST_S + CALIBRATION_RUN_GAP_S * i,
-        }
-        for i, length in enumerate(CALIBRATION_PAIRS)
-        for _ in range(2)
-    ]
+    burst += _pair_specs(PAIRS_AFTER_BURST_S)
     calibration = tmp_path / "calibration"
     before, after = (tmp_path / f"burst{seed}" for seed in BURST_SEEDS)
     bursts = [
