@@ -332,33 +332,37 @@ own, because in the queued run the pairs put the decomposition's hidden-timings 
 18-27% low at p99 (within 2% with their rows left out)."""
 CALIBRATION_RUN_GAP_S = 1.0
 MIXED_PROBES = (256, 768, 1536, 1024)
-"""Last in the calibration run: one request of 200 tokens out and, while it decodes, these
-prompts 0.25 s apart (2 tokens out, each done before the next): each is prefilled in a
-step beside the long request's decode (vLLM's mixed step), a prefill point with one
-sequence decoding beside it. Those steps cost vLLM more than the prefill alone: in the
-burst the steps that carried a prefill took 77 ms on average against the simulator's 60
-(calibrated on prefills alone), while the steps of decodes alone agreed (median gap 5.8
-against 5.7 ms)."""
+"""Then in the calibration run: one request of ``MIXED_LONG_TOKENS`` tokens out and, while
+it decodes, these prompts 0.25 s apart (2 tokens out, each done before the next): each is
+prefilled in a step beside the long request's decode (vLLM's mixed step), a prefill
+point with one sequence decoding beside it. Those steps cost vLLM more than the prefill
+alone: in the burst the steps that carried a prefill took 77 ms on average against the
+simulator's 60 (calibrated on prefills alone), while the steps of decodes alone agreed
+(median gap 5.8 against 5.7 ms)."""
 MIXED_PROBE_GAP_S = 0.25
+MIXED_LONG_TOKENS = 400
+"""The long request outlasts the four probes (1.1 s) at any speed seen: 200 tokens took
+0.68 s once (3.4 ms a token), and only two probes found it decoding."""
 FRONT_END_PROBES = 3
-FRONT_END_PROBE_AFTER_S = 3.0
+FRONT_END_PROBE_AFTER_S = 4.5
 FRONT_END_PROBE_GAP_S = 1.5
-"""Last in the calibration run, 3 s after the mixed probes' long request (200 tokens, done
-in 1.2-2 s), 1.5 s apart: a 1,536-token prompt alone, then 0.5 s later the same length
-with, during its prefill (90-180 ms), eight prompts 12 ms apart of the burst's lengths (2
-tokens out), which wait behind it. vLLM's front end works on each arrival while the
-engine prefills: how much longer that prefill takes than the prompt alone just before
-it, over the arrivals' front-end time, is the share of the front end's time the engine
-loses (``plan calibrate`` prints it; ``loadgen sim --frontend-share``). With four
-64-token arrivals 15 ms apart and two probes against the session's median prompt alone,
-the share came out 0.21 in one run and 0.80 in the next (the lengthening, 11-38 ms, as
-noisy as the prompt alone, 90-136 ms in one run); with eight 64-token arrivals against
-the prompt just before, 0.22-0.32, and the simulator 5-15% fast at TTFT p50: a short
-prompt costs vLLM's front end less than the burst's (7.5-12 ms of CPU from 64 to 1,536
-tokens, docs/endpoints.md). Without a share the simulator stopped its engine for the
-whole front-end time of every arrival: the burst's first prefills took it 17-105 and
-227-407 ms against vLLM's 7-11 and 124-199, and its TTFT p50 sat 3-9 points above its TTFT
-p99 against vLLM's (the misses were the TTFT p50)."""
+"""Last in the calibration run, 4.5 s after the mixed probes' long request starts (400
+tokens: 1.4 s at vLLM's fastest, 4 s at 10 ms a token), 1.5 s apart: a 1,536-token
+prompt alone, then 0.5 s later the same length with, during its prefill (90-180 ms),
+eight prompts 12 ms apart of the burst's lengths (2 tokens out), which wait behind it.
+vLLM's front end works on each arrival while the engine prefills: how much longer that
+prefill takes than the prompt alone just before it, over the arrivals' front-end time,
+is the share of the front end's time the engine loses (``plan calibrate`` prints it;
+``loadgen sim --frontend-share``). With four 64-token arrivals 15 ms apart and two
+probes against the session's median prompt alone, the share came out 0.21 in one run
+and 0.80 in the next (the lengthening, 11-38 ms, as noisy as the prompt alone, 90-136 ms
+in one run); with eight 64-token arrivals against the prompt just before, 0.22-0.32, and
+the simulator 5-15% fast at TTFT p50: a short prompt costs vLLM's front end less than
+the burst's (7.5-12 ms of CPU from 64 to 1,536 tokens, docs/endpoints.md). Without a
+share the simulator stopped its engine for the whole front-end time of every arrival:
+the burst's first prefills took it 17-105 and 227-407 ms against vLLM's 7-11 and
+124-199, and its TTFT p50 sat 3-9 points above its TTFT p99 against vLLM's (the misses
+were the TTFT p50)."""
 FRONT_END_ARRIVALS = 8
 FRONT_END_ARRIVAL_GAP_S = 0.012
 BURST_SEEDS = (41, 43)
@@ -546,7 +550,7 @@ def test_simulator_calibrated_from_vllm_replays_the_same_trace_alike(
     pairs = CALIBRATION_RUN_GAP_S * CALIBRATION_REQUESTS
     specs += _pair_specs(pairs)
     mixed = pairs + CALIBRATION_RUN_GAP_S * len(CALIBRATION_PAIRS)
-    specs.append({"input_tokens": 64, "output_tokens": 200, "arrival_s": mixed})
+    specs.append({"input_tokens": 64, "output_tokens": MIXED_LONG_TOKENS, "arrival_s": mixed})
     specs += [
         {"input_tokens": length, "output_tokens": 2, "arrival_s": mixed + MIXED_PROBE_GAP_S * k}
         for k, length in enumerate(MIXED_PROBES, start=1)
