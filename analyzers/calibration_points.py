@@ -28,20 +28,9 @@ it takes a CSV's:
   prefill, the client's TTFT from the last byte written less those, the median: what the
   server spends outside its engine (parsing, tokenizing, streaming the first token), for
   ``loadgen sim --frontend-ms`` where that front end shares the engine's cores.
-- **The front end's share of its engine** (not a point: printed): a request sent to an
-  idle server with others arriving during its prefill, each waiting behind it (a long
-  prompt, then short ones a few ms apart), has its prefill lengthened by the part of the
-  arrivals' front-end work that the engine lost. Placing each arrival's front end (the
-  median above, one request at a time from its last byte written) against the prefill
-  (from the front end of the request itself to its end), the share is the lengthening
-  over that overlap; the median over such requests with an alone prefill of the same
-  shape. Only arrivals written after the request's own front end count: requests sent
-  together (a pair) are taken in by a server's front end before its engine starts (vLLM's
-  pairs gave shares near 0 where its probes gave 0.2-0.8). ``loadgen sim
-  --frontend-share``.
-- **Several runs** of one server (:class:`PooledPoints`): their points as one set, a shape
-  measured in more than one run merged by the median of the runs' medians, and one front
-  end over all their requests alone.
+- **The front end's share of its engine** (not a point: printed; the rule in
+  :mod:`analyzers.frontend_share`), from prefills that requests arrived during. **Several
+  runs** of one server are pooled by :mod:`analyzers.calibration_pool`.
 - **Decode, a steady stretch** (when the batch changed over the span): the longest stretch
   of the span between two events of other requests (a send, a first token, an end) in
   which no other request waited for its first token (so no step carried a prefill); the
@@ -74,6 +63,7 @@ import polars as pl
 from analyzers.budget.measurements import Observation, median_observations
 from analyzers.errors import BudgetError
 from analyzers.frames import run_info, scan_run
+from analyzers.frontend_share import FrontEndShare, OverlappedPrefill, front_end_share, ms_text
 from traces import schema as s
 
 MIN_DECODE_GAPS = 4
@@ -82,11 +72,6 @@ span of a few gaps is mostly the steps right after a prefill, which carry the ne
 stream's start (on vLLM's CPU build its front end, on the engine's core, sends the first
 token then): 2-token probes beside a decoding request measured 8.0-9.3 ms a step where
 the steady batch-2 stretches of the same run took 6.0-6.2 ms."""
-
-
-def _ms(value: float) -> str:
-    """``value`` to 0.1 ms, a value that rounds to zero printed as 0.0 (not -0.0)."""
-    return f"{round(value, 1) + 0.0:.1f}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,73 +88,6 @@ class RunDeployment:
     chunk_tokens: int | None = None
     time_scale: float = 1.0
     said: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OverlappedPrefill:
-    """A prefill that requests arrived during (see the module): its shape, its time and
-    when the arrivals' last bytes were written, ms after its own (model time)."""
-
-    new_tokens: int
-    cached_tokens: int
-    prefill_ms: float
-    arrivals_ms: tuple[float, ...]
-    alone_ms: float | None = None
-    """The prefill of the last request of the same shape before it that found the server
-    idle (same run): the reference nearest in time (a server's speed drifts)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FrontEndShare:
-    """The share of the front end's time its engine loses, and what it rests on."""
-
-    share: float
-    prefills: int
-    arrivals: int
-
-    def said(self) -> str:
-        return (
-            f"front end's share of its engine: {self.share:.2f} (median of {self.prefills} "
-            f"prefills with {self.arrivals} arrivals during them; loadgen sim --frontend-share)"
-        )
-
-
-def front_end_share(
-    overlapped: Sequence[OverlappedPrefill],
-    observations: Sequence[Observation],
-    front_end_ms: float | None,
-) -> FrontEndShare | None:
-    """The share (see the module) from prefills with arrivals during them, each against the
-    alone prefill of its shape among ``observations``; None without both or without a
-    front end. Clipped to [0, 1]."""
-    if not overlapped or front_end_ms is None or front_end_ms <= 0:
-        return None
-    alone = {
-        (o.new_tokens, o.cached_tokens): o.seconds * 1e3
-        for o in observations
-        if o.phase == "prefill" and o.batch == 1 and not o.decoding
-    }
-    shares: list[float] = []
-    arrivals = 0
-    for p in overlapped:
-        base = p.alone_ms if p.alone_ms is not None else alone.get((p.new_tokens, p.cached_tokens))
-        if base is None:
-            continue
-        start, stop = front_end_ms, front_end_ms + p.prefill_ms  # the engine's prefill
-        came = [at for at in p.arrivals_ms if at >= start]  # after its own front end
-        free = start  # the front end is busy with the request itself until then
-        overlap = 0.0
-        for at in came:
-            begin = max(at, free)
-            free = begin + front_end_ms
-            overlap += max(0.0, min(free, stop) - max(begin, start))
-        if overlap < front_end_ms / 2:
-            continue
-        shares.append(min(1.0, max(0.0, (p.prefill_ms - base) / overlap)))
-        arrivals += len(came)
-    if not shares:
-        return None
-    return FrontEndShare(share=statistics.median(shares), prefills=len(shares), arrivals=arrivals)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,55 +141,12 @@ class RunPoints:
             + (
                 ""
                 if self.front_end_ms is None
-                else f"\nfront end: {_ms(self.front_end_ms)} ms a request (median of "
+                else f"\nfront end: {ms_text(self.front_end_ms)} ms a request (median of "
                 f"{self.front_end_requests} alone: TTFT from the last byte written less the "
                 "server's queue and prefill; loadgen sim --frontend-ms, on a server whose "
                 "front end shares the engine's cores)"
             )
             + ("" if (share := self.front_end_share()) is None else f"\n{share.said()}")
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PooledPoints:
-    """The points of several runs of one server as one set (``plan calibrate RUN RUN...``):
-    a profile fitted to runs spread over a session carries the server's speed over the
-    session rather than over one run's minutes."""
-
-    runs: tuple[RunPoints, ...]
-
-    @property
-    def observations(self) -> tuple[Observation, ...]:
-        """Every run's points; a shape measured in several runs is their median."""
-        return tuple(median_observations(o for run in self.runs for o in run.observations))
-
-    @property
-    def front_ends(self) -> tuple[float, ...]:
-        return tuple(f for run in self.runs for f in run.front_ends)
-
-    def front_end_share(self) -> FrontEndShare | None:
-        """The share from every run's prefills with arrivals, against the pooled points
-        and front end."""
-        fronts = self.front_ends
-        return front_end_share(
-            [p for run in self.runs for p in run.overlapped],
-            self.observations,
-            statistics.median(fronts) if fronts else None,
-        )
-
-    def summary(self) -> str:
-        """One line for the pool, after each run's own summary."""
-        fronts = self.front_ends
-        share = self.front_end_share()
-        return (
-            f"{len(self.runs)} runs pooled: {len(self.observations)} points"
-            + (
-                ""
-                if not fronts
-                else f"; front end, all runs: {_ms(statistics.median(fronts))} ms a request "
-                f"(median of {len(fronts)} alone)"
-            )
-            + ("" if share is None else f"; {share.said()}")
         )
 
 

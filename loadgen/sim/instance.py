@@ -124,7 +124,7 @@ class Instance:
             if rate > 0 and (end - at) * rate >= left:
                 return round(at + left / rate)
             left -= (end - at) * rate
-            at = max(at, end)
+            at = end
         return round(at + left)
 
     def abort(self, seq_id: int, *, at_ns: int) -> None:

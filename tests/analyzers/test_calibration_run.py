@@ -22,7 +22,8 @@ from analyzers.budget import catalog
 from analyzers.budget.engine.step import SequenceWork, step_cost
 from analyzers.budget.profile import load_profiles
 from analyzers.budget.specs import Deployment
-from analyzers.calibration_points import MIN_DECODE_GAPS, PooledPoints, run_calibration_points
+from analyzers.calibration_points import MIN_DECODE_GAPS, run_calibration_points
+from analyzers.calibration_pool import PooledPoints
 from analyzers.errors import BudgetError
 from loadgen.cli.root import cli
 from traces.io import write_trace

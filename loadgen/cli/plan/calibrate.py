@@ -121,10 +121,8 @@ def calibrate_cmd(
     if len(csvs) > 1:
         raise BudgetError(f"{csvs[1]}: give one CSV (merge them into one file)")
     if runs:
-        from analyzers.calibration_points import (  # deferred: polars
-            PooledPoints,
-            run_calibration_points,
-        )
+        from analyzers.calibration_points import run_calibration_points  # deferred: polars
+        from analyzers.calibration_pool import PooledPoints
 
         pooled = []
         for run in runs:
