@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -224,3 +225,27 @@ def test_a_merge_without_descriptors_leaves_the_journal(tmp_path: Path) -> None:
     assert journal.read_bytes() == before
     assert not (tmp_path / s.REQUESTS_FILE).exists()
     assert read_run_table(tmp_path).num_rows == 5
+
+
+def test_a_batch_converts_with_pauses_while_the_run_goes_on_and_none_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The recorder's thread lets the GIL go after every column while the event loop may
+    # have requests due; at close nothing is due and a pause would only slow the merge.
+    real_sleep = time.sleep
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread().name == "run-recorder":
+            pauses.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    rec = RunRecorder(tmp_path, flush_rows=10, flush_interval_s=60, column_pause_s=0.0002)
+    for i in range(15):
+        rec.add(record(i))
+    wait_for(rec, 10)
+    assert pauses == [0.0002] * len(s.RUN_SCHEMA)
+    rec.close()
+    assert len(pauses) == len(s.RUN_SCHEMA)
+    assert read_run_table(tmp_path).num_rows == 15

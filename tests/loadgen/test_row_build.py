@@ -170,6 +170,13 @@ def test_the_row_and_the_record_make_the_same_batch() -> None:
     assert rows_to_batch([_row()]).equals(records_to_batch([EXPECTED]))
 
 
+def test_a_batch_built_with_a_call_between_columns_is_the_same_batch() -> None:
+    calls: list[int] = []
+    batch = rows_to_batch([_row(), _row()], between=lambda: calls.append(1))
+    assert batch.equals(records_to_batch([EXPECTED, EXPECTED]))
+    assert len(calls) == len(RECORD_FIELDS)
+
+
 def test_run_row_keeps_the_record_fields_in_order() -> None:
     assert RunRow._fields == RECORD_FIELDS
     assert run_row(EXPECTED)._asdict() == {n: getattr(EXPECTED, n) for n in RECORD_FIELDS}
