@@ -10,7 +10,8 @@ CPU 1); ``loadgen replay`` runs as a real subprocess pinned to CPU 0.
     short outputs, ``--seconds`` of schedule each (10; 3 with ``--quick``): share of
     scheduled requests sent, share sent within 2 ms of their due time, p99 lateness (sent -
     due), the client's CPU over the replay as a share of one core, and the start: how late
-    the first request left and the worst lateness in the schedule's first 100 ms;
+    the first request left and the worst lateness in the schedule's first 100 ms, and the
+    10 ms bins of due time that hold a request over 2 ms late (when, how late);
 (d) time from starting the process to its first request leaving;
 (e) CPU-seconds per million streamed tokens with one worker and with two (the workers'
     own CPU during the replay, from run.json, so start-up and the summary are excluded),
@@ -93,7 +94,7 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))] if values else 0.0
 
 
-def schedule_check(port: int, workdir: Path, *, n: int, rate: float) -> dict[str, float]:
+def schedule_check(port: int, workdir: Path, *, n: int, rate: float) -> dict[str, Any]:
     from traces.io import read_run_info
 
     trace = workdir / f"poisson-{rate:g}.parquet"
@@ -114,6 +115,14 @@ def schedule_check(port: int, workdir: Path, *, n: int, rate: float) -> dict[str
                     if s is not None)  # fmt: skip
     first_due = by_due[0][0] if by_due else 0
     start_late = [(s - d) / 1e6 for d, s in by_due if d - first_due < 100_000_000]
+    # Where the late requests were: 10 ms bins of due time holding one over 2 ms late, as
+    # (s from the first due, worst ms) - periodic bins point at the client's own periodic
+    # work (a flush, a scrape), a wave of neighbouring bins at a slower core.
+    worst: dict[int, float] = {}
+    for d, s in by_due:
+        b = (d - first_due) // 10_000_000
+        worst[b] = max(worst.get(b, 0.0), (s - d) / 1e6)
+    late_bins = [(b / 100, w) for b, w in sorted(worst.items()) if w > 2.0]
     return {
         "scheduled": float(n),
         "sent_share": len(sent) / n,
@@ -123,6 +132,7 @@ def schedule_check(port: int, workdir: Path, *, n: int, rate: float) -> dict[str
         "ok_share": ok / n,
         "first_request_s": (min(sent) - start_ns) / 1e9 if sent else float("nan"),
         "first_late_ms": start_late[0] if start_late else float("nan"),
+        "late_bins": late_bins,
         "start_late_max_ms": max(start_late, default=float("nan")),
         "exit_code": float(rc),
         # The client's CPU over the replay (run.json: start-up and the summary excluded),
@@ -226,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
               + (" [target <= 0.2 at 500 req/s]" if rate == 500 else ""))  # fmt: skip
         print(f"    start: first request {sched['first_late_ms']:.2f} ms late, the first 100 ms "
               f"of the schedule at most {sched['start_late_max_ms']:.2f} ms")  # fmt: skip
+        bins = sched["late_bins"]
+        shown_bins = ", ".join(f"{at:.2f} s {ms:.1f} ms" for at, ms in bins[:12])
+        more = ", ..." if len(bins) > 12 else ""
+        print(f"    10 ms bins with a request over 2 ms late: {len(bins)}"
+              + (f" ({shown_bins}{more})" if bins else ""))  # fmt: skip
     print(f"(d) process start to first request: {scheds[0]['first_request_s']:.2f} s "
           "[target < 1 s]")  # fmt: skip
     ones = ", ".join(f"{x:.2f}" for x in shard["cpu_s_per_mtok_1"])

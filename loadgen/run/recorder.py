@@ -15,14 +15,16 @@ Why no wake-up a row: a queue whose ``put`` woke the thread for each row made th
 threads trade the GIL once a request (at 2,000 requests a second, a third of the event
 loop's samples were in ``put``, waiting to run again).
 
-Why a pause between columns: the thread needs the GIL to convert, and on a client pinned to
-one core the kernel runs it beside the event loop, so the two trade the GIL every switch
-interval and the loop gets about half the core while a batch converts. Converting 2,000
-rows in one go took 8 ms of the thread's CPU over 16-22 ms, and at 5,000 requests a second
-every flush made the requests due during it 2-6 ms late (98.3% sent within 2 ms, p99
-2.9 ms). A 0.5 ms sleep after each column (at most about 0.2 ms of work at 2,000 rows)
-keeps the thread to a small share of the core: the same run sent 99.9% within 2 ms, p99
-1.1 ms, each flush then taking about 45 ms. At close nothing is due and there is no pause.
+Why the thread yields: it needs the GIL to convert, and on a client pinned to one core the
+kernel runs it beside the event loop, so the two trade the GIL every switch interval and
+the loop gets about half the core while a batch converts. Converting 2,000 rows in one go
+took 8 ms of the thread's CPU over 16-22 ms, and at 5,000 requests a second every flush
+made the requests due during it 2-6 ms late (98.3% sent within 2 ms, p99 2.9 ms). So the
+thread sleeps 0.5 ms after each column (at most about 0.2 ms of work at 2,000 rows), which
+lets the GIL go, and runs 10 nice levels below the loop (``_NICE``), so that the kernel
+gives it the core while the loop waits rather than beside it. A flush then takes 60-80 ms
+and no more of the thread's CPU (about 10 ms); docs/performance.md has the runs. At close
+nothing is due and there is no pause.
 
 Why a journal and not a Parquet file per flush: opening and closing a Parquet writer holds
 the GIL for milliseconds inside pyarrow, which would delay the event loop's next due
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -65,6 +68,25 @@ _ROW_GROUP_ROWS = 65_536
 
 def _as_row(item: RunRow | RequestRecord) -> RunRow:
     return item if isinstance(item, RunRow) else run_row(item)
+
+
+_NICE = 10
+"""How far the recorder thread's nice value is raised above the loop's (at most to 19).
+Under Linux's fair scheduler a thread 10 nice levels lower weighs about a tenth: it rarely
+preempts the event loop's thread, yet keeps about 10% of a core the loop saturates (some
+20,000 rows a second at about 5 µs of the thread's CPU a row, more than one loop can
+finish). An unprivileged thread cannot take a lower nice value back, so no more than 10."""
+
+
+def _yield_to_the_loop() -> None:
+    """Raise the calling thread's nice value by ``_NICE`` (Linux's per-thread
+    ``setpriority``), so that the kernel runs it while the event loop's thread waits rather
+    than beside it (module notes). Elsewhere, or where refused, it stays as it is."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            me = threading.get_native_id()
+            nice = min(19, os.getpriority(os.PRIO_PROCESS, me) + _NICE)
+            os.setpriority(os.PRIO_PROCESS, me, nice)
 
 
 class RunRecorder:
@@ -133,6 +155,7 @@ class RunRecorder:
                 self._wake.set()
 
     def _run(self) -> None:
+        _yield_to_the_loop()
         pending = self._pending
         deadline = time.monotonic() + self._flush_interval_s
         try:

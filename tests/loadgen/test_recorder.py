@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -249,3 +250,19 @@ def test_a_batch_converts_with_pauses_while_the_run_goes_on_and_none_at_close(
     rec.close()
     assert len(pauses) == len(s.RUN_SCHEMA)
     assert read_run_table(tmp_path).num_rows == 15
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_the_recorder_thread_runs_at_a_lower_priority_than_the_loop(tmp_path: Path) -> None:
+    ours = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    rec = RunRecorder(tmp_path, flush_rows=10, flush_interval_s=0.05)
+    try:
+        rec.add(record(0))
+        wait_for(rec, 1)  # the thread has set its priority before its first flush
+        native_id = rec._thread.native_id
+        assert native_id is not None
+        # ten above ours, at most 19
+        assert os.getpriority(os.PRIO_PROCESS, native_id) == min(19, ours + 10)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ours
+    finally:
+        rec.close()
