@@ -112,6 +112,9 @@ class LlamaServer:
     pid: int
     parallel: int
     model_id: str
+    batch: int
+    """Its logical batch (``-b``, ``n_batch``): the prompt tokens one ``llama_decode`` takes
+    across the slots, a deployment's ``scheduler.max_batched_tokens``."""
 
 
 LlamaFactory = Callable[..., LlamaServer]
@@ -146,6 +149,11 @@ def start_llama(model: Any, *args: str, alias: str = "tiny-llama") -> Iterator[L
     parallel = 4
     if "--parallel" in args:
         parallel = int(args[args.index("--parallel") + 1])
+    batch = 2048  # serve.py's default, said outright below
+    if "--batch" in args:
+        batch = int(args[args.index("--batch") + 1])
+    else:
+        args = (*args, "--batch", str(batch))
     command = [
         sys.executable,
         str(SERVE),
@@ -170,6 +178,7 @@ def start_llama(model: Any, *args: str, alias: str = "tiny-llama") -> Iterator[L
                 pid=proc.pid,
                 parallel=parallel,
                 model_id=alias,
+                batch=batch,
             )
         finally:
             _stop(proc)
