@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from analyzers.budget.budgetfile import load_budget
 from analyzers.budget.catalog import load_catalog
@@ -68,7 +68,10 @@ class DeploymentBudget:
         parts = [f"{', '.join(keys)} ({source})" for source, keys in by_source.items()]
         line = f"deployment from {where}: {'; '.join(parts) or 'nothing'}"
         if self.assumed:
-            line += "; assumed " + ", ".join(f"{p.key}={p.value}" for p in self.assumed)
+            line += "; assumed " + ", ".join(
+                f"{p.key}={p.value}" + (f" ({p.source})" if p.source != "default" else "")
+                for p in self.assumed
+            )
         if self.not_modelled:
             line += "; read, not used: " + ", ".join(self.not_modelled)
         return line
@@ -102,6 +105,13 @@ def _shown(value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+ENGINE_DEFAULT_CHUNK: Final[Mapping[str, int]] = {"llama.cpp": 2048}
+"""The step's token budget an engine uses when not told otherwise and does not publish:
+llama.cpp's logical batch (``-b``, ``n_batch``; ``/props`` does not give it), shared by
+its slots' prompts in one ``llama_decode``. Assumed, and reported as such, for a run whose
+deployment names the engine but no ``scheduler.max_batched_tokens``."""
 
 
 def budget_from_deployment(
@@ -154,6 +164,7 @@ def budget_from_deployment(
         tp = take("gpus", spec.gpus, 1)
     eff = spec.efficiency
     chunk = spec.scheduler.max_batched_tokens
+    engine_chunk = ENGINE_DEFAULT_CHUNK.get(spec.engine or "")
     deploy = Deployment(
         hardware=cat.gpu(gpu_name),
         tensor_parallel=tp,
@@ -162,10 +173,18 @@ def budget_from_deployment(
         decode_efficiency=take("efficiency.decode", eff.decode, 0.6),
         step_overhead_s=take("efficiency.step_overhead_us", eff.step_overhead_us, 0.0) / 1e6,
         memory_fraction=take("efficiency.memory_fraction", eff.memory_fraction, 0.9),
-        chunk_tokens=chunk,
+        chunk_tokens=chunk if chunk is not None else engine_chunk,
     )
     if chunk is not None:
         take("scheduler.max_batched_tokens", chunk, 0)
+    elif engine_chunk is not None:
+        assumed.append(
+            Provenance(
+                key="scheduler.max_batched_tokens",
+                value=str(engine_chunk),
+                source=f"default of {spec.engine}",
+            )
+        )
     else:
         assumed.append(
             Provenance(key="scheduler.max_batched_tokens", value="unchunked", source="default")

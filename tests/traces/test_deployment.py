@@ -15,6 +15,7 @@ from traces.deployment import (
     DeploymentFact,
     DeploymentGap,
     DeploymentInfo,
+    DeploymentSpec,
     load_deployment,
     parse_deployment,
 )
@@ -206,3 +207,25 @@ def test_on_a_disaggregated_deployment_replicas_and_gpus_flags_size_the_prefill_
     assert resolved.budget.deployment.tensor_parallel == 2
     assert resolved.provenance is not None
     assert "prefill.instances=3 (flag --replicas)" in resolved.provenance
+
+
+def _spec(engine: str, batch: int | None = None) -> DeploymentSpec:
+    doc: dict[str, object] = {"engine": engine, "model": "llama-3.1-8b", "gpu": "l40s"}
+    if batch is not None:
+        doc["scheduler"] = {"max_batched_tokens": batch}
+    return parse_deployment(doc, where="d.toml")
+
+
+def test_a_llamacpp_deployment_without_its_batch_assumes_llamacpps_default_and_says_so() -> None:
+    # /props gives llama.cpp's slots but not its logical batch (-b), which its slots' prompts
+    # share in one llama_decode: the budget assumes the server's default and reports it.
+    built = budget_from_deployment(_spec("llama.cpp"), sources={}, default_source="run.json")
+    assert built.budget.deployment.chunk_tokens == 2048
+    (assumed,) = [p for p in built.assumed if p.key == "scheduler.max_batched_tokens"]
+    assert (assumed.value, assumed.source) == ("2048", "default of llama.cpp")
+    assert "scheduler.max_batched_tokens=2048 (default of llama.cpp)" in built.summary("run.json")
+    # A batch the deployment names wins; another engine keeps "unchunked" as before.
+    told = budget_from_deployment(_spec("llama.cpp", 512), sources={}, default_source="d.toml")
+    assert told.budget.deployment.chunk_tokens == 512
+    other = budget_from_deployment(_spec("vllm"), sources={}, default_source="d.toml")
+    assert other.budget.deployment.chunk_tokens is None
