@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -32,7 +33,16 @@ from loadgen.cli.root import cli
 from traces import schema as s
 from traces.io import read_run_info
 
-from .conftest import Row, hidden_split, make_trace, p99_misses, replay, rows, ttft_ms
+from .conftest import (
+    Row,
+    SplitReport,
+    hidden_split,
+    make_trace,
+    p99_misses,
+    replay,
+    rows,
+    ttft_ms,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -319,13 +329,13 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
     hidden, the budget told the model's shape on a nominal CPU and the deployment's slots
     and logical batch (``-np``, ``-b``), and the prefill speed calibrated from the run, the
     queue and prefill should be within 15% or 5 ms at p99 of the split its own
-    ``prompt_ms`` gives (issue 20). The test asserts what holds (the burst queued, both
-    splits add up to the same server-side time on the same per-request network, the queue
-    within 30%, the prefill between a third and twice) and reports a 15% miss as an xfail
-    with the figures.
+    ``prompt_ms`` gives (issue 20), taken as the median of three bursts' percentiles. The
+    test asserts what holds in every burst (it queued, both splits add up to the same
+    server-side time on the same per-request network, the queue within 30%, the prefill at
+    most twice) and reports a 15% miss of the medians as an xfail with the figures.
 
-    The run: 12 requests 150 ms apart, then 24 sent within 50 ms (the slots fill and a
-    queue builds); prompts of 256-1024 tokens, 4 generated each. Under load a prompt's
+    A burst: 12 requests 150 ms apart, then 24 sent within 50 ms (the slots fill and a
+    queue builds), new prompts each time; prompts of 256-1024 tokens, 4 generated each. Under load a prompt's
     ``prompt_ms`` is the wall time of the batches it shares with the other slots (one
     ``llama_decode`` of up to 2048 tokens), which the replay (4 sequences, 2048-token
     steps) predicts. On a busy machine the first 12 are not a low-load sample (0.3-1 s a
@@ -336,20 +346,8 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
     """
     from dataclasses import replace
 
-    from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
+    from analyzers.decompose import BudgetModel
 
-    lengths = (256, 512, 768, 1024)
-    specs = [
-        {"input_tokens": lengths[i % 4], "output_tokens": 4, "arrival_s": 0.15 * i}
-        for i in range(12)
-    ] + [
-        {"input_tokens": lengths[(i * 3) % 4], "output_tokens": 4, "arrival_s": 2.0 + 0.002 * i}
-        for i in range(24)
-    ]
-    trace = make_trace(tmp_path / "t.parquet", tiny_model, specs, seed=20)
-    result = replay(trace, tmp_path / "run", llama.base_url)
-    table = rows(result.run_dir)
-    assert all(r["outcome"] == "ok" for r in table)
     catalog = tmp_path / "tiny.toml"
     catalog.write_text(TINY_CATALOG, encoding="utf-8")
     budget = BudgetModel.from_catalog(
@@ -366,14 +364,77 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
         max_num_seqs=llama.parallel,
         deployment=replace(budget.deployment, chunk_tokens=llama.batch),
     )
+    # Three bursts of new prompts (none in llama.cpp's prompt cache), each decomposed on
+    # its own. A burst's p99 over 36 requests is about its slowest prompt, which llama.cpp
+    # varies from burst to burst (356-575 ms in identical runs: which slot's prompt its
+    # batch splits); the target is held on the median of the three, as the vLLM test does.
+    bursts = [
+        _llamacpp_burst(tmp_path / f"burst-{k}", llama, tiny_model, budget, k) for k in range(3)
+    ]
+    for burst in bursts:
+        print(f"\n{burst.prediction}\n(inferred, llama.cpp) at p50/p90/p99: {burst.report}")
+    report: SplitReport = {
+        term: [
+            (
+                median(b.report[term][q][0] for b in bursts),
+                median(b.report[term][q][1] for b in bursts),
+            )
+            for q in range(3)
+        ]
+        for term in ("queue", "prefill")
+    }
+    print(f"median of the three bursts (inferred, llama.cpp): {report}")
+    misses = p99_misses(report)
+    # With every miss: each burst's slowest prompts of llama.cpp, with how many prompts their
+    # batch took, beside the replay's largest prefill.
+    why = "; ".join(
+        f"burst {k}: llama.cpp's slowest prompts (tokens, prompt_ms, prompts in its batch) "
+        f"{b.slowest}, the replay's largest prefill {b.largest:.0f} ms"
+        for k, b in enumerate(bursts)
+    )
+    prefill, prefill_truth = report["prefill"][2]
+    if prefill < prefill_truth / 3:
+        pytest.xfail(f"p99 prefill under a third of llama.cpp's own: {report}; {why}")
+    if misses:
+        # Known limit (issue 20, docs/analysis.md "Against llama.cpp"): on a shared machine
+        # llama.cpp's speed varies within the run (a 512-token prompt alone took 0.6 to
+        # 2.8 s within one run), the replay has one speed.
+        pytest.xfail(f"p99 {', '.join(misses)} off by more than 15% or 5 ms: {report}; {why}")
 
+
+@dataclass(frozen=True, slots=True)
+class _Burst:
+    report: SplitReport
+    prediction: str
+    slowest: list[tuple[int, float, int]]
+    largest: float
+
+
+def _llamacpp_burst(out: Path, llama: Any, tiny_model: Any, budget: Any, k: int) -> _Burst:
+    """One burst replayed against ``llama`` and decomposed twice: from llama.cpp's own
+    timings, and with them hidden and the speed calibrated from the run; asserts what must
+    hold in every burst."""
+    from analyzers.decompose import DecomposeOptions, request_terms
+
+    lengths = (256, 512, 768, 1024)
+    specs = [
+        {"input_tokens": lengths[i % 4], "output_tokens": 4, "arrival_s": 0.15 * i}
+        for i in range(12)
+    ] + [
+        {"input_tokens": lengths[(i * 3) % 4], "output_tokens": 4, "arrival_s": 2.0 + 0.002 * i}
+        for i in range(24)
+    ]
+    out.mkdir(parents=True)
+    trace = make_trace(out / "t.parquet", tiny_model, specs, seed=20 + k)
+    result = replay(trace, out / "run", llama.base_url)
+    table = rows(result.run_dir)
+    assert all(r["outcome"] == "ok" for r in table)
     own = request_terms(result.run_dir, None, DecomposeOptions()).frame.sort(s.REQUEST_ID)
     hidden = request_terms(
         result.run_dir, budget, DecomposeOptions(hide_server_timings=True, calibrate=True)
     )
     inferred = hidden.frame.sort(s.REQUEST_ID)
     report = hidden_split(own, inferred)
-    print(f"\n{hidden.prediction}\n(inferred, llama.cpp) at p50/p90/p99: {report}")
     # The burst did queue: at p99 the wait is several prefills.
     assert report["queue"][2][1] > 2 * report["prefill"][0][1], report
     # Both splits share each request's network (llama.cpp's heads wait for a slot, so they
@@ -383,32 +444,23 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
     # first 12 waited (a busy machine) or not (a quiet one); either way it is calibrated.
     assert hidden.calibration is not None
     # Before the refit, 2.5-8x llama.cpp's at p99 (held here); since the deployment's batch
-    # is told, within 15% in every run on the 2-core machine alone or beside one busy
-    # process (docs/analysis.md "Against llama.cpp"). Beside two busy processes llama.cpp's
-    # own speed varies 2x within the burst (a 1,024-token prompt alone in its batch: 312 to
-    # 600 ms) and one speed cannot follow it: 23-43% off. A miss is reported with figures.
+    # is told, within 15% in 14 of 18 runs on the 2-core machine alone and in three beside
+    # one busy process (docs/analysis.md "Against llama.cpp"). Beside two busy processes
+    # llama.cpp's own speed varies 2x within the burst (a 1,024-token prompt alone in its
+    # batch: 312 to 600 ms) and one speed cannot follow it: 23-43% off.
     prefill, prefill_truth = report["prefill"][2]
     assert prefill <= 2 * prefill_truth, report
     # The queue dominates the burst's TTFT; a wide bound here catches a decomposition that
-    # books the wait elsewhere (-6 to +8% in fourteen runs on a busy 2-core machine).
+    # books the wait elsewhere.
     got, truth = report["queue"][2]
     assert abs(got - truth) <= 0.3 * truth, report
-    misses = p99_misses(report)
-    # With every miss: llama.cpp's slowest prompts, with how many prompts their batch took,
-    # beside the replay's largest prefill.
-    slowest = _slowest_prompts(table)
     largest = float(inferred.get_column("prefill_ms").max() or 0.0)  # type: ignore[arg-type]
-    why = (
-        f"; llama.cpp's slowest prompts (tokens, prompt_ms, prompts in its batch): {slowest}; "
-        f"the replay's largest prefill {largest:.0f} ms"
+    return _Burst(
+        report=report,
+        prediction=hidden.prediction,
+        slowest=_slowest_prompts(table),
+        largest=largest,
     )
-    if prefill < prefill_truth / 3:
-        pytest.xfail(f"p99 prefill under a third of llama.cpp's own: {report}{why}")
-    if misses:
-        # Known limit (issue 20, docs/analysis.md "Against llama.cpp"): on a shared machine
-        # llama.cpp's speed varies within the run (a 512-token prompt alone took 0.6 to
-        # 2.8 s within one run), the replay has one speed.
-        pytest.xfail(f"p99 {', '.join(misses)} off by more than 15% or 5 ms: {report}{why}")
 
 
 def _slowest_prompts(table: list[Row], count: int = 3) -> list[tuple[int, float, int]]:
