@@ -24,7 +24,8 @@ thread sleeps 0.5 ms after each column (at most about 0.2 ms of work at 2,000 ro
 lets the GIL go, and runs 10 nice levels below the loop (``_NICE``), so that the kernel
 gives it the core while the loop waits rather than beside it. A flush then takes 60-80 ms
 and no more of the thread's CPU (about 10 ms); docs/performance.md has the runs. At close
-nothing is due and there is no pause.
+nothing is due: ``close()`` writes what is still queued on its caller's thread, without
+pauses.
 
 Why a journal and not a Parquet file per flush: opening and closing a Parquet writer holds
 the GIL for milliseconds inside pyarrow, which would delay the event loop's next due
@@ -158,24 +159,33 @@ class RunRecorder:
         _yield_to_the_loop()
         pending = self._pending
         deadline = time.monotonic() + self._flush_interval_s
-        try:
-            while True:
+
+        def flush() -> None:
+            nonlocal deadline
+            while not self._stopping:  # close() writes the rest, at its own thread's priority
                 self._wake.wait(max(0.0, deadline - time.monotonic()))
                 self._wake.clear()
-                stopping = self._stopping  # read first: every row added before close is in
+                if self._stopping:
+                    return
                 timed = time.monotonic() >= deadline
-                # By count: whole batches of flush_rows; by time or at the end: every row.
+                # By count: whole batches of flush_rows; by time: every row.
                 take = len(pending)
-                if not (stopping or timed):
+                if not timed:
                     take -= take % self._flush_rows
                 self._write_first(take)
-                if stopping:
-                    return
                 if timed:
                     deadline = time.monotonic() + self._flush_interval_s
+
+        self._guarded(flush)
+
+    def _guarded(self, write: Callable[[], None]) -> None:
+        """Run ``write``; a failure is reported at once and by ``close()``, never a silent
+        death of the writer."""
+        try:
+            write()
         except RecorderError as exc:  # a row that does not convert (_write_convertible)
             self._fail(str(exc))
-        except BaseException as exc:  # reported at once and by close(): never a silent death
+        except BaseException as exc:
             self._fail(f"cannot write to {self._journal_path}: {type(exc).__name__}: {exc}")
 
     def _write_first(self, count: int) -> None:
@@ -249,6 +259,10 @@ class RunRecorder:
         self._stopping = True
         self._wake.set()
         self._thread.join()
+        # The rows still queued are written here, not by the recorder's thread: it runs below
+        # the loop's priority (``_NICE``), which on a busy machine would slow the close.
+        if self._failure is None:
+            self._guarded(lambda: self._write_first(len(self._pending)))
         self.dispatched.close()
         try:
             self._journal.close()

@@ -335,14 +335,14 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
     most twice) and reports a 15% miss of the medians as an xfail with the figures.
 
     A burst: 12 requests 150 ms apart, then 24 sent within 50 ms (the slots fill and a
-    queue builds), new prompts each time; prompts of 256-1024 tokens, 4 generated each. Under load a prompt's
-    ``prompt_ms`` is the wall time of the batches it shares with the other slots (one
-    ``llama_decode`` of up to 2048 tokens), which the replay (4 sequences, 2048-token
-    steps) predicts. On a busy machine the first 12 are not a low-load sample (0.3-1 s a
-    prompt, one every 150 ms): they wait for the slot's batch, and the prefill line fitted
-    to them came out 3-4x too slow (1,523 ms at p99 against 453); the calibration then
-    sees that the replay at that line makes its samples wait, and fits the speed to the
-    whole run instead.
+    queue builds), new prompts each time; prompts of 256-1024 tokens, 4 generated each.
+    Under load a prompt's ``prompt_ms`` is the wall time of the batches it shares with the
+    other slots (one ``llama_decode`` of up to 2048 tokens), which the replay (4 sequences,
+    2048-token steps) predicts. On a busy machine the first 12 are not a low-load sample
+    (0.3-1 s a prompt, one every 150 ms): they wait for the slot's batch, and the prefill
+    line fitted to them came out 3-4x too slow (1,523 ms at p99 against 453); the
+    calibration then sees that the replay at that line makes its samples wait, and fits the
+    speed to the whole run instead.
     """
     from dataclasses import replace
 
