@@ -155,11 +155,16 @@ def test_tokens_ttft_and_itl_match_the_simulator(tmp_path: Path, sim: SimFactory
     # wake-up. A stamp taken late by construction (after parsing, with a fixed offset, at
     # the next read's time) moves all the stamps it touches, the promptest included; load
     # only delays some. So: the promptest stamp is no later than the simulator's median
-    # lateness; the first token's promptest is no later than the later tokens' median
-    # (were they alike, that fails with odds of 2^-24); half of either kind come within
-    # the simulator's p90 lateness, nine in ten within its p99.
+    # lateness; the first token's promptest is no later than the later tokens' median plus
+    # this run's jitter (the simulator's lateness from its median to its p90): on some hosts
+    # every first token lags a few microseconds more than the later ones (2026-12-04, both
+    # before and after that day's changes: all 24 above 0.062 ms against a later median of
+    # 0.055, the simulator's median to p90 spanning 0.04-0.07 ms), while a stamp late by
+    # construction is later by a parse or a read; half of either kind come within the
+    # simulator's p90 lateness, nine in ten within its p99.
     assert min(lag_ms) <= median(late_ms), (min(lag_ms), median(late_ms))
-    assert min(first_ms) <= median(later_ms), (sorted(first_ms), median(later_ms))
+    jitter = at(late_ms, 0.9) - median(late_ms)
+    assert min(first_ms) <= median(later_ms) + jitter, (sorted(first_ms), median(later_ms), jitter)
     for lag in (first_ms, later_ms):
         assert median(lag) <= at(late_ms, 0.9), (median(lag), at(late_ms, 0.9))
     assert at(lag_ms, 0.9) <= at(late_ms, 0.99), (at(lag_ms, 0.9), at(late_ms, 0.99))
