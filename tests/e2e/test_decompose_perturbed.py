@@ -18,23 +18,21 @@ true prefill capacity (a queue builds), prompts of 512-1536 tokens and every 11t
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 import pytest
+from replaying import replay
+from tracefiles import write_arrivals
 
 from analyzers.budget.prefill import prefill_time_s
 from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
 from analyzers.decompose.columns import term_col
-from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
-from traces.io import write_trace
 
 pytestmark = pytest.mark.serial  # times a real server or process: run alone
 
@@ -73,18 +71,7 @@ def make_trace(path: Path) -> Path:
         arrivals.append(t)
         service = prefill_time_s(truth.model, deploy, n) * SCALE
         t += service * (2.0 if i < CALM else rng.expovariate(1.0) / 2.5)
-    write_trace(
-        pa.table(
-            {
-                "request_id": [f"q{i:03d}" for i in range(len(lengths))],
-                "arrival_s": arrivals,
-                "input_tokens": lengths,
-                "output_tokens": [2] * len(lengths),
-            }
-        ),
-        path,
-    )
-    return path
+    return write_arrivals(path, arrivals, lengths, id_width=3)
 
 
 def quantile(column: pl.Series, p: float) -> float:
@@ -120,13 +107,9 @@ def test_calibration_recovers_physics_it_was_not_told(tmp_path: Path, sim: SimFa
         "--efficiency-decode", str(TRUE_EFFICIENCY),
         "--max-batched-tokens", str(TRUE_CHUNK),
     )  # fmt: skip
-    opts = SessionOptions(
-        trace_path=make_trace(tmp_path / "t.parquet"),
-        run_dir=tmp_path / "run",
-        base_url=server.base_url,
-        scrape_metrics=False,
-    )
-    run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
+    run_dir = replay(
+        make_trace(tmp_path / "t.parquet"), tmp_path / "run", server.base_url, scrape_metrics=False
+    ).run_dir
     truth = pl.read_parquet(run_dir / s.REQUESTS_FILE).sort(s.REQUEST_ID)
     assert truth.height == CALM + BUSY
     assert truth.get_column(s.SERVER_QUEUE_MS).null_count() == 0

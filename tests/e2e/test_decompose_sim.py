@@ -9,7 +9,6 @@ tolerates.
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pytest
+from replaying import replay
 
 from analyzers.analysis import AnalysisOptions
 from analyzers.budget import decode_step_time_s
@@ -26,7 +26,6 @@ from analyzers.budget.calibrate import fit_polynomial
 from analyzers.decompose import BudgetModel, DecomposeOptions, decompose, request_terms
 from analyzers.decompose.columns import term_col
 from analyzers.metrics import analyze
-from loadgen.run.session import SessionOptions, SessionResult, run_session
 from loadgen.sim.launch import SimProcess
 from traces import schema as s
 from traces.io import write_trace
@@ -53,11 +52,6 @@ def make_trace(path: Path, n: int, rate: float) -> Path:
         path,
     )
     return path
-
-
-def replay(trace: Path, run_dir: Path, base_url: str) -> SessionResult:
-    opts = SessionOptions(trace_path=trace, run_dir=run_dir, base_url=base_url)
-    return asyncio.run(run_session(opts, install_signal_handlers=False))
 
 
 def quadratic_fit(prompts: list[int], values_ms: list[float]) -> tuple[float, float, float]:

@@ -16,19 +16,17 @@ runs.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from click.testing import CliRunner
+from replaying import replay
+from tracefiles import write_arrivals
 
 from loadgen.cli.root import cli
-from loadgen.run.session import SessionOptions, run_session
 from loadgen.sim.launch import SimProcess
-from traces.io import write_trace
 
 pytestmark = pytest.mark.serial  # times a real server: run alone
 
@@ -49,18 +47,7 @@ def _trace(path: Path) -> Path:
         for k in range(1, ARRIVALS + 1):
             arrivals.append(start + (0.005 + 0.015 * k) * SCALE)
             inputs.append(SHORT)
-    write_trace(
-        pa.table(
-            {
-                "request_id": [f"q{i:02d}" for i in range(len(arrivals))],
-                "arrival_s": arrivals,
-                "input_tokens": inputs,
-                "output_tokens": [2] * len(arrivals),
-            }
-        ),
-        path,
-    )
-    return path
+    return write_arrivals(path, arrivals, inputs, id_width=2)
 
 
 @pytest.mark.parametrize("share", [0.5, 1.0])
@@ -71,13 +58,9 @@ def test_calibrate_measures_the_front_ends_share(
         "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--clock-scale", f"{SCALE:g}",
         "--frontend-ms", f"{FRONTEND_MS:g}", "--frontend-share", f"{share:g}",
     )  # fmt: skip
-    opts = SessionOptions(
-        trace_path=_trace(tmp_path / "t.parquet"),
-        run_dir=tmp_path / "run",
-        base_url=server.base_url,
-        scrape_metrics=False,
-    )
-    run_dir = asyncio.run(run_session(opts, install_signal_handlers=False)).run_dir
+    run_dir = replay(
+        _trace(tmp_path / "t.parquet"), tmp_path / "run", server.base_url, scrape_metrics=False
+    ).run_dir
     result = CliRunner().invoke(
         cli, ["plan", "calibrate", str(run_dir), "-o", str(tmp_path / "p.toml"), "--summary"]
     )

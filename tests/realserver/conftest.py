@@ -27,7 +27,6 @@ Trace helpers shared by the test modules: ``make_trace``, ``replay``, ``rows``, 
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import os
 import selectors
@@ -47,10 +46,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from replaying import replay as replay  # re-exported: the tests here import it from conftest
 
 from loadgen.engines.launch import VllmOptions, VllmServer, start_vllm, vllm_missing
 from loadgen.engines.tinymodel import HFModel, default_cache_root, ensure_model
-from loadgen.run.session import SessionOptions, SessionResult, run_session
 from traces import schema as s
 from traces.io import write_trace
 from traces.prompts.maker import HFTokenCounter, PromptMaker
@@ -351,11 +350,6 @@ def make_trace(
         columns["prompt"].append(maker.text(req))
     write_trace(pa.table(columns), path)
     return path
-
-
-def replay(trace: Path, run_dir: Path, base_url: str, **options: Any) -> SessionResult:
-    opts = SessionOptions(trace_path=trace, run_dir=run_dir, base_url=base_url, **options)
-    return asyncio.run(run_session(opts, install_signal_handlers=False))
 
 
 def rows(run_dir: Path) -> list[Row]:
