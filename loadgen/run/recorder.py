@@ -26,7 +26,7 @@ lets the GIL go, and runs 10 nice levels below the loop (``_NICE``), so that the
 gives it the core while the loop waits rather than beside it. A flush then takes 60-80 ms
 and no more of the thread's CPU (about 10 ms); docs/performance.md has the runs. At close
 nothing is due: ``close()`` writes what is still queued on its caller's thread, without
-pauses.
+pauses. Nor is a batch of fewer than ``paced_rows`` rows paced (256: about 0.5 ms of work).
 
 Why a journal and not a Parquet file per flush: opening and closing a Parquet writer holds
 the GIL for milliseconds inside pyarrow, which would delay the event loop's next due
@@ -104,13 +104,15 @@ class RunRecorder:
         flush_rows: int = 2000,
         flush_interval_s: float = 1.0,
         column_pause_s: float = 0.0005,
+        paced_rows: int = 256,
         provenance: Mapping[str, Any] | None = None,
         on_failure: Callable[[str], None] | None = None,
         on_flush: Callable[[str, int, int], None] | None = None,
     ) -> None:
         """``on_flush(cause, start_ns, end_ns)``: told how long each flush took (from the
         recorder's thread; ``loadgen.stalls.StallWatch.mark``). ``column_pause_s``: the
-        sleep between a batch's columns while the run goes on (0: none; module notes)."""
+        sleep between a batch's columns while the run goes on (0: none; module notes), for
+        batches of at least ``paced_rows`` rows (a smaller one converts at once)."""
         self._dir = Path(run_dir)
         parts = self._dir / s.PARTS_DIR
         parts.mkdir(parents=True, exist_ok=True)
@@ -121,6 +123,7 @@ class RunRecorder:
         self._flush_rows = flush_rows
         self._flush_interval_s = flush_interval_s
         self._between = partial(time.sleep, column_pause_s) if column_pause_s > 0 else None
+        self._paced_rows = paced_rows
         self._metadata = file_metadata("run", provenance)
         self._sink = pa.OSFile(str(self._journal_path), "wb")
         self._journal = pa.ipc.new_stream(self._sink, s.RUN_SCHEMA.with_metadata(self._metadata))
@@ -210,8 +213,11 @@ class RunRecorder:
 
     def _write_batch(self, rows: list[RunRow]) -> None:
         try:
-            # Paced while the run goes on; at close nothing is due, so no pauses.
-            batch = rows_to_batch(rows, between=None if self._stopping else self._between)
+            # Paced while the run goes on; at close nothing is due, so no pauses. A small
+            # batch (256 rows: about 0.5 ms) converts at once: at low rates a timed flush
+            # holds a few rows, and 53 wake-ups of the thread would cost the loop more.
+            paced = not self._stopping and len(rows) >= self._paced_rows
+            batch = rows_to_batch(rows, between=self._between if paced else None)
         except Exception:
             self._write_convertible(rows)
             return

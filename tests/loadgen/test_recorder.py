@@ -242,7 +242,9 @@ def test_a_batch_converts_with_pauses_while_the_run_goes_on_and_none_at_close(
         real_sleep(seconds)
 
     monkeypatch.setattr(time, "sleep", sleep)
-    rec = RunRecorder(tmp_path, flush_rows=10, flush_interval_s=60, column_pause_s=0.0002)
+    rec = RunRecorder(
+        tmp_path, flush_rows=10, flush_interval_s=60, column_pause_s=0.0002, paced_rows=10
+    )
     for i in range(15):
         rec.add(record(i))
     wait_for(rec, 10)
@@ -266,3 +268,25 @@ def test_the_recorder_thread_runs_at_a_lower_priority_than_the_loop(tmp_path: Pa
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ours
     finally:
         rec.close()
+
+
+def test_a_small_batch_converts_without_pauses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A timed flush at a low rate holds a few rows: converting them at once costs the loop
+    # less than the thread waking after every column.
+    real_sleep = time.sleep
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread().name == "run-recorder":
+            pauses.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    rec = RunRecorder(tmp_path, flush_rows=10, flush_interval_s=60, paced_rows=11)
+    for i in range(10):
+        rec.add(record(i))
+    wait_for(rec, 10)
+    assert pauses == []
+    rec.close()
