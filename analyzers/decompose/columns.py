@@ -23,6 +23,9 @@ OVERSHOOT_MS: Final = "overshoot_ms"
 NETWORK_UNIDENTIFIED: Final = "network_unidentified"
 """True where the server's TTFT exceeds the client's view: the network is not identifiable."""
 IN_FLIGHT: Final = "in_flight"
+IN_FLIGHT_TO_FIRST: Final = "_in_flight_to_first"
+"""Requests in flight at some moment between a request's send and its first token, itself
+included: how many it may have shared the server with (the calibration's samples)."""
 UNCACHED: Final = "uncached_prompt_tokens"
 PROMPT: Final = "prompt_tokens_used"
 

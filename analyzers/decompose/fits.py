@@ -24,6 +24,7 @@ from analyzers.budget.prefill import prefill_time_s
 from analyzers.budget.specs import Deployment
 from analyzers.decompose.columns import (
     IN_FLIGHT,
+    IN_FLIGHT_TO_FIRST,
     NETWORK_MS,
     PROMPT,
     SERVER_SIDE_MS,
@@ -43,13 +44,37 @@ from analyzers.decompose.results import (
 from analyzers.errors import AnalyzerError, BudgetError
 from traces import schema as s
 
+MIN_LENGTHS: Final = 3
+"""Distinct prompt lengths the prefill quadratic needs."""
+
+
+def low_load(frame: pl.DataFrame, options: DecomposeOptions) -> pl.Expr:
+    """Which requests the prefill fit takes: those sent with at most the
+    ``low_load_quantile`` of the run's in-flight requests at send, and, where that leaves
+    ``MIN_LENGTHS`` prompt lengths, in flight with at most the same quantile of the run's
+    requests in flight before a first token (``IN_FLIGHT_TO_FIRST``).
+
+    In flight at send alone misses a request sent into an idle server that others reached
+    before its prefill ended: a burst's first request, whose prompt then shared steps with
+    theirs (llama.cpp: 267 ms for a 256-token prompt that takes 44 ms alone), and one such
+    sample bent the fitted quadratic to 3.7 times the truth at 256 tokens."""
+    at_send = pl.col(IN_FLIGHT) <= _quantile(frame, IN_FLIGHT, options.low_load_quantile)
+    until_first = _quantile(frame, IN_FLIGHT_TO_FIRST, options.low_load_quantile)
+    alone = at_send & (pl.col(IN_FLIGHT_TO_FIRST) <= until_first)
+    measured = frame.filter(alone & (pl.col(SERVER_SIDE_MS) > 0))
+    return alone if measured.get_column(UNCACHED).n_unique() >= MIN_LENGTHS else at_send
+
+
+def _quantile(frame: pl.DataFrame, column: str, q: float) -> int:
+    cutoff = frame.get_column(column).quantile(q, "lower")
+    return int(cutoff) if isinstance(cutoff, int | float) else 1
+
 
 def fit_prefill(
     frame: pl.DataFrame, budget: BudgetModel, network_ms: float, options: DecomposeOptions
 ) -> CalibrationResult:
-    """Fit prefill on low-load requests: the server's prefill, else what the others leave."""
-    cutoff = frame.get_column(IN_FLIGHT).quantile(options.low_load_quantile, "lower")
-    max_in_flight = int(cutoff) if isinstance(cutoff, int | float) else 1
+    """Fit prefill on low-load requests (``low_load``): the server's prefill, else what the
+    others leave."""
     measured = pl.coalesce(
         pl.col("_s_prefill"),
         pl.col(SERVER_SIDE_MS)
@@ -60,11 +85,17 @@ def fit_prefill(
     source: Literal["server", "derived"] = (
         "server" if frame.get_column("_s_prefill").null_count() < frame.height else "derived"
     )
-    rows = frame.select(pl.col(UNCACHED), pl.col(s.CACHED_TOKENS), pl.col(IN_FLIGHT), measured)
-    rows = rows.rename({rows.columns[-1]: "_m"}).filter(pl.col("_m") > 0)
-    low = rows.filter(pl.col(IN_FLIGHT) <= max_in_flight)
-    if low.get_column(UNCACHED).n_unique() < 3:
+    rows = frame.select(
+        pl.col(UNCACHED),
+        pl.col(s.CACHED_TOKENS),
+        pl.col(IN_FLIGHT),
+        measured.alias("_m"),
+        low_load(frame, options).alias("_low"),
+    ).filter(pl.col("_m") > 0)
+    low = rows.filter(pl.col("_low"))
+    if low.get_column(UNCACHED).n_unique() < MIN_LENGTHS:
         low = rows
+    low = low.drop("_low")
     if low.height == 0:
         raise AnalyzerError("calibration: no request with a positive measured prefill")
     samples = [
@@ -259,14 +290,13 @@ def samples_waited(
     frame: pl.DataFrame,
     budget: BudgetModel,
     deploy: Deployment,
-    calibration: CalibrationResult,
     network_ms: float,
     options: DecomposeOptions,
 ) -> bool:
     """Whether the replay of the run under the low-load fit (``deploy``) says that the
-    fit's samples (at most ``calibration.max_in_flight`` in flight at send) were not alone:
-    their predicted queue plus the stretch of their prefill by shared steps is more than
-    ``SAMPLE_WAIT_SHARE`` of their measured server-side time (less network).
+    fit's samples (``low_load``) were not alone: their predicted queue plus the stretch of
+    their prefill by shared steps is more than ``SAMPLE_WAIT_SHARE`` of their measured
+    server-side time (less network).
 
     A fit from samples that waited is too slow, and a too-slow replay predicts more waiting
     still, so the test cannot be fooled that way; samples that were alone get a replay
@@ -274,7 +304,7 @@ def samples_waited(
     replay = _replay_with_second_token(scanned, budget, deploy, network_ms, options, alone=True)
     if replay is None:
         return False
-    samples = frame.filter(pl.col(IN_FLIGHT) <= calibration.max_in_flight)
+    samples = frame.filter(low_load(frame, options))
     joined = replay.frame.join(_observed(scanned, samples, network_ms, options), on=ROW)
     waited = pl.col("_l_queue") + (pl.col("_l_prefill") - pl.col("_l_alone")).clip(lower_bound=0)
     share = joined.select(waited.sum() / pl.col("_o").clip(lower_bound=0).sum()).item()
@@ -359,7 +389,7 @@ def fit_replay_deployment(
     deploy = fit_decode(scanned, frame, budget, deploy, network_ms, options)
     calibration = replace(calibration, decode_efficiency=deploy.decode_efficiency)
     args = (scanned, frame, budget)
-    from_load = samples_waited(*args, deploy, calibration, network_ms, options)
+    from_load = samples_waited(*args, deploy, network_ms, options)
     if from_load:
         deploy = fit_efficiency(*args, deploy, network_ms, options)
     chunk_fitted = deploy.chunk_tokens is None

@@ -59,6 +59,7 @@ from analyzers.budget.prefill import prefill_time_s
 from analyzers.decompose.columns import (
     CLIENT_TERMS,
     IN_FLIGHT,
+    IN_FLIGHT_TO_FIRST,
     NEGATIVE_SLACK_MS,
     NETWORK_MS,
     NETWORK_SOURCE,
@@ -114,6 +115,20 @@ def in_flight_at_send() -> pl.Expr:
     return pl.when(sent.is_not_null()).then(started - ended).alias(IN_FLIGHT)
 
 
+def in_flight_to_first_token() -> pl.Expr:
+    """Requests in flight at some moment between each request's send and its first token,
+    itself included: sent before its first token, minus ended at or before its send. A
+    request sent alone that others joined before its first token counts them."""
+    sent, first = pl.col(s.SENT_NS), pl.col(s.FIRST_TOKEN_NS)
+    started = sent.drop_nulls().sort().search_sorted(first, side="left").cast(pl.Int64)
+    ended = pl.col(s.END_NS).drop_nulls().sort().search_sorted(sent, side="right").cast(pl.Int64)
+    return (
+        pl.when(sent.is_not_null() & first.is_not_null())
+        .then(started - ended)
+        .alias(IN_FLIGHT_TO_FIRST)
+    )
+
+
 def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
     """Ok requests with a first token, the client terms, the server's timings (``_s_*``)."""
     hide = options.hide_server_timings
@@ -126,7 +141,7 @@ def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
         for t, c in _SERVER_COLS.items()
     ]
     return (
-        lf.with_columns(in_flight_at_send())
+        lf.with_columns(in_flight_at_send(), in_flight_to_first_token())
         .filter(e.is_ok() & pl.col(s.FIRST_TOKEN_NS).is_not_null() & written.is_not_null())
         .select(
             (pl.col(s.WORKLOAD) if options.by_workload else pl.lit(e.ALL))
@@ -137,6 +152,7 @@ def _base(lf: pl.LazyFrame, options: DecomposeOptions) -> pl.LazyFrame:
             pl.col(s.DUE_NS),
             pl.col(s.SENT_NS),
             pl.col(IN_FLIGHT),
+            pl.col(IN_FLIGHT_TO_FIRST),
             prompt.alias(PROMPT),
             pl.col(s.CACHED_TOKENS).fill_null(0).cast(pl.Int64),
             e.uncached_prompt_tokens().alias(UNCACHED),

@@ -338,6 +338,32 @@ def test_calibration_recovers_the_prefill_line(run: Path, budget: BudgetModel) -
     assert batch1.prediction == "batch-1 budget (calibrated)"
 
 
+def test_calibration_leaves_out_a_request_that_others_joined_before_its_first_token(
+    tmp_path: Path, budget: BudgetModel
+) -> None:
+    """A burst's first request is sent into an idle server (alone at send) and the rest of
+    the burst reaches it before its first token: its prompt shared their steps (llama.cpp:
+    267 ms for a 256-token prompt that takes 44 ms alone), so it is no low-load sample."""
+    idle = [rec(i, prompt=LENGTHS[i % 4], gap_ms=200.0) for i in range(20)]
+    # Five requests 0.5 ms apart: the first's prefill stretched to 300 ms by the others.
+    burst = [
+        rec(20 + k, prompt=LENGTHS[k % 4], prefill_ms=300.0, queue_ms=60.0 * k, gap_ms=200.0)
+        for k in range(5)
+    ]
+    shift = ("due_ns", "sent_ns", "request_written_ns", "headers_ns", "first_byte_ns")
+    shift += ("first_token_ns", "end_ns")
+    burst = [
+        replace(r, **{f: getattr(r, f) - k * (200 * MS - MS // 2) for f in shift})
+        for k, r in enumerate(burst)
+    ]
+    run = write_run(tmp_path / "run", idle + burst)
+    cal = decompose(run, budget, DecomposeOptions(calibrate=True)).calibration
+    assert cal is not None
+    assert cal.samples == 20
+    assert cal.b_us_per_token == pytest.approx(50.0, rel=1e-6)
+    assert cal.a_ms == pytest.approx(10.0, abs=1e-6)
+
+
 def test_slo_verdicts_name_the_queue(tmp_path: Path) -> None:
     records = [rec(i, prompt=100, queue_ms=300.0 if i % 10 == 9 else 0.0) for i in range(50)]
     run = write_run(tmp_path / "run", records)
