@@ -350,8 +350,8 @@ def test_calibration_leaves_out_a_request_that_others_joined_before_its_first_to
         rec(20 + k, prompt=LENGTHS[k % 4], prefill_ms=300.0, queue_ms=60.0 * k, gap_ms=200.0)
         for k in range(5)
     ]
-    shift = ("due_ns", "sent_ns", "request_written_ns", "headers_ns", "first_byte_ns")
-    shift += ("first_token_ns", "end_ns")
+    shift: tuple[str, ...] = ("due_ns", "sent_ns", "request_written_ns", "headers_ns")
+    shift += ("first_byte_ns", "first_token_ns", "end_ns")
     burst = [
         replace(r, **{f: getattr(r, f) - k * (200 * MS - MS // 2) for f in shift})
         for k, r in enumerate(burst)
