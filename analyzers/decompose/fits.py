@@ -49,10 +49,11 @@ MIN_LENGTHS: Final = 3
 
 
 def low_load(frame: pl.DataFrame, options: DecomposeOptions) -> pl.Expr:
-    """Which requests the prefill fit takes: those sent with at most the
-    ``low_load_quantile`` of the run's in-flight requests at send, and, where that leaves
-    ``MIN_LENGTHS`` prompt lengths, in flight with at most the same quantile of the run's
-    requests in flight before a first token (``IN_FLIGHT_TO_FIRST``).
+    """Which requests the prefill fit takes (and ``samples_waited`` checks): those sent with
+    at most the ``low_load_quantile`` of the run's in-flight requests at send and in flight
+    with at most the same quantile of its requests in flight before a first token
+    (``IN_FLIGHT_TO_FIRST``); where that leaves fewer than ``MIN_LENGTHS`` prompt lengths,
+    the first condition alone; where that does too, every request.
 
     In flight at send alone misses a request sent into an idle server that others reached
     before its prefill ended: a burst's first request, whose prompt then shared steps with
@@ -61,8 +62,10 @@ def low_load(frame: pl.DataFrame, options: DecomposeOptions) -> pl.Expr:
     at_send = pl.col(IN_FLIGHT) <= _quantile(frame, IN_FLIGHT, options.low_load_quantile)
     until_first = _quantile(frame, IN_FLIGHT_TO_FIRST, options.low_load_quantile)
     alone = at_send & (pl.col(IN_FLIGHT_TO_FIRST) <= until_first)
-    measured = frame.filter(alone & (pl.col(SERVER_SIDE_MS) > 0))
-    return alone if measured.get_column(UNCACHED).n_unique() >= MIN_LENGTHS else at_send
+    for chosen in (alone, at_send):
+        if frame.filter(chosen).get_column(UNCACHED).n_unique() >= MIN_LENGTHS:
+            return chosen
+    return pl.lit(True)
 
 
 def _quantile(frame: pl.DataFrame, column: str, q: float) -> int:
