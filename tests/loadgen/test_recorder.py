@@ -228,11 +228,8 @@ def test_a_merge_without_descriptors_leaves_the_journal(tmp_path: Path) -> None:
     assert read_run_table(tmp_path).num_rows == 5
 
 
-def test_a_batch_converts_with_pauses_while_the_run_goes_on_and_none_at_close(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The recorder's thread lets the GIL go after every column while the event loop may
-    # have requests due; at close nothing is due and a pause would only slow the merge.
+def _recorder_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The sleeps the recorder's thread takes from now on (``time.sleep`` still sleeps)."""
     real_sleep = time.sleep
     pauses: list[float] = []
 
@@ -242,6 +239,15 @@ def test_a_batch_converts_with_pauses_while_the_run_goes_on_and_none_at_close(
         real_sleep(seconds)
 
     monkeypatch.setattr(time, "sleep", sleep)
+    return pauses
+
+
+def test_a_batch_converts_with_pauses_while_the_run_goes_on_and_none_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The recorder's thread lets the GIL go after every column while the event loop may
+    # have requests due; at close nothing is due and a pause would only slow the merge.
+    pauses = _recorder_pauses(monkeypatch)
     rec = RunRecorder(
         tmp_path, flush_rows=10, flush_interval_s=60, column_pause_s=0.0002, paced_rows=10
     )
@@ -275,15 +281,7 @@ def test_a_small_batch_converts_without_pauses(
 ) -> None:
     # A timed flush at a low rate holds a few rows: converting them at once costs the loop
     # less than the thread waking after every column.
-    real_sleep = time.sleep
-    pauses: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        if threading.current_thread().name == "run-recorder":
-            pauses.append(seconds)
-        real_sleep(seconds)
-
-    monkeypatch.setattr(time, "sleep", sleep)
+    pauses = _recorder_pauses(monkeypatch)
     rec = RunRecorder(tmp_path, flush_rows=10, flush_interval_s=60, paced_rows=11)
     for i in range(10):
         rec.add(record(i))
