@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from analyzers.decompose import (
+        admission,
         chunking,
         columns,
         deployment,
@@ -70,6 +71,7 @@ __all__ = [
     "TailComposition",
     "TermStat",
     "Unidentified",
+    "admission",
     "chunking",
     "columns",
     "decompose",

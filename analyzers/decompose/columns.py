@@ -36,6 +36,7 @@ TermSource = Literal[
     "budget",
     "calibrated",
     "schedule",
+    "slots",
     "remainder",
     "estimate",
     "mixed",

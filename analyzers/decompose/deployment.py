@@ -107,6 +107,10 @@ def _shown(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+SLOT_ENGINES: Final = frozenset({"llama.cpp"})
+"""Engines that admit by slots: a request holds one of ``scheduler.max_num_seqs`` slots
+(llama.cpp's ``-np``) from its admission to its last token, and a waiting request is
+admitted when a slot frees (``BudgetModel.slot_admission``)."""
 ENGINE_DEFAULT_CHUNK: Final[Mapping[str, int]] = {"llama.cpp": 2048}
 """The step's token budget an engine uses when not told otherwise and does not publish:
 llama.cpp's logical batch (``-b``, ``n_batch``; ``/props`` does not give it), shared by
@@ -190,6 +194,9 @@ def budget_from_deployment(
             Provenance(key="scheduler.max_batched_tokens", value="unchunked", source="default")
         )
     max_num_seqs = take("scheduler.max_num_seqs", spec.scheduler.max_num_seqs, DEFAULT_MAX_NUM_SEQS)
+    slot_admission = spec.engine in SLOT_ENGINES
+    if slot_admission:
+        take("engine", spec.engine, "")
     link: LinkSpec | None = None
     decode_instances = 1
     if disagg:
@@ -215,6 +222,7 @@ def budget_from_deployment(
         replicas=replicas,
         decode_instances=decode_instances,
         max_num_seqs=max_num_seqs,
+        slot_admission=slot_admission,
     )
     return DeploymentBudget(
         budget=budget,

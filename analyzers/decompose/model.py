@@ -28,7 +28,11 @@ class BudgetModel:
     term is predicted as ``kv_transfer_time_s`` instead of 0) and a decode step on the
     decode side samples the first token. ``replicas`` (monolith replicas, or prefill
     instances with a link), ``decode_instances`` and ``max_num_seqs`` shape the
-    load-aware replay of the run through the scheduler (``analyzers.decompose.load``)."""
+    load-aware replay of the run through the scheduler (``analyzers.decompose.load``).
+    ``slot_admission``: the engine admits by slots (llama.cpp): a request holds one of
+    ``max_num_seqs`` slots per replica from its admission to its last token, so with the
+    server's timings missing the prefill is read from the run's own slot releases
+    (``analyzers.decompose.admission``) instead of taken from the replay."""
 
     model: ModelSpec
     deployment: Deployment
@@ -38,6 +42,7 @@ class BudgetModel:
     replicas: int = 1
     decode_instances: int = 1
     max_num_seqs: int = 256
+    slot_admission: bool = False
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.decode_instances < 1 or self.max_num_seqs < 1:

@@ -20,7 +20,10 @@ batching policy (``analyzers.decompose.load``: a prompt's prefill stretched over
 steps it shares, the KV link's queue, the decode batch's step for the first token); with
 ``load_aware=False`` (or when the replay cannot run) at batch 1 (prefill of ``prompt -
 cached`` tokens, one decode step for the first token or none, the KV transfer over the
-budget's link or none). The network is each request's own (``request_network`` of
+budget's link or none). On a slot engine (``BudgetModel.slot_admission``: llama.cpp) the
+prefill is instead read from the run's own slot releases
+(:mod:`analyzers.decompose.admission`), the replay's prediction only choosing which release
+admitted each request. The network is each request's own (``request_network`` of
 :mod:`analyzers.decompose.network`: the
 server's TTFT subtracted, else its response head read before its first token, else its
 fresh connection's handshake, else the run's estimate), and the queue is the remainder,
@@ -56,6 +59,7 @@ from analyzers import exprs as e
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
+from analyzers.decompose.admission import SLOT_MS, slot_admissions
 from analyzers.decompose.columns import (
     CLIENT_TERMS,
     IN_FLIGHT,
@@ -324,12 +328,20 @@ def request_terms(
             .otherwise(pl.col("_l_prefill"))
             .alias("_l_prefill")
         )
+    if budget is not None and budget.slot_admission and needs_prediction:
+        frame = _slot_prefill(frame, scanned, budget, budget_prefill, options.time_scale)
+        prefill_fallback = "slots"
+        slots = budget.max_num_seqs * budget.replicas
+        read = f"prefill read from the run's releases of {slots} slot(s)"
+        prediction = f"{prediction}; {read}" if prediction else read
+    else:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("_slot_prefill"))
     split = _server_split(frame, network.value_ms, budget_prefill, options)
     unidentified = _unidentified(split)
     network_source = network_term_source(split)
     terms = split.drop([c for c in split.columns if c.startswith("_")])
     counts = {t: frame.get_column(f"_s_{t}").drop_nulls().len() for t in _SERVER_COLS}
-    other_fallback: TermSource = "schedule" if prefill_fallback == "schedule" else "budget"
+    other_fallback: TermSource = "schedule" if phases.height else "budget"
     n = frame.height
     sources = (
         *(SourceOf(term=t, source="measured") for t in CLIENT_TERMS),
@@ -349,6 +361,51 @@ def request_terms(
         first_due_ns=int(first_due or 0),
         prediction=prediction,
         unidentified=unidentified,
+    )
+
+
+def _slot_prefill(
+    frame: pl.DataFrame,
+    scanned: pl.LazyFrame,
+    budget: BudgetModel,
+    budget_prefill: pl.Expr,
+    time_scale: float,
+) -> pl.DataFrame:
+    """``frame`` with ``_slot_prefill``: each request's prefill read from the slot engine's
+    releases (:mod:`analyzers.decompose.admission`), its admission to first token less the
+    predicted first token (and transfer and decode wait, 0 in one replica); null where no
+    slot could have admitted it (the prediction is used there)."""
+    after = (
+        pl.coalesce(pl.col("_l_first"), pl.col("_p_first"))
+        + pl.coalesce(pl.col("_l_transfer"), pl.col("_p_transfer"))
+        + pl.coalesce(pl.col("_l_wait"), pl.lit(0.0))
+    )
+    work = pl.coalesce(pl.col("_l_prefill"), budget_prefill) + after
+    to_ns = 1e6 * time_scale
+    tokens = pl.col(s.SENT_NS) + pl.col(s.CHUNK_OFFSETS_US).cast(pl.List(pl.Int64)) * 1000
+    times = scanned.select(
+        ROW,
+        s.REQUEST_WRITTEN_NS,
+        s.FIRST_TOKEN_NS,
+        s.END_NS,
+        tokens.alias("steps_ns"),
+    ).collect()
+    requests = frame.join(times, on=ROW).select(
+        ROW,
+        (pl.col(s.REQUEST_WRITTEN_NS) + pl.col(NETWORK_MS).fill_null(0.0) * to_ns)
+        .cast(pl.Int64)
+        .alias("arrival_ns"),
+        pl.col(s.FIRST_TOKEN_NS).alias("first_ns"),
+        pl.col(s.END_NS).alias("end_ns"),
+        (work.fill_null(0.0) * to_ns).cast(pl.Int64).alias("work_ns"),
+        "steps_ns",
+    )
+    slots = budget.max_num_seqs * budget.replicas
+    admitted = slot_admissions(requests, slots=slots, time_scale=time_scale)
+    return (
+        frame.join(admitted, on=ROW, how="left")
+        .with_columns((pl.col(SLOT_MS) - after).clip(lower_bound=0.0).alias("_slot_prefill"))
+        .drop(SLOT_MS)
     )
 
 
@@ -372,7 +429,7 @@ def _server_split(
         predicted = pl.coalesce(*predictions).clip(lower_bound=0.0)
         return pl.when(server.is_null()).then(predicted).otherwise(non_negative(server))
 
-    prefill = split("prefill", pl.col("_l_prefill"), budget_prefill)
+    prefill = split("prefill", pl.col("_slot_prefill"), pl.col("_l_prefill"), budget_prefill)
     transfer = split("transfer", pl.col("_l_transfer"), pl.col("_p_transfer"))
     first = split("first_token", pl.col("_l_first"), pl.col("_p_first"))
     # A server that reports its first token but no decode wait counts the wait in it: 0.

@@ -121,7 +121,10 @@ def decompose(
     made at the run's own load: every served request is replayed at its arrival time
     through the engine's batching (chunked prefill, --chunk-tokens per step) with step
     times from the budget, so a prompt spread over steps shared with others is predicted
-    as such (--batch-1 for predictions of each request alone).
+    as such (--batch-1 for predictions of each request alone). On a slot engine
+    (engine = "llama.cpp", which its /props names in run.json) the prefill is read from
+    the run's own slot releases instead: a request holds one of its slots from admission
+    to last token.
 
     The budget is the run's recorded deployment (run.json: a simulator publishes all of
     it), then --deployment FILE, then the flags, each overriding the one before key by key;

@@ -229,3 +229,14 @@ def test_a_llamacpp_deployment_without_its_batch_assumes_llamacpps_default_and_s
     assert told.budget.deployment.chunk_tokens == 512
     other = budget_from_deployment(_spec("vllm"), sources={}, default_source="d.toml")
     assert other.budget.deployment.chunk_tokens is None
+
+
+def test_a_llamacpp_deployment_admits_by_slots_and_says_so() -> None:
+    # llama.cpp's slots (-np) are held from admission to last token: the decomposition reads
+    # a hidden prefill from the run's slot releases (analyzers.decompose.admission).
+    built = budget_from_deployment(_spec("llama.cpp"), sources={}, default_source="run.json")
+    assert built.budget.slot_admission
+    assert "engine=llama.cpp" in built.summary("run.json")
+    other = budget_from_deployment(_spec("vllm"), sources={}, default_source="d.toml")
+    assert not other.budget.slot_admission
+    assert "engine=" not in other.summary("d.toml")
