@@ -54,10 +54,11 @@ def slot_admissions(requests: pl.DataFrame, *, slots: int, time_scale: float = 1
     """``ROW`` and ``SLOT_MS`` for every row of ``requests``.
 
     ``requests`` carries ``ROW``, ``arrival_ns`` (request written plus its network),
-    ``first_ns`` (first token), ``end_ns`` (last byte) and ``work_ns`` (the predicted time
-    from admission to first token), all on the client's clock. ``slots`` is the number of
-    slots of the whole deployment; ``time_scale`` divides the result (wall seconds per
-    server second).
+    ``first_ns`` (first token), ``end_ns`` (last byte), ``work_ns`` (the predicted time
+    from admission to first token) and ``steps_ns`` (the arrival of each of its chunks:
+    the ends of the steps that gave it tokens), all on the client's clock. ``slots`` is
+    the number of slots of the whole deployment; ``time_scale`` divides the result (wall
+    seconds per server second).
     """
     steps = sorted(requests.get_column("steps_ns").explode().drop_nulls().to_list())
     in_order = sorted(requests.get_column("arrival_ns").to_list())
@@ -84,7 +85,7 @@ def slot_admissions(requests: pl.DataFrame, *, slots: int, time_scale: float = 1
         if release >= arrival:
             return release
         at = arrival
-        if bisect_right(in_order, at) - 1 - bisect_right(ends, at) > 0:
+        if bisect_left(in_order, at) - bisect_right(ends, at) > 0:  # others in flight
             k = bisect_left(steps, at)
             if k < len(steps) and steps[k] < first - SAME_STEP_NS:
                 return int(steps[k])
