@@ -10,6 +10,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from runbuilders import request_record
 
 from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
 from analyzers.decompose.admission import SLOT_MS, slot_admissions
@@ -92,7 +93,9 @@ def test_no_free_slot_before_the_first_token_is_null() -> None:
     assert got.get_column(SLOT_MS).to_list() == [50.0, None]
 
 
-def _record(name: str, i: int, arrival: float, admitted: float, first: float, end: float) -> Any:
+def _record(
+    name: str, i: int, arrival: float, admitted: float, first: float, end: float
+) -> RequestRecord:
     """A streamed request of the one-slot engine above, written at ``arrival``, its head
     read 0.2 ms later (a server that answers on receipt: the request's network), with the
     engine's own queue and prefill."""
@@ -100,15 +103,10 @@ def _record(name: str, i: int, arrival: float, admitted: float, first: float, en
     first_ns = T0 + int(first * MS)
     end_ns = T0 + int(end * MS)
     sent = written - MS // 10
-    return RequestRecord(
-        run_id="r",
-        trace_index=i,
-        request_id=name,
-        x_request_id=f"x-{name}",
-        workload="chat",
-        api="chat",
+    return request_record(
+        i,
+        name,
         input_tokens=1000,
-        output_tokens=2,
         due_ns=sent,
         sent_ns=sent,
         request_written_ns=written,

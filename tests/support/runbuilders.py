@@ -9,6 +9,7 @@ import math
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,6 +32,23 @@ from traces.runinfo import (
     RunResult,
     TraceRef,
 )
+
+
+def request_record(i: int, request_id: str, **fields: Any) -> RequestRecord:
+    """Row ``i`` of run ``r``: a chat request named ``request_id`` (``x-`` before it as its
+    ``x_request_id``) of 100 prompt and 2 output tokens, with ``fields`` set or replacing
+    those."""
+    identity: dict[str, Any] = {
+        "run_id": "r",
+        "trace_index": i,
+        "request_id": request_id,
+        "x_request_id": f"x-{request_id}",
+        "workload": "chat",
+        "api": "chat",
+        "input_tokens": 100,
+        "output_tokens": 2,
+    }
+    return RequestRecord(**(identity | fields))
 
 
 def lag(p99_ms: float) -> LagSummary:
