@@ -195,13 +195,22 @@ def _tail_table(c: ClassDecomposition) -> Table:
     return table
 
 
+def _network_line(d: Decomposition) -> str:
+    """The run's network estimate, and whether the requests' own round trips replace it."""
+    run_level = f"{fmt.number(d.network.value_ms)} ms ({d.network.source})"
+    source = {x.term: x.source for x in d.sources}.get("network")
+    if source in (None, "estimate"):
+        return f"network round trip {run_level}"
+    return f"network round trip: each request's own ({source}); the run's {run_level} where none"
+
+
 def decomposition_renderables(d: Decomposition) -> list[RenderableType]:
     """Everything ``loadgen decompose`` prints, in order."""
     out: list[RenderableType] = [
         f"decomposition of {d.run}"
         + (f" against {d.budget_source}" if d.budget_source else "")
         + (" (server timings hidden)" if d.options.hide_server_timings else ""),
-        f"network round trip {fmt.number(d.network.value_ms)} ms ({d.network.source})",
+        _network_line(d),
     ]
     if d.prediction:
         out.append(f"server terms predicted by {d.prediction}")

@@ -183,6 +183,9 @@ def test_decompose_tables_and_json(run: Path) -> None:
     assert "tail composition" in out
     assert "verdict:" in out
     assert "prefill" in out
+    # Each request's network comes from the server's TTFT; the run's estimate stands in
+    # only where a request has none, and the line says so.
+    assert "network round trip: each request's own (server); the run's" in out
     code, out, _ = invoke(decompose, [*args, "--json", "--calibrate", "--hide-server-timings"])
     assert code == 0
     doc = json.loads(out)
