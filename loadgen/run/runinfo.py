@@ -8,14 +8,29 @@ The value and its file are ``traces.runinfo.RunInfo`` and ``traces.io.write_run_
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from importlib import metadata
 
 
+def os_name() -> str:
+    """The system, its release and the machine, and the C library on glibc:
+    ``Linux-6.1.0-x86_64-with-glibc2.36``, as ``platform.platform()`` gives it on Linux.
+    From ``os.uname`` and ``os.confstr``: ``platform.platform()`` runs ``uname -p`` in a
+    subprocess and scans the Python binary for its libc, just before the run starts."""
+    u = os.uname()
+    name = f"{u.sysname}-{u.release}-{u.machine}"
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"
+    except (ValueError, OSError):  # not glibc, or no such name here
+        libc = None
+    return f"{name}-with-{libc.replace(' ', '')}" if libc else name
+
+
 def versions() -> dict[str, str]:
     """Versions of Python and of the packages that shape the measurement."""
-    out = {"python": platform.python_version(), "platform": platform.platform()}
+    out = {"python": platform.python_version(), "platform": os_name()}
     for dist in ("llm-loadgen", "httpx", "httpcore", "pyarrow", "uvloop", "httptools"):
         try:
             out[dist] = metadata.version(dist)

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import platform
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -87,3 +91,26 @@ def test_a_real_run_json_reads_back_as_written(tmp_path: Path) -> None:
     assert info.server_metrics is not None
     assert info.server_metrics.enabled
     assert info.config.headers == {"X-Api-Key": "<redacted>"}
+
+
+def test_the_platform_is_read_without_a_subprocess() -> None:
+    # platform.platform() runs `uname -p` in a subprocess (and scans the Python binary for
+    # its libc) just before a run starts; run.json gets the same string without either. A
+    # fresh interpreter: platform caches what it found, so this one may already have it.
+    script = (
+        "import sys\n"
+        "spawned = []\n"
+        "sys.addaudithook(lambda e, a: spawned.append(a) if e == 'subprocess.Popen' else None)\n"
+        "from loadgen.run.runinfo import versions\n"
+        "print(versions()['platform'])\n"
+        "print(spawned)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    name, spawned = done.stdout.splitlines()
+    assert spawned == "[]"
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert name == platform.platform()
+    else:
+        assert name.startswith(os.uname().sysname)
