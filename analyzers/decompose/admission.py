@@ -55,8 +55,10 @@ def slot_admissions(requests: pl.DataFrame, *, slots: int, time_scale: float = 1
 
     ``requests`` carries ``ROW``, ``arrival_ns`` (request written plus its network),
     ``first_ns`` (first token), ``end_ns`` (last byte), ``work_ns`` (the predicted time
-    from admission to first token) and ``steps_ns`` (the arrival of each of its chunks:
-    the ends of the steps that gave it tokens), all on the client's clock. ``slots`` is
+    from admission to first token), ``floor_ns`` (the least that time can be: no slot
+    release later than the first token less it admitted the request) and ``steps_ns``
+    (the arrival of each of its chunks: the ends of the steps that gave it tokens), all
+    on the client's clock. ``slots`` is
     the number of slots of the whole deployment; ``time_scale`` divides the result (wall
     seconds per server second).
     """
@@ -67,6 +69,7 @@ def slot_admissions(requests: pl.DataFrame, *, slots: int, time_scale: float = 1
     arrivals = ordered.get_column("arrival_ns").to_list()
     firsts = ordered.get_column("first_ns").to_list()
     works = ordered.get_column("work_ns").to_list()
+    floors = ordered.get_column("floor_ns").to_list()
     ends = sorted(e for e in ordered.get_column("end_ns").to_list() if e is not None)
     free = [_NEVER] * slots + ends
     m = len(free)
@@ -77,7 +80,7 @@ def slot_admissions(requests: pl.DataFrame, *, slots: int, time_scale: float = 1
     down = list(range(m + 1))
     out: list[float | None] = []
 
-    def admitted(arrival: int, release: int, first: int) -> int:
+    def admitted(arrival: int, release: int, first: int, limit: int) -> int:
         # A slot frees at the end of a step, and the next step takes the waiting request.
         # A request that arrives to a free slot while another's step runs is taken at
         # that step's end (the next token any request got), if that was not the step that
@@ -87,20 +90,26 @@ def slot_admissions(requests: pl.DataFrame, *, slots: int, time_scale: float = 1
         at = arrival
         if bisect_left(in_order, at) - bisect_right(ends, at) > 0:  # others in flight
             k = bisect_left(steps, at)
-            if k < len(steps) and steps[k] < first - SAME_STEP_NS:
+            if k < len(steps) and steps[k] < min(first - SAME_STEP_NS, limit):
                 return int(steps[k])
         return at
 
-    for arrival, first, work in zip(arrivals, firsts, works, strict=True):
-        last = bisect_left(free, first) - 1  # releases before the first token
+    for arrival, first, work, floor in zip(arrivals, firsts, works, floors, strict=True):
+        # Releases before the first token less the least the prompt could have taken;
+        # before the first token at all where that leaves none.
+        limit = first - floor
+        last = bisect_left(free, limit) - 1
+        if last < 0:
+            limit = first
+            last = bisect_left(free, first) - 1
         if last < 0:
             out.append(None)
             continue
         want = max(first - work, arrival)
         below = _root(down, min(bisect_right(free, want) - 1, last) + 1) - 1
         above = _root(up, min(bisect_right(free, want), last + 1))
-        late = admitted(arrival, free[above], first) if above <= last else None
-        early = admitted(arrival, free[below], first) if below >= 0 else None
+        late = admitted(arrival, free[above], first, limit) if above <= last else None
+        early = admitted(arrival, free[below], first, limit) if below >= 0 else None
         if late is not None and (early is None or abs(late - want) < abs(want - early)):
             choice, at = above, late
         elif early is not None:

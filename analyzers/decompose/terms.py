@@ -329,7 +329,14 @@ def request_terms(
             .alias("_l_prefill")
         )
     if budget is not None and budget.slot_admission and needs_prediction:
-        frame = _slot_prefill(frame, scanned, budget, budget_prefill, options.time_scale)
+        frame = _slot_prefill(
+            frame,
+            scanned,
+            budget,
+            budget_prefill,
+            options.time_scale,
+            calibrated=calibration is not None,
+        )
         prefill_fallback = "slots"
         slots = budget.max_num_seqs * budget.replicas
         read = f"prefill read from the run's releases of {slots} slot(s)"
@@ -364,12 +371,19 @@ def request_terms(
     )
 
 
+PREFILL_FLOOR: Final = 0.5
+"""A calibrated prompt's prefill on a slot engine is at least this share of the calibrated
+line (its time alone): a slot release nearer its first token did not admit it."""
+
+
 def _slot_prefill(
     frame: pl.DataFrame,
     scanned: pl.LazyFrame,
     budget: BudgetModel,
     budget_prefill: pl.Expr,
     time_scale: float,
+    *,
+    calibrated: bool,
 ) -> pl.DataFrame:
     """``frame`` with ``_slot_prefill``: each request's prefill read from the slot engine's
     releases (:mod:`analyzers.decompose.admission`), its admission to first token less the
@@ -381,6 +395,9 @@ def _slot_prefill(
         + pl.coalesce(pl.col("_l_wait"), pl.lit(0.0))
     )
     work = pl.coalesce(pl.col("_l_prefill"), budget_prefill) + after
+    # A prompt takes at least its time alone: measured (calibrated), half of it, for the
+    # calibration's error; the budget's own line is no measure of this server.
+    least = PREFILL_FLOOR * budget_prefill if calibrated else pl.lit(0.0)
     to_ns = 1e6 * time_scale
     tokens = pl.col(s.SENT_NS) + pl.col(s.CHUNK_OFFSETS_US).cast(pl.List(pl.Int64)) * 1000
     times = scanned.select(
@@ -398,6 +415,7 @@ def _slot_prefill(
         pl.col(s.FIRST_TOKEN_NS).alias("first_ns"),
         pl.col(s.END_NS).alias("end_ns"),
         (work.fill_null(0.0) * to_ns).cast(pl.Int64).alias("work_ns"),
+        (least.fill_null(0.0) * to_ns).cast(pl.Int64).alias("floor_ns"),
         "steps_ns",
     )
     slots = budget.max_num_seqs * budget.replicas

@@ -32,16 +32,27 @@ ONE_SLOT = {
 }
 
 
-def _requests(cases: dict[str, tuple[float, float, float, float]], prior: float) -> pl.DataFrame:
+def _requests(
+    cases: dict[str, tuple[float, float, float, float]],
+    prior: float,
+    works: dict[str, float] | None = None,
+    floor: float = 0.0,
+) -> pl.DataFrame:
     """The matching's input for ``cases``, with each request's work (admission to first
-    token) predicted ``prior`` times its true length, and tokens at first and end only."""
+    token) predicted ``prior`` times its true length (or as ``works`` says, ms), at least
+    ``floor`` ms, and tokens at first and end only."""
+    told = works or {}
     return pl.DataFrame(
         {
             ROW: list(range(len(cases))),
             "arrival_ns": [int(a * MS) for a, _, _, _ in cases.values()],
             "first_ns": [int(f * MS) for _, _, f, _ in cases.values()],
             "end_ns": [int(e * MS) for _, _, _, e in cases.values()],
-            "work_ns": [int((f - adm) * prior * MS) for _, adm, f, _ in cases.values()],
+            "work_ns": [
+                int(told.get(name, (f - adm) * prior) * MS)
+                for name, (_, adm, f, _) in cases.items()
+            ],
+            "floor_ns": [int(floor * MS)] * len(cases),
             "steps_ns": [[int(f * MS), int(e * MS)] for _, _, f, e in cases.values()],
         },
         schema_overrides={ROW: pl.UInt32},
@@ -77,6 +88,28 @@ def test_a_request_arriving_during_anothers_step_is_admitted_at_its_end() -> Non
         "C": (120.0, 120.0, 182.0, 400.0),
     }
     assert _slot_ms(cases, slots=3) == pytest.approx(_truth(cases))
+
+
+def test_a_release_too_close_to_the_first_token_did_not_admit_it() -> None:
+    # Three slots, X holding one throughout. C waited for A's slot and shared its steps
+    # (280 ms to its first token); the prediction says 40 ms, as alone, which puts B's
+    # release (10 ms before C's first token) nearest. A prompt takes at least about its
+    # time alone: with a floor of 20 ms that release is out, and D gets it.
+    cases = {
+        "A": (0.0, 0.0, 50.0, 100.0),
+        "B": (0.0, 0.0, 50.0, 370.0),
+        "X": (0.0, 0.0, 50.0, 600.0),
+        "C": (10.0, 100.0, 380.0, 390.0),
+        "D": (20.0, 370.0, 420.0, 430.0),
+    }
+
+    def slot_ms(floor: float) -> list[float]:
+        frame = _requests(cases, 1.0, works={"C": 40.0}, floor=floor)
+        got = slot_admissions(frame, slots=3).sort(ROW)
+        return [float(x) for x in got.get_column(SLOT_MS).to_list()]
+
+    assert slot_ms(0.0)[3:] == pytest.approx([10.0, 30.0])  # without it: both misread
+    assert slot_ms(20.0) == pytest.approx(_truth(cases))
 
 
 def test_time_scale_divides_the_admission_to_first_token() -> None:

@@ -329,7 +329,7 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
     hidden, the budget told the model's shape on a nominal CPU and the deployment's slots
     and logical batch (``-np``, ``-b``) and that the engine admits by slots, and the speed
     calibrated from the run, the queue and prefill are within 15% or 5 ms at p99 of the
-    split its own ``prompt_ms`` gives (issue 20), taken as the median of three bursts'
+    split its own ``prompt_ms`` gives (issue 20), taken as the median of five bursts'
     percentiles. Each burst also holds the bounds that catch a decomposition gone wrong (it
     queued, both splits add up to the same server-side time on the same per-request
     network, the queue within 30%, the prefill at most twice).
@@ -361,10 +361,12 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
         deployment=replace(budget.deployment, chunk_tokens=llama.batch),
         slot_admission=True,
     )
-    # Three bursts of new prompts (none in llama.cpp's prompt cache), each decomposed on
-    # its own; the target is held on the median of the three, as the vLLM test does.
+    # Five bursts of new prompts (none in llama.cpp's prompt cache), each decomposed on
+    # its own; the target is held on the median of the five, as the vLLM test does with
+    # three. A burst's p99 over 36 requests is about its slowest prompt, so one request
+    # misread (llama.cpp took it later than a slot freed for it) moves that burst's.
     bursts = [
-        _llamacpp_burst(tmp_path / f"burst-{k}", llama, tiny_model, budget, k) for k in range(3)
+        _llamacpp_burst(tmp_path / f"burst-{k}", llama, tiny_model, budget, k) for k in range(5)
     ]
     for burst in bursts:
         print(f"\n{burst.prediction}\n(inferred, llama.cpp) at p50/p90/p99: {burst.report}")
@@ -378,7 +380,7 @@ def test_decomposition_hidden_and_calibrated_matches_llamacpps_own_split(
         ]
         for term in ("queue", "prefill")
     }
-    print(f"median of the three bursts (inferred, llama.cpp): {report}")
+    print(f"median of the five bursts (inferred, llama.cpp): {report}")
     # With a miss: each burst's slowest prompts of llama.cpp, with how many prompts their
     # batch took, beside the largest inferred prefill.
     why = "; ".join(
