@@ -58,9 +58,8 @@ def slot_admissions(requests: pl.DataFrame, *, slots: int, time_scale: float = 1
     from admission to first token), ``floor_ns`` (the least that time can be: no slot
     release later than the first token less it admitted the request) and ``steps_ns``
     (the arrival of each of its chunks: the ends of the steps that gave it tokens), all
-    on the client's clock. ``slots`` is
-    the number of slots of the whole deployment; ``time_scale`` divides the result (wall
-    seconds per server second).
+    on the client's clock. ``slots`` is the number of slots of the whole deployment;
+    ``time_scale`` divides the result (wall seconds per server second).
     """
     steps = sorted(requests.get_column("steps_ns").explode().drop_nulls().to_list())
     in_order = sorted(requests.get_column("arrival_ns").to_list())

@@ -115,8 +115,13 @@ def in_flight_at_send() -> pl.Expr:
     it, minus ended at or before it (a request that never ended stays in flight)."""
     sent = pl.col(s.SENT_NS)
     started = sent.drop_nulls().sort().search_sorted(sent, side="right").cast(pl.Int64)
-    ended = pl.col(s.END_NS).drop_nulls().sort().search_sorted(sent, side="right").cast(pl.Int64)
-    return pl.when(sent.is_not_null()).then(started - ended).alias(IN_FLIGHT)
+    return pl.when(sent.is_not_null()).then(started - _ended_by_send()).alias(IN_FLIGHT)
+
+
+def _ended_by_send() -> pl.Expr:
+    """Requests ended at or before each request's send."""
+    ended = pl.col(s.END_NS).drop_nulls().sort()
+    return ended.search_sorted(pl.col(s.SENT_NS), side="right").cast(pl.Int64)
 
 
 def in_flight_to_first_token() -> pl.Expr:
@@ -125,10 +130,9 @@ def in_flight_to_first_token() -> pl.Expr:
     request sent alone that others joined before its first token counts them."""
     sent, first = pl.col(s.SENT_NS), pl.col(s.FIRST_TOKEN_NS)
     started = sent.drop_nulls().sort().search_sorted(first, side="left").cast(pl.Int64)
-    ended = pl.col(s.END_NS).drop_nulls().sort().search_sorted(sent, side="right").cast(pl.Int64)
     return (
         pl.when(sent.is_not_null() & first.is_not_null())
-        .then(started - ended)
+        .then(started - _ended_by_send())
         .alias(IN_FLIGHT_TO_FIRST)
     )
 
@@ -329,16 +333,16 @@ def request_terms(
             .alias("_l_prefill")
         )
     if budget is not None and budget.slot_admission and needs_prediction:
+        slots = budget.max_num_seqs * budget.replicas
         frame = _slot_prefill(
             frame,
             scanned,
-            budget,
             budget_prefill,
-            options.time_scale,
+            slots=slots,
+            time_scale=options.time_scale,
             calibrated=calibration is not None,
         )
         prefill_fallback = "slots"
-        slots = budget.max_num_seqs * budget.replicas
         read = f"prefill read from the run's releases of {slots} slot(s)"
         prediction = f"{prediction}; {read}" if prediction else read
     else:
@@ -379,10 +383,10 @@ line (its time alone): a slot release nearer its first token did not admit it.""
 def _slot_prefill(
     frame: pl.DataFrame,
     scanned: pl.LazyFrame,
-    budget: BudgetModel,
     budget_prefill: pl.Expr,
-    time_scale: float,
     *,
+    slots: int,
+    time_scale: float,
     calibrated: bool,
 ) -> pl.DataFrame:
     """``frame`` with ``_slot_prefill``: each request's prefill read from the slot engine's
@@ -418,7 +422,6 @@ def _slot_prefill(
         (least.fill_null(0.0) * to_ns).cast(pl.Int64).alias("floor_ns"),
         "steps_ns",
     )
-    slots = budget.max_num_seqs * budget.replicas
     admitted = slot_admissions(requests, slots=slots, time_scale=time_scale)
     return (
         frame.join(admitted, on=ROW, how="left")

@@ -165,14 +165,11 @@ def make_run(
         failed = i < fail_first
         written = sent + 500_000
         records.append(
-            RequestRecord(
-                run_id="r",
-                trace_index=i,
-                request_id=f"req-{i}",
+            request_record(
+                i,
+                f"req-{i}",
                 x_request_id=f"x-{i}",
                 workload=workloads[i % len(workloads)],
-                api="chat",
-                input_tokens=100,
                 output_tokens=20,
                 due_ns=due,
                 sent_ns=sent,
