@@ -1,22 +1,31 @@
-"""Admission by slots, read from the run: when each request of a slot engine began its work.
+"""When each prompt of a slot engine entered its batches, read from the run's own tokens.
 
-A slot engine (llama.cpp, ``-np`` slots) gives each request one of a fixed number of slots
-from its admission to its last token, and admits a waiting request the moment a slot
-frees. So every admission is either the request's arrival (a slot was free) or another
-request's end, and each end frees one slot for one admission; both are in the run (the
-arrival is ``request_written`` plus the request's network, the end its last byte, on the
-client's clock, which shifts every server event by the same return trip). Which request
-took which freed slot is not in the run: llama.cpp's HTTP threads hand requests over out of
-arrival order. The budget's prediction of each request's work (the load replay's prefill
-and first token) says about when it began; ``slot_admissions`` takes, for each request in
-the order of their first tokens, the free slot whose admission time is nearest that guess,
-never before the request arrived nor after its first token, and each slot release once.
+A slot engine (llama.cpp, ``-np`` slots) runs one step at a time: a step's batch holds one
+token of every slot that generates, then the prompts of its slots, one slot after another,
+up to ``batch_tokens`` (llama.cpp's ``-b``); a prompt that does not fit whole takes what is
+left and goes on in the next step, and a prompt that finds the batch full waits in its
+slot. llama.cpp starts a prompt's clock (``prompt_ms``) when the prompt first enters a
+batch, and samples its first token at the end of the step that takes its last tokens.
 
-The prefill then comes from the run (first token minus admission, less the predicted first
-token) and the queue is the rest, instead of the prefill being the replay's prediction,
-which cannot follow how the engine actually ordered and batched the burst. Requests without
-a first token (errors, cancellations) are left out of the matching: one that held a slot
-hides that slot from it. Must not import loadgen or httpx.
+Every step's end is in the run: it is when the engine's streams got their tokens (each
+request's chunk arrivals, on the client's clock, which shifts every server event by the
+same return trip; one step's tokens arrive over a few milliseconds, ``SAME_STEP_NS``). So a
+prompt that fitted the step that sampled its first token began where that step began: the
+end of the step before (the last token any stream got before it), or, on an engine that had
+run nothing since, the latest arrival among the prompts of that step, plus the time the
+engine takes to hand a request to its queue (``HANDOVER_NS``). A prompt that did not fit
+began a step earlier: a step with room left (its batch less its generating slots' tokens
+and the prompts it finished) and a free slot took part of the prompt of a request waiting
+then whose prompt was longer than that room (one that fitted would have finished there);
+of several, the one whose first token came first (the engine sends its slots' tokens in the
+order it batches them). A prompt longer than a whole step goes back step by step.
+
+``prompt_starts`` gives each request the time from that start to its first token. The
+prefill then comes from the run (less the predicted first token), the queue is the rest,
+instead of the prefill being the replay's prediction, which cannot follow how the engine
+ordered and batched a burst. It needs neither the budget's speed nor which request took
+which slot. Requests without a first token (errors, cancellations) are not in the input:
+their tokens are missing from the steps. Must not import loadgen or httpx.
 """
 
 from __future__ import annotations
@@ -28,99 +37,110 @@ import polars as pl
 
 from analyzers.decompose.load import ROW
 
-SLOT_MS: Final = "_slot_ms"
-"""Per request: admission to first token on the server, in ms (null where no free slot
-could have admitted it)."""
+PROMPT_MS: Final = "_prompt_ms"
+"""Per request: from the start of the step its prompt first entered to its first token, in
+ms."""
 SAME_STEP_NS: Final = 5_000_000
 """Tokens this close before a request's first token came from the step that sampled it
-(an engine writes one step's tokens to its streams one after another), not from a step
-that ended before its admission."""
-_NEVER: Final = -(2**62)
-"""The time of the slots free at the start of the run: before every arrival."""
+(an engine writes one step's tokens to its streams one after another): a step's end is
+the last token before that."""
+HANDOVER_NS: Final = 1_000_000
+"""The least time from a request's arrival to its place in a slot engine's queue:
+llama-server's HTTP thread reads the request and tokenizes its prompt first (2.4-9 ms
+beyond the network on an idle server in the suite's runs). A request that arrives within
+it of a step's start is not in that step."""
 
 
-def _root(parent: list[int], k: int) -> int:
-    """The root of ``k`` in ``parent`` (a union-find over token indexes), compressing the
-    path."""
-    root = k
-    while parent[root] != root:
-        root = parent[root]
-    while parent[k] != root:
-        parent[k], k = root, parent[k]
-    return root
-
-
-def slot_admissions(requests: pl.DataFrame, *, slots: int, time_scale: float = 1.0) -> pl.DataFrame:
-    """``ROW`` and ``SLOT_MS`` for every row of ``requests``.
+def prompt_starts(
+    requests: pl.DataFrame,
+    *,
+    slots: int,
+    batch_tokens: int | None = None,
+    time_scale: float = 1.0,
+    handover_ns: int = HANDOVER_NS,
+) -> pl.DataFrame:
+    """``ROW`` and ``PROMPT_MS`` for every row of ``requests``.
 
     ``requests`` carries ``ROW``, ``arrival_ns`` (request written plus its network),
-    ``first_ns`` (first token), ``end_ns`` (last byte), ``work_ns`` (the predicted time
-    from admission to first token), ``floor_ns`` (the least that time can be: no slot
-    release later than the first token less it admitted the request) and ``steps_ns``
-    (the arrival of each of its chunks: the ends of the steps that gave it tokens), all
-    on the client's clock. ``slots`` is the number of slots of the whole deployment;
-    ``time_scale`` divides the result (wall seconds per server second).
+    ``first_ns`` (first token), ``end_ns`` (last byte), ``steps_ns`` (the arrival of each
+    of its chunks: the ends of the steps that gave it tokens), all on the client's clock,
+    and ``tokens`` (its prompt's uncached tokens), one row per request with a first token.
+    ``slots``: the slots of the whole deployment; ``batch_tokens``: the step's token budget
+    (None: unbounded, no prompt is split); ``time_scale`` divides the result (wall seconds
+    per server second).
     """
-    steps = sorted(requests.get_column("steps_ns").explode().drop_nulls().to_list())
-    in_order = sorted(requests.get_column("arrival_ns").to_list())
-    ordered = requests.sort("first_ns")
-    rows = ordered.get_column(ROW).to_list()
-    arrivals = ordered.get_column("arrival_ns").to_list()
-    firsts = ordered.get_column("first_ns").to_list()
-    works = ordered.get_column("work_ns").to_list()
-    floors = ordered.get_column("floor_ns").to_list()
-    ends = sorted(e for e in ordered.get_column("end_ns").to_list() if e is not None)
-    free = [_NEVER] * slots + ends
-    m = len(free)
-    # Unused slot releases, by index into ``free``: ``up`` finds the first unused at or
-    # after an index (m: none), ``down`` the last unused at or before one (stored one up,
-    # so 0 means none).
-    up = list(range(m + 1))
-    down = list(range(m + 1))
-    out: list[float | None] = []
+    rows = requests.get_column(ROW).to_list()
+    arrivals = [a + handover_ns for a in requests.get_column("arrival_ns").to_list()]
+    firsts: list[int] = requests.get_column("first_ns").to_list()
+    tokens = [max(int(t), 1) for t in requests.get_column("tokens").to_list()]
+    events = sorted(requests.get_column("steps_ns").explode().drop_nulls().to_list())
+    started = sorted(firsts)
+    ended = sorted(e for e in requests.get_column("end_ns").to_list() if e is not None)
+    budget = batch_tokens if batch_tokens is not None else 2**62
 
-    def admitted(arrival: int, release: int, first: int, limit: int) -> int:
-        # A slot frees at the end of a step, and the next step takes the waiting request.
-        # A request that arrives to a free slot while another's step runs is taken at
-        # that step's end (the next token any request got), if that was not the step that
-        # sampled its own first token.
-        if release >= arrival:
-            return release
-        at = arrival
-        if bisect_left(in_order, at) - bisect_right(ends, at) > 0:  # others in flight
-            k = bisect_left(steps, at)
-            if k < len(steps) and steps[k] < min(first - SAME_STEP_NS, limit):
-                return int(steps[k])
-        return at
+    def step_before(at: int) -> int | None:
+        """The end of the step before the one that ends at ``at``: the last token any
+        stream got before ``at``'s step."""
+        k = bisect_left(events, at - SAME_STEP_NS)
+        return int(events[k - 1]) if k else None
 
-    for arrival, first, work, floor in zip(arrivals, firsts, works, floors, strict=True):
-        # Releases before the first token less the least the prompt could have taken;
-        # before the first token at all where that leaves none.
-        limit = first - floor
-        last = bisect_left(free, limit) - 1
-        if last < 0:
-            limit = first
-            last = bisect_left(free, first) - 1
-        if last < 0:
-            out.append(None)
-            continue
-        want = max(first - work, arrival)
-        below = _root(down, min(bisect_right(free, want) - 1, last) + 1) - 1
-        above = _root(up, min(bisect_right(free, want), last + 1))
-        late = admitted(arrival, free[above], first, limit) if above <= last else None
-        early = admitted(arrival, free[below], first, limit) if below >= 0 else None
-        if late is not None and (early is None or abs(late - want) < abs(want - early)):
-            choice, at = above, late
-        elif early is not None:
-            # Any unused release before the arrival admits it as well: take the earliest,
-            # which no later request could use for a later admission.
-            earliest = _root(up, 0)
-            choice = earliest if free[earliest] <= arrival else below
-            at = early
+    def generating(at: int) -> int:
+        """Slots generating in the step that starts at ``at`` (a first token by then, the
+        last byte after it)."""
+        return bisect_right(started, at + SAME_STEP_NS) - bisect_right(ended, at + SAME_STEP_NS)
+
+    # Requests by the step that sampled their first token (first tokens within
+    # ``SAME_STEP_NS`` of the one before), in time order.
+    order = sorted(range(len(rows)), key=firsts.__getitem__)
+    in_order = [firsts[i] for i in order]
+    cohorts: list[list[int]] = []
+    for i in order:
+        if cohorts and firsts[i] - firsts[cohorts[-1][-1]] <= SAME_STEP_NS:
+            cohorts[-1].append(i)
         else:
-            out.append(None)
-            continue
-        up[choice] = choice + 1
-        down[choice + 1] = choice
-        out.append((first - at) / 1e6 / time_scale)
-    return pl.DataFrame({ROW: rows, SLOT_MS: out}, schema={ROW: pl.UInt32, SLOT_MS: pl.Float64})
+            cohorts.append([i])
+    start = [0] * len(rows)
+    split = [0] * len(rows)  # tokens of each prompt taken by steps before its last
+    filled: set[int] = set()  # steps (by their start) whose room a split prompt took
+    for cohort in cohorts:
+        before = step_before(firsts[cohort[0]])
+        begun = max(arrivals[i] for i in cohort)
+        last_step = begun if before is None else max(before, begun)
+        for i in cohort:
+            start[i] = last_step
+        # Prompts this step finished that began in an earlier step: walk back.
+        end_at = last_step
+        for _ in range(len(rows)):
+            if before is None or end_at != before:
+                break  # the engine ran nothing before this step: nothing began earlier
+            step_start = step_before(end_at)
+            if step_start is None or step_start in filled:
+                break
+            finished = order[
+                bisect_left(in_order, end_at - SAME_STEP_NS) : bisect_right(
+                    in_order, end_at + SAME_STEP_NS
+                )
+            ]
+            running = generating(step_start)
+            room = budget - running - sum(tokens[j] - split[j] for j in finished)
+            if room <= 0 or slots - running - len(finished) <= 0:
+                break
+            waiting = [
+                i
+                for i in cohort
+                if arrivals[i] <= step_start and tokens[i] - split[i] > room and start[i] == end_at
+            ]
+            if not waiting:
+                break
+            taker = waiting[0]
+            start[taker] = step_start
+            split[taker] += room
+            filled.add(step_start)
+            # A prompt longer than a whole step began further back still.
+            if tokens[taker] - split[taker] <= budget - generating(last_step):
+                break
+            end_at = step_start
+            before = step_start
+            cohort = [taker]
+    ms = [(first - at) / 1e6 / time_scale for first, at in zip(firsts, start, strict=True)]
+    return pl.DataFrame({ROW: rows, PROMPT_MS: ms}, schema={ROW: pl.UInt32, PROMPT_MS: pl.Float64})

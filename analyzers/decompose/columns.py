@@ -36,7 +36,7 @@ TermSource = Literal[
     "budget",
     "calibrated",
     "schedule",
-    "slots",
+    "steps",
     "remainder",
     "estimate",
     "mixed",

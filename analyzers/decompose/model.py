@@ -30,9 +30,10 @@ class BudgetModel:
     instances with a link), ``decode_instances`` and ``max_num_seqs`` shape the
     load-aware replay of the run through the scheduler (``analyzers.decompose.load``).
     ``slot_admission``: the engine admits by slots (llama.cpp): a request holds one of
-    ``max_num_seqs`` slots per replica from its admission to its last token, so with the
-    server's timings missing the prefill is read from the run's own slot releases
-    (``analyzers.decompose.admission``) instead of taken from the replay."""
+    ``max_num_seqs`` slots per replica from its admission to its last token and batches
+    their prompts step by step, so with the server's timings missing the prefill is read
+    from the run's own steps (``analyzers.decompose.admission``) instead of taken from the
+    replay."""
 
     model: ModelSpec
     deployment: Deployment

@@ -21,12 +21,12 @@ steps it shares, the KV link's queue, the decode batch's step for the first toke
 ``load_aware=False`` (or when the replay cannot run) at batch 1 (prefill of ``prompt -
 cached`` tokens, one decode step for the first token or none, the KV transfer over the
 budget's link or none). On a slot engine (``BudgetModel.slot_admission``: llama.cpp) the
-prefill is instead read from the run's own slot releases
-(:mod:`analyzers.decompose.admission`), the replay's prediction only choosing which release
-admitted each request. The network is each request's own (``request_network`` of
-:mod:`analyzers.decompose.network`: the
-server's TTFT subtracted, else its response head read before its first token, else its
-fresh connection's handshake, else the run's estimate), and the queue is the remainder,
+prefill is instead read from the run's own steps (:mod:`analyzers.decompose.admission`:
+from the start of the step a prompt first entered, as the engine's batch of
+``chunk_tokens`` took it, to its first token). The network is each request's own
+(``request_network`` of :mod:`analyzers.decompose.network`: the server's TTFT
+subtracted, else its response head read before its first token, else its fresh
+connection's handshake, else the run's estimate), and the queue is the remainder,
 clamped at 0; a negative remainder is kept as ``overshoot_ms`` (<= 0) so the parts still
 add up. No term is ever negative: a server-reported term below 0 (or a network the
 server's TTFT makes negative) is null, "unidentified", and ``RequestTerms.unidentified``
@@ -59,7 +59,7 @@ from analyzers import exprs as e
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
-from analyzers.decompose.admission import SLOT_MS, slot_admissions
+from analyzers.decompose.admission import PROMPT_MS, prompt_starts
 from analyzers.decompose.columns import (
     CLIENT_TERMS,
     IN_FLIGHT,
@@ -332,18 +332,27 @@ def request_terms(
             .otherwise(pl.col("_l_prefill"))
             .alias("_l_prefill")
         )
-    if budget is not None and budget.slot_admission and needs_prediction:
-        slots = budget.max_num_seqs * budget.replicas
+    steps_read = budget is not None and budget.slot_admission and needs_prediction
+    if budget is not None and steps_read and budget.replicas > 1:
+        # Several engines' steps interleave in the run: one's tokens would end another's
+        # step. The replay's prediction stands, and the line says why.
+        steps_read = False
+        why = f"prefill not read from the run's steps: {budget.replicas} replicas interleave them"
+        prediction = f"{prediction}; {why}" if prediction else why
+    if budget is not None and steps_read:
+        batch = budget.deployment.chunk_tokens
         frame = _slot_prefill(
             frame,
             scanned,
-            budget_prefill,
-            slots=slots,
+            slots=budget.max_num_seqs,
+            batch_tokens=batch,
             time_scale=options.time_scale,
-            calibrated=calibration is not None,
         )
-        prefill_fallback = "slots"
-        read = f"prefill read from the run's releases of {slots} slot(s)"
+        prefill_fallback = "steps"
+        read = (
+            f"prefill read from the run's steps ({budget.max_num_seqs} slot(s), "
+            f"{'unbounded' if batch is None else batch} batch tokens)"
+        )
         prediction = f"{prediction}; {read}" if prediction else read
     else:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("_slot_prefill"))
@@ -375,33 +384,23 @@ def request_terms(
     )
 
 
-PREFILL_FLOOR: Final = 0.5
-"""A calibrated prompt's prefill on a slot engine is at least this share of the calibrated
-line (its time alone): a slot release nearer its first token did not admit it."""
-
-
 def _slot_prefill(
     frame: pl.DataFrame,
     scanned: pl.LazyFrame,
-    budget_prefill: pl.Expr,
     *,
     slots: int,
+    batch_tokens: int | None,
     time_scale: float,
-    calibrated: bool,
 ) -> pl.DataFrame:
     """``frame`` with ``_slot_prefill``: each request's prefill read from the slot engine's
-    releases (:mod:`analyzers.decompose.admission`), its admission to first token less the
-    predicted first token (and transfer and decode wait, 0 in one replica); null where no
-    slot could have admitted it (the prediction is used there)."""
+    steps (:mod:`analyzers.decompose.admission`), from the start of the step its prompt
+    first entered to its first token, less the predicted first token (and transfer and
+    decode wait, 0 in one replica)."""
     after = (
         pl.coalesce(pl.col("_l_first"), pl.col("_p_first"))
         + pl.coalesce(pl.col("_l_transfer"), pl.col("_p_transfer"))
         + pl.coalesce(pl.col("_l_wait"), pl.lit(0.0))
     )
-    work = pl.coalesce(pl.col("_l_prefill"), budget_prefill) + after
-    # A prompt takes at least its time alone: measured (calibrated), half of it, for the
-    # calibration's error; the budget's own line is no measure of this server.
-    least = PREFILL_FLOOR * budget_prefill if calibrated else pl.lit(0.0)
     to_ns = 1e6 * time_scale
     tokens = pl.col(s.SENT_NS) + pl.col(s.CHUNK_OFFSETS_US).cast(pl.List(pl.Int64)) * 1000
     times = scanned.select(
@@ -418,15 +417,14 @@ def _slot_prefill(
         .alias("arrival_ns"),
         pl.col(s.FIRST_TOKEN_NS).alias("first_ns"),
         pl.col(s.END_NS).alias("end_ns"),
-        (work.fill_null(0.0) * to_ns).cast(pl.Int64).alias("work_ns"),
-        (least.fill_null(0.0) * to_ns).cast(pl.Int64).alias("floor_ns"),
         "steps_ns",
+        pl.col(UNCACHED).fill_null(0).alias("tokens"),
     )
-    admitted = slot_admissions(requests, slots=slots, time_scale=time_scale)
+    started = prompt_starts(requests, slots=slots, batch_tokens=batch_tokens, time_scale=time_scale)
     return (
-        frame.join(admitted, on=ROW, how="left")
-        .with_columns((pl.col(SLOT_MS) - after).clip(lower_bound=0.0).alias("_slot_prefill"))
-        .drop(SLOT_MS)
+        frame.join(started, on=ROW, how="left")
+        .with_columns((pl.col(PROMPT_MS) - after).clip(lower_bound=0.0).alias("_slot_prefill"))
+        .drop(PROMPT_MS)
     )
 
 

@@ -123,8 +123,9 @@ def decompose(
     times from the budget, so a prompt spread over steps shared with others is predicted
     as such (--batch-1 for predictions of each request alone). On a slot engine
     (engine = "llama.cpp", which its /props names in run.json) the prefill is read from
-    the run's own slot releases instead: a request holds one of its slots from admission
-    to last token.
+    the run's own steps instead: from the start of the step that first took a prompt into
+    its batch (scheduler.max_batched_tokens, llama.cpp's -b) to its first token, as
+    llama.cpp's own prompt_ms counts it.
 
     The budget is the run's recorded deployment (run.json: a simulator publishes all of
     it), then --deployment FILE, then the flags, each overriding the one before key by key;

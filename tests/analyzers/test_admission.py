@@ -1,10 +1,9 @@
-"""A slot engine's admissions read from the run (``analyzers.decompose.admission``)."""
+"""A slot engine's prompt starts read from the run's steps (``analyzers.decompose.admission``)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -13,7 +12,7 @@ import pytest
 from runbuilders import request_record
 
 from analyzers.decompose import BudgetModel, DecomposeOptions, request_terms
-from analyzers.decompose.admission import SLOT_MS, slot_admissions
+from analyzers.decompose.admission import HANDOVER_NS, PROMPT_MS, prompt_starts
 from analyzers.decompose.columns import term_col
 from analyzers.decompose.load import ROW
 from traces import schema as s
@@ -21,115 +20,105 @@ from traces.records import RequestRecord, records_to_batch
 
 MS = 1_000_000
 T0 = 1_700_000_000 * 1_000_000_000
+H = HANDOVER_NS / MS
 
-# One slot, served out of arrival order: A alone; B and C wait for A's slot, and the
-# engine takes C first (llama.cpp's HTTP threads hand requests over out of order).
-# name: (arrival, admitted, first token, end), ms
-ONE_SLOT = {
-    "A": (0.0, 0.0, 50.0, 100.0),
-    "B": (10.0, 150.0, 250.0, 300.0),
-    "C": (20.0, 100.0, 130.0, 150.0),
-}
+Case = tuple[float, float, int, list[float]]
+"""A request: (arrival, end, prompt tokens, its chunks' arrivals: the first is its first
+token), ms on the client's clock."""
 
 
-def _requests(
-    cases: dict[str, tuple[float, float, float, float]],
-    prior: float,
-    works: dict[str, float] | None = None,
-    floor: float = 0.0,
-) -> pl.DataFrame:
-    """The matching's input for ``cases``, with each request's work (admission to first
-    token) predicted ``prior`` times its true length (or as ``works`` says, ms), at least
-    ``floor`` ms, and tokens at first and end only."""
-    told = works or {}
-    return pl.DataFrame(
+def _prompt_ms(cases: dict[str, Case], **kw: object) -> dict[str, float]:
+    frame = pl.DataFrame(
         {
             ROW: list(range(len(cases))),
             "arrival_ns": [int(a * MS) for a, _, _, _ in cases.values()],
-            "first_ns": [int(f * MS) for _, _, f, _ in cases.values()],
-            "end_ns": [int(e * MS) for _, _, _, e in cases.values()],
-            "work_ns": [
-                int(told.get(name, (f - adm) * prior) * MS)
-                for name, (_, adm, f, _) in cases.items()
-            ],
-            "floor_ns": [int(floor * MS)] * len(cases),
-            "steps_ns": [[int(f * MS), int(e * MS)] for _, _, f, e in cases.values()],
+            "first_ns": [int(chunks[0] * MS) for _, _, _, chunks in cases.values()],
+            "end_ns": [int(e * MS) for _, e, _, _ in cases.values()],
+            "steps_ns": [[int(c * MS) for c in chunks] for _, _, _, chunks in cases.values()],
+            "tokens": [n for _, _, n, _ in cases.values()],
         },
         schema_overrides={ROW: pl.UInt32},
     )
+    got = prompt_starts(frame, **kw).sort(ROW)  # type: ignore[arg-type]
+    return dict(zip(cases, got.get_column(PROMPT_MS).to_list(), strict=True))
 
 
-def _slot_ms(cases: dict[str, tuple[float, float, float, float]], **kw: Any) -> list[float]:
-    prior = kw.pop("prior", 1.0)
-    got = slot_admissions(_requests(cases, prior), **kw).sort(ROW)
-    return [float(x) for x in got.get_column(SLOT_MS).to_list()]
+def test_a_request_on_an_idle_engine_began_on_arrival() -> None:
+    # Nothing ran before A: its step began when it reached the queue, the handover after
+    # it arrived; B arrived while A's step ran and was taken by the next one.
+    cases = {"A": (10.0, 200.0, 256, [60.0, 200.0]), "B": (20.0, 260.0, 256, [140.0, 260.0])}
+    assert _prompt_ms(cases, slots=4) == pytest.approx({"A": 50.0 - H, "B": 80.0})
+    assert _prompt_ms(cases, slots=4, handover_ns=0) == pytest.approx({"A": 50.0, "B": 80.0})
+    # C and D reach an idle engine 4 ms apart and share its first step: it began once both
+    # were there (the engine had not begun at C's arrival, or D would have waited a step).
+    pair = {"C": (0.0, 90.0, 256, [60.0, 90.0]), "D": (4.0, 91.0, 256, [60.5, 91.0])}
+    assert _prompt_ms(pair, slots=4) == pytest.approx({"C": 56.0 - H, "D": 56.5 - H})
 
 
-def _truth(cases: dict[str, tuple[float, float, float, float]]) -> list[float]:
-    return [f - adm for _, adm, f, _ in cases.values()]
-
-
-@pytest.mark.parametrize("prior", [0.7, 1.0, 1.3])
-def test_out_of_order_admissions_follow_the_slot_releases(prior: float) -> None:
-    # In arrival order (B at A's end) C would have begun after its own first token; the
-    # releases, taken in the order of the first tokens nearest a prediction 30% off, give
-    # each request its own admission exactly.
-    assert _slot_ms(ONE_SLOT, slots=1, prior=prior) == pytest.approx(_truth(ONE_SLOT))
-
-
-def test_a_request_arriving_during_anothers_step_is_admitted_at_its_end() -> None:
-    # Three slots. B arrives at 40 ms to a free slot while A's prompt step runs (until A's
-    # first token at 100 ms): the engine takes it into the next step. C arrives to a free
-    # slot while that step runs, but its first token comes within 5 ms of B's: it took part
-    # in that step, admitted on arrival.
+def test_the_prompts_of_one_step_began_where_the_step_before_ended() -> None:
+    # G generates (a token every step). X and Y arrive during the step that ends at 100 ms;
+    # the next step takes both and samples both first tokens at 160 ms, so both prompts
+    # took 60 ms, however long they waited, and whichever slot each held.
     cases = {
-        "A": (0.0, 0.0, 100.0, 300.0),
-        "B": (40.0, 100.0, 180.0, 200.0),
-        "C": (120.0, 120.0, 182.0, 400.0),
+        "G": (0.0, 400.0, 16, [40.0, 100.0, 160.0, 220.0, 400.0]),
+        "X": (50.0, 230.0, 512, [160.0, 220.0]),
+        "Y": (70.0, 240.0, 256, [161.0, 221.0]),
     }
-    assert _slot_ms(cases, slots=3) == pytest.approx(_truth(cases))
+    got = _prompt_ms(cases, slots=4, batch_tokens=2048)
+    assert got == pytest.approx({"G": 40.0 - H, "X": 60.0, "Y": 61.0})
 
 
-def test_a_release_too_close_to_the_first_token_did_not_admit_it() -> None:
-    # Three slots, X holding one throughout. C waited for A's slot and shared its steps
-    # (280 ms to its first token); the prediction says 40 ms, as alone, which puts B's
-    # release (10 ms before C's first token) nearest. A prompt takes at least about its
-    # time alone: with a floor of 20 ms that release is out, and D gets it.
+# Four slots, a batch of 2,048 tokens, G generating throughout. E and F (1,024 tokens
+# each) arrive during the step that ends at 100 ms, then P (1,100) and Q (512). The step
+# from 100 ms takes E whole and the first 1,023 tokens of F (G's token takes one): the
+# batch is full, so F finishes in the next step, with P and Q, which enter there. First
+# tokens: E at the end of the first step (500 ms), F, P and Q at the end of the second
+# (700 ms), F's first (the engine sends its slots' tokens in the order it batched them):
+# P did not fit the first step's room either, but F came before it.
+BATCHED: dict[str, Case] = {
+    "G": (0.0, 800.0, 16, [40.0, 100.0, 500.0, 700.0, 800.0]),
+    "E": (50.0, 720.0, 1024, [500.0, 700.0]),
+    "F": (51.0, 760.0, 1024, [700.1, 750.0]),
+    "P": (52.0, 770.0, 1100, [700.2, 750.1]),
+    "Q": (53.0, 780.0, 512, [700.3, 750.2]),
+}
+
+
+def test_a_prompt_that_did_not_fit_its_step_began_a_step_earlier() -> None:
+    got = _prompt_ms(BATCHED, slots=4, batch_tokens=2048)
+    assert got == pytest.approx({"G": 40.0 - H, "E": 400.0, "F": 600.1, "P": 200.2, "Q": 200.3})
+    # Without the batch, no prompt is split: F read as begun with P and Q.
+    unbounded = _prompt_ms(BATCHED, slots=4)
+    assert unbounded["F"] == pytest.approx(200.1)
+    # A batch with room for E and F whole: F would have finished at 500 ms, so it was not
+    # there: none of the three fits what the step left, and none is moved.
+    assert _prompt_ms(BATCHED, slots=4, batch_tokens=4096) == unbounded
+    # With the slots all taken in the first step (G, E and two more), F could not begin.
+    assert _prompt_ms(BATCHED, slots=2, batch_tokens=2048) == unbounded
+
+
+def test_a_prompt_longer_than_a_step_began_steps_earlier() -> None:
+    # A 5,000-token prompt on a batch of 2,048, beside G's one token a step: three steps
+    # (2,047 + 2,047 + 906 tokens), from the step that starts at 50 ms.
     cases = {
-        "A": (0.0, 0.0, 50.0, 100.0),
-        "B": (0.0, 0.0, 50.0, 370.0),
-        "X": (0.0, 0.0, 50.0, 600.0),
-        "C": (10.0, 100.0, 380.0, 390.0),
-        "D": (20.0, 370.0, 420.0, 430.0),
+        "G": (0.0, 400.0, 16, [50.0, 100.0, 150.0, 200.0, 400.0]),
+        "L": (10.0, 300.0, 5000, [200.0, 300.0]),
     }
-
-    def slot_ms(floor: float) -> list[float]:
-        frame = _requests(cases, 1.0, works={"C": 40.0}, floor=floor)
-        got = slot_admissions(frame, slots=3).sort(ROW)
-        return [float(x) for x in got.get_column(SLOT_MS).to_list()]
-
-    assert slot_ms(0.0)[3:] == pytest.approx([10.0, 30.0])  # without it: both misread
-    assert slot_ms(20.0) == pytest.approx(_truth(cases))
+    got = _prompt_ms(cases, slots=4, batch_tokens=2048)
+    assert got == pytest.approx({"G": 50.0 - H, "L": 150.0})
+    assert _prompt_ms(cases, slots=4)["L"] == pytest.approx(50.0)  # unbounded: one step
 
 
-def test_time_scale_divides_the_admission_to_first_token() -> None:
-    assert _slot_ms(ONE_SLOT, slots=1, time_scale=4.0) == pytest.approx(
-        [t / 4 for t in _truth(ONE_SLOT)]
-    )
-
-
-def test_no_free_slot_before_the_first_token_is_null() -> None:
-    # Two requests on one slot whose first tokens both precede either's end: the data do
-    # not fit a one-slot engine, and the second gets no admission.
-    cases = {"A": (0.0, 0.0, 50.0, 100.0), "B": (10.0, 10.0, 60.0, 120.0)}
-    got = slot_admissions(_requests(cases, 1.0), slots=1).sort(ROW)
-    assert got.get_column(SLOT_MS).to_list() == [50.0, None]
+def test_time_scale_divides_the_start_to_first_token() -> None:
+    plain = _prompt_ms(BATCHED, slots=4, batch_tokens=2048)
+    scaled = _prompt_ms(BATCHED, slots=4, batch_tokens=2048, time_scale=4.0)
+    assert scaled == pytest.approx({k: v / 4 for k, v in plain.items()})
 
 
 def _record(
     name: str, i: int, arrival: float, admitted: float, first: float, end: float
 ) -> RequestRecord:
-    """A streamed request of the one-slot engine above, written at ``arrival``, its head
+    """A streamed request of a one-slot engine, written at ``arrival``, its head
     read 0.2 ms later (a server that answers on receipt: the request's network), with the
     engine's own queue and prefill."""
     written = T0 + int(arrival * MS)
@@ -161,10 +150,19 @@ def _record(
     )
 
 
-def test_decomposition_of_a_slot_engine_reads_the_prefill_from_its_releases(
+def test_decomposition_of_a_slot_engine_reads_the_prefill_from_its_steps(
     tmp_path: Path,
 ) -> None:
-    records = [_record(n, i, *times) for i, (n, times) in enumerate(ONE_SLOT.items())]
+    # One slot, served out of arrival order: A alone, taken 1.2 ms after it was written
+    # (its 0.2 ms of network, then the engine's HTTP thread: ``HANDOVER_NS``); B and C
+    # wait for A's slot, and the engine takes C first (llama.cpp's HTTP threads hand
+    # requests over out of order). name: (written, prompt start, first token, end), ms
+    engine = {
+        "A": (0.0, 1.2, 50.0, 100.0),
+        "B": (10.0, 150.0, 250.0, 300.0),
+        "C": (20.0, 100.0, 130.0, 150.0),
+    }
+    records = [_record(n, i, *times) for i, (n, times) in enumerate(engine.items())]
     run = tmp_path / "run"
     run.mkdir()
     pq.write_table(pa.Table.from_batches([records_to_batch(records)]), run / s.REQUESTS_FILE)
@@ -175,16 +173,21 @@ def test_decomposition_of_a_slot_engine_reads_the_prefill_from_its_releases(
     hidden = DecomposeOptions(hide_server_timings=True)
     own = request_terms(run, None, DecomposeOptions()).frame.sort(s.REQUEST_ID)
     truth = own.get_column(term_col("prefill")).to_list()
-    assert truth == pytest.approx([50.0, 100.0, 30.0])
+    assert truth == pytest.approx([48.8, 100.0, 30.0])
 
     slots = request_terms(run, replace(budget, slot_admission=True), hidden)
-    assert {x.term: x.source for x in slots.sources}["prefill"] == "slots"
+    assert {x.term: x.source for x in slots.sources}["prefill"] == "steps"
     frame = slots.frame.sort(s.REQUEST_ID)
     # Within the 0.2 ms of network: the arrival is taken as written plus the network.
     assert frame.get_column(term_col("prefill")).to_list() == pytest.approx(truth, abs=0.25)
     assert frame.get_column(term_col("queue")).to_list() == pytest.approx(
         own.get_column(term_col("queue")).to_list(), abs=0.25
     )
+    assert "prefill read from the run's steps (1 slot(s)" in slots.prediction
     # The replay, FIFO at the budget's speed, gives the budget's prefill instead.
     replayed = request_terms(run, budget, hidden).frame.sort(s.REQUEST_ID)
     assert replayed.get_column(term_col("prefill")).to_list() != pytest.approx(truth, abs=5.0)
+    # Two replicas would interleave their steps in the run: not read, and said so.
+    two = request_terms(run, replace(budget, slot_admission=True, replicas=2), hidden)
+    assert {x.term: x.source for x in two.sources}["prefill"] == "schedule"
+    assert "prefill not read from the run's steps: 2 replicas interleave them" in two.prediction
