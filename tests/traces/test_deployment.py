@@ -232,8 +232,9 @@ def test_a_llamacpp_deployment_without_its_batch_assumes_llamacpps_default_and_s
 
 
 def test_a_llamacpp_deployment_admits_by_slots_and_says_so() -> None:
-    # llama.cpp's slots (-np) are held from admission to last token: the decomposition reads
-    # a hidden prefill from the run's slot releases (analyzers.decompose.admission).
+    # llama.cpp's slots (-np) are held from admission to last token and their prompts
+    # batched step by step: the decomposition reads a hidden prefill from the run's steps
+    # (analyzers.decompose.admission).
     built = budget_from_deployment(_spec("llama.cpp"), sources={}, default_source="run.json")
     assert built.budget.slot_admission
     assert "engine=llama.cpp" in built.summary("run.json")
