@@ -205,10 +205,12 @@ def test_open_loop_schedule_is_honoured(tmp_path: Path, sim: SimFactory) -> None
     # (a fixed delay, a chained relative sleep) is late every time. So: a quarter of the
     # requests leave within the loop's median lag, half within its p99. The due-time
     # timer (a timerfd read, then the send) costs a hand-off a plain sleep does not: its
-    # floor was 0.13 ms against a loop median of 0.14 ms, so 0.1 ms is allowed on top of
-    # the median; a sender late by design is late by far more.
+    # floor was 0.13 ms against a loop median of 0.14 ms, and on a busy host the whole
+    # distribution sat 0.1 ms higher against the same median (a fresh clone failed by
+    # 17 us with 0.1 ms allowed), so 0.15 ms is allowed on top of the median; a sender late
+    # by design is late by far more (one on a 1 ms timer grain: a p25 near 0.35 ms).
     # (The p99 <= 2 ms target is measured in bench/replay_schedule.py, on thousands.)
-    assert at(lateness, 0.25) <= loop.p50_ms + 0.1, (sorted(lateness), loop)
+    assert at(lateness, 0.25) <= loop.p50_ms + 0.15, (sorted(lateness), loop)
     assert median(lateness) <= loop.p99_ms, (sorted(lateness), loop)
     # The generator's own work at 20 requests/s is far from a core, so a client-bound flag
     # can only come from the lateness measured above.
