@@ -125,7 +125,8 @@ def decompose(
     (engine = "llama.cpp", which its /props names in run.json) the prefill is read from
     the run's own steps instead: from the start of the step that first took a prompt into
     its batch (scheduler.max_batched_tokens, llama.cpp's -b) to its first token, as
-    llama.cpp's own prompt_ms counts it.
+    llama.cpp's own prompt_ms counts it (on one replica, where no prompt is longer than
+    half the batch; else the replay's prediction stands and the line says why).
 
     The budget is the run's recorded deployment (run.json: a simulator publishes all of
     it), then --deployment FILE, then the flags, each overriding the one before key by key;

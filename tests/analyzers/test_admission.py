@@ -191,3 +191,11 @@ def test_decomposition_of_a_slot_engine_reads_the_prefill_from_its_steps(
     two = request_terms(run, replace(budget, slot_admission=True, replicas=2), hidden)
     assert {x.term: x.source for x in two.sources}["prefill"] == "schedule"
     assert "prefill not read from the run's steps: 2 replicas interleave them" in two.prediction
+    # Prompts of 1,000 tokens fill more than half a 1,024-token batch: not read either; a
+    # batch of 2,048 holds two of them, and the steps are read.
+    for batch, read in ((1024, False), (2048, True)):
+        told = replace(budget.deployment, chunk_tokens=batch)
+        got = request_terms(run, replace(budget, slot_admission=True, deployment=told), hidden)
+        assert ({x.term: x.source for x in got.sources}["prefill"] == "steps") is read
+        why = "prompts of up to 1000 tokens, over half its 1024-token batch, share it"
+        assert (why in got.prediction) is not read
