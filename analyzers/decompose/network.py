@@ -2,7 +2,9 @@
 the server's TTFT subtracted, the bytes before the first token, or the residual) and each
 request's own (``request_network``: the server's TTFT subtracted, else its response head
 read before its first token unless the run's heads track the server's work, else its fresh
-connection's handshake, else the run's estimate).
+connection's handshake, else the run's estimate). A server known to write its head when
+its work on a request starts (a slot engine: llama-server writes it when a slot starts the
+prompt) never has its heads read as the network: its handshakes are.
 
 Must not import loadgen or httpx.
 """
@@ -34,7 +36,13 @@ def _quantile(frame: pl.DataFrame, column: str, percentile: float) -> float | No
     return float(q) if q is not None else None
 
 
-def run_network(frame: pl.DataFrame, options: DecomposeOptions) -> NetworkEstimate:
+def run_network(
+    frame: pl.DataFrame, options: DecomposeOptions, *, heads_start_work: bool = False
+) -> NetworkEstimate:
+    """The run's round trip: a probe's; the server's TTFT subtracted; the bytes read before
+    the first token (unless the server writes its head when its work on a request starts,
+    ``heads_start_work``: then the fresh connections' handshakes); what the predictions
+    leave."""
     if options.network_ms is not None:
         return NetworkEstimate(value_ms=options.network_ms, source="probe")
     p = options.network_percentile
@@ -44,7 +52,9 @@ def run_network(frame: pl.DataFrame, options: DecomposeOptions) -> NetworkEstima
     value = _quantile(from_server, "_n", p)
     if value is not None:
         return NetworkEstimate(value_ms=value, source="server")
-    value = _quantile(frame, "_early_byte_ms", p)
+    value = _quantile(frame, "_connect_rtt_ms" if heads_start_work else "_early_byte_ms", p)
+    if value is not None and heads_start_work:
+        return NetworkEstimate(value_ms=max(0.0, value), source="handshake")
     if value is not None:
         return NetworkEstimate(value_ms=max(0.0, value), source="first_byte")
     residual = frame.select(
@@ -61,15 +71,19 @@ def run_network(frame: pl.DataFrame, options: DecomposeOptions) -> NetworkEstima
     return NetworkEstimate(value_ms=0.0, source="residual")
 
 
-def request_network(frame: pl.DataFrame, run_level: NetworkEstimate) -> pl.DataFrame:
+def request_network(
+    frame: pl.DataFrame, run_level: NetworkEstimate, *, heads_start_work: bool = False
+) -> pl.DataFrame:
     """Each request's network round trip (``NETWORK_MS``) and where it came from.
 
     In order: a probe's value (given for the run); ``server``: the client's server-side
     time minus the server's reported TTFT (null where that is negative: the two clocks
     disagree and the split of that request is unidentified); ``headers``: the response head
     (else the first byte) read before the first token, ``head - request_written``, unless
-    the run's heads track its server-side times (``_heads_on_receipt``); the TCP
-    handshake of the request's fresh connection; the run's estimate (``estimate``)."""
+    the run's heads track its server-side times (``_heads_on_receipt``) or the server is
+    known to write its head when its work on the request starts (``heads_start_work``: a
+    slot engine, llama.cpp); the TCP handshake of the request's fresh connection; the
+    run's estimate (``estimate``)."""
     if run_level.source == "probe":
         return frame.with_columns(
             pl.lit(run_level.value_ms).alias(NETWORK_MS), pl.lit("estimate").alias(NETWORK_SOURCE)
@@ -79,7 +93,7 @@ def request_network(frame: pl.DataFrame, run_level: NetworkEstimate) -> pl.DataF
     # A head cannot take longer than the first token: bound by the server-side time.
     head = pl.coalesce(pl.col("_head_ms"), pl.col("_early_byte_ms"))
     head = pl.when(head.is_not_null()).then(pl.min_horizontal(head.clip(lower_bound=0.0), side))
-    if not _heads_on_receipt(frame, head):
+    if heads_start_work or not _heads_on_receipt(frame, head):
         head = pl.lit(None, dtype=pl.Float64)
     rtt = pl.col("_connect_rtt_ms")
     rtt = pl.when(rtt.is_not_null()).then(pl.min_horizontal(rtt.clip(lower_bound=0.0), side))

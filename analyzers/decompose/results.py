@@ -21,7 +21,8 @@ from analyzers.decompose.model import BudgetModel
 class NetworkEstimate:
     """The run's network round trip (ms) and how it was found: ``probe`` (given),
     ``server`` (``first_token - written - server_ttft``), ``first_byte`` (bytes the server
-    sent before its first token), ``residual`` (what the predictions leave)."""
+    sent before its first token), ``handshake`` (fresh connections' TCP handshakes, where
+    the server's heads start its work), ``residual`` (what the predictions leave)."""
 
     value_ms: float
     source: str

@@ -116,24 +116,35 @@ def test_time_scale_divides_the_start_to_first_token() -> None:
 
 
 def _record(
-    name: str, i: int, arrival: float, admitted: float, first: float, end: float
+    name: str,
+    i: int,
+    arrival: float,
+    admitted: float,
+    first: float,
+    end: float,
+    *,
+    head_at_start: bool,
 ) -> RequestRecord:
-    """A streamed request of a one-slot engine, written at ``arrival``, its head
-    read 0.2 ms later (a server that answers on receipt: the request's network), with the
-    engine's own queue and prefill."""
+    """A streamed request of a one-slot engine, written at ``arrival`` on a fresh
+    connection (a 0.2 ms handshake: its network), with the engine's own queue and
+    prefill; its response head read when the slot started its prompt (``head_at_start``:
+    as llama-server writes it) or with its first token."""
     written = T0 + int(arrival * MS)
     first_ns = T0 + int(first * MS)
     end_ns = T0 + int(end * MS)
-    sent = written - MS // 10
+    sent = written - 3 * MS // 10
+    head = T0 + int(admitted * MS) if head_at_start else first_ns
     return request_record(
         i,
         name,
         input_tokens=1000,
         due_ns=sent,
         sent_ns=sent,
+        connect_start_ns=sent,
+        connected_ns=sent + MS // 5,
         request_written_ns=written,
-        headers_ns=written + MS // 5,
-        first_byte_ns=written + MS // 5,
+        headers_ns=head,
+        first_byte_ns=head,
         first_token_ns=first_ns,
         end_ns=end_ns,
         chunk_offsets_us=[(first_ns - sent) // 1000, (end_ns - sent) // 1000],
@@ -150,32 +161,72 @@ def _record(
     )
 
 
-def test_decomposition_of_a_slot_engine_reads_the_prefill_from_its_steps(
-    tmp_path: Path,
-) -> None:
-    # One slot, served out of arrival order: A alone, taken 1.2 ms after it was written
-    # (its 0.2 ms of network, then the engine's HTTP thread: ``HANDOVER_NS``); B and C
-    # wait for A's slot, and the engine takes C first (llama.cpp's HTTP threads hand
-    # requests over out of order). name: (written, prompt start, first token, end), ms
-    engine = {
-        "A": (0.0, 1.2, 50.0, 100.0),
-        "B": (10.0, 150.0, 250.0, 300.0),
-        "C": (20.0, 100.0, 130.0, 150.0),
-    }
-    records = [_record(n, i, *times) for i, (n, times) in enumerate(engine.items())]
+# One slot, served out of arrival order: A alone, its prompt started 1.2 ms after it was
+# written (its 0.2 ms of network, then the engine's HTTP thread: ``HANDOVER_NS``); B and C
+# wait for A's slot, and the engine takes C first (llama.cpp's HTTP threads hand requests
+# over out of order). name: (written, prompt start, first token, end), ms
+ENGINE = {
+    "A": (0.0, 1.2, 50.0, 100.0),
+    "B": (10.0, 150.0, 250.0, 300.0),
+    "C": (20.0, 100.0, 130.0, 150.0),
+}
+SLOT_BUDGET = replace(
+    BudgetModel.from_catalog("llama-3.1-8b", "h100", first_token_in_prefill=True),
+    max_num_seqs=1,
+)
+HIDDEN = DecomposeOptions(hide_server_timings=True)
+
+
+def _engine_run(tmp_path: Path, *, head_at_start: bool) -> Path:
+    records = [
+        _record(n, i, *times, head_at_start=head_at_start)
+        for i, (n, times) in enumerate(ENGINE.items())
+    ]
     run = tmp_path / "run"
     run.mkdir()
     pq.write_table(pa.Table.from_batches([records_to_batch(records)]), run / s.REQUESTS_FILE)
-    budget = replace(
-        BudgetModel.from_catalog("llama-3.1-8b", "h100", first_token_in_prefill=True),
-        max_num_seqs=1,
-    )
-    hidden = DecomposeOptions(hide_server_timings=True)
-    own = request_terms(run, None, DecomposeOptions()).frame.sort(s.REQUEST_ID)
-    truth = own.get_column(term_col("prefill")).to_list()
-    assert truth == pytest.approx([48.8, 100.0, 30.0])
+    return run
 
-    slots = request_terms(run, replace(budget, slot_admission=True), hidden)
+
+def _own(run: Path) -> pl.DataFrame:
+    own = request_terms(run, None, DecomposeOptions()).frame.sort(s.REQUEST_ID)
+    assert own.get_column(term_col("prefill")).to_list() == pytest.approx([48.8, 100.0, 30.0])
+    return own
+
+
+def test_a_slot_engine_s_prefill_is_read_from_its_response_heads(tmp_path: Path) -> None:
+    # llama-server writes a streamed response's head when a slot starts the prompt: each
+    # head to its first token is the prompt's time, exact, however the requests queued.
+    run = _engine_run(tmp_path, head_at_start=True)
+    own = _own(run)
+    got = request_terms(run, replace(SLOT_BUDGET, slot_admission=True), HIDDEN)
+    assert {x.term: x.source for x in got.sources}["prefill"] == "headers"
+    assert "prefill read from the response heads" in got.prediction
+    frame = got.frame.sort(s.REQUEST_ID)
+    truth = own.get_column(term_col("prefill")).to_list()
+    assert frame.get_column(term_col("prefill")).to_list() == pytest.approx(truth, abs=1e-6)
+    # The heads are not the network: the handshake is (0.2 ms, where the engine's own
+    # clock, which took the request as written, says 0).
+    assert frame.get_column(term_col("network")).to_list() == pytest.approx([0.2] * 3)
+    assert frame.get_column(term_col("queue")).to_list() == pytest.approx(
+        own.get_column(term_col("queue")).to_list(), abs=0.25
+    )
+    # Several replicas, prompts over half the batch: the heads still read each prompt.
+    told = replace(SLOT_BUDGET.deployment, chunk_tokens=1024)
+    wide = replace(SLOT_BUDGET, slot_admission=True, replicas=2, deployment=told)
+    assert {x.term: x.source for x in request_terms(run, wide, HIDDEN).sources}[
+        "prefill"
+    ] == "headers"
+
+
+def test_decomposition_of_a_slot_engine_reads_the_prefill_from_its_steps(
+    tmp_path: Path,
+) -> None:
+    # The same engine with its heads written with the first tokens: the steps are read.
+    run = _engine_run(tmp_path, head_at_start=False)
+    own = _own(run)
+    truth = own.get_column(term_col("prefill")).to_list()
+    slots = request_terms(run, replace(SLOT_BUDGET, slot_admission=True), HIDDEN)
     assert {x.term: x.source for x in slots.sources}["prefill"] == "steps"
     frame = slots.frame.sort(s.REQUEST_ID)
     # Within the 0.2 ms of network: the arrival is taken as written plus the network.
@@ -185,17 +236,47 @@ def test_decomposition_of_a_slot_engine_reads_the_prefill_from_its_steps(
     )
     assert "prefill read from the run's steps (1 slot(s)" in slots.prediction
     # The replay, FIFO at the budget's speed, gives the budget's prefill instead.
-    replayed = request_terms(run, budget, hidden).frame.sort(s.REQUEST_ID)
+    replayed = request_terms(run, SLOT_BUDGET, HIDDEN).frame.sort(s.REQUEST_ID)
     assert replayed.get_column(term_col("prefill")).to_list() != pytest.approx(truth, abs=5.0)
     # Two replicas would interleave their steps in the run: not read, and said so.
-    two = request_terms(run, replace(budget, slot_admission=True, replicas=2), hidden)
+    two = request_terms(run, replace(SLOT_BUDGET, slot_admission=True, replicas=2), HIDDEN)
     assert {x.term: x.source for x in two.sources}["prefill"] == "schedule"
     assert "prefill not read from the run's steps: 2 replicas interleave them" in two.prediction
     # Prompts of 1,000 tokens fill more than half a 1,024-token batch: not read either; a
     # batch of 2,048 holds two of them, and the steps are read.
     for batch, read in ((1024, False), (2048, True)):
-        told = replace(budget.deployment, chunk_tokens=batch)
-        got = request_terms(run, replace(budget, slot_admission=True, deployment=told), hidden)
+        told = replace(SLOT_BUDGET.deployment, chunk_tokens=batch)
+        budget = replace(SLOT_BUDGET, slot_admission=True, deployment=told)
+        got = request_terms(run, budget, HIDDEN)
         assert ({x.term: x.source for x in got.sources}["prefill"] == "steps") is read
         why = "prompts of up to 1000 tokens, over half its 1024-token batch, share it"
         assert (why in got.prediction) is not read
+
+
+def test_a_slot_engine_s_heads_are_never_its_network(tmp_path: Path) -> None:
+    # At low load a slot engine's head delays (its queue) need not track its server-side
+    # times, so the run alone would take them for round trips (150 ms, 80 ms here). Told
+    # the engine, the network is each request's handshake and the heads start the prompts.
+    engine = {
+        "A": (0.0, 1.2, 300.0, 320.0),
+        "B": (400.0, 550.0, 600.0, 610.0),
+        "C": (700.0, 701.2, 1300.0, 1310.0),
+        "D": (1400.0, 1480.0, 1490.0, 1500.0),
+    }
+    records = [
+        _record(n, i, *times, head_at_start=True) for i, (n, times) in enumerate(engine.items())
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    pq.write_table(pa.Table.from_batches([records_to_batch(records)]), run / s.REQUESTS_FILE)
+    unknown = request_terms(run, SLOT_BUDGET, HIDDEN).frame.sort(s.REQUEST_ID)
+    assert unknown.get_column(term_col("network")).to_list() == pytest.approx(
+        [1.2, 150.0, 1.2, 80.0]
+    )
+    told = request_terms(run, replace(SLOT_BUDGET, slot_admission=True), HIDDEN).frame
+    told = told.sort(s.REQUEST_ID)
+    assert told.get_column(term_col("network")).to_list() == pytest.approx([0.2] * 4)
+    assert told.get_column(term_col("prefill")).to_list() == pytest.approx(
+        [298.8, 50.0, 598.8, 10.0]
+    )
+    assert told.get_column(term_col("queue")).to_list() == pytest.approx([1.0, 149.8, 1.0, 79.8])
