@@ -123,10 +123,12 @@ def decompose(
     times from the budget, so a prompt spread over steps shared with others is predicted
     as such (--batch-1 for predictions of each request alone). On a slot engine
     (engine = "llama.cpp", which its /props names in run.json) the prefill is read from
-    the run's own steps instead: from the start of the step that first took a prompt into
-    its batch (scheduler.max_batched_tokens, llama.cpp's -b) to its first token, as
-    llama.cpp's own prompt_ms counts it (on one replica, where no prompt is longer than
-    half the batch; else the replay's prediction stands and the line says why).
+    the run instead: from each response head, which llama-server writes when a slot
+    starts the prompt, to the first token (its network is then each handshake, never its
+    head); where a head does not precede its first token, from the start of the step
+    that first took a prompt into its batch (scheduler.max_batched_tokens, llama.cpp's
+    -b), on one replica, where no prompt is longer than half the batch; else the replay's
+    prediction stands and the line says why.
 
     The budget is the run's recorded deployment (run.json: a simulator publishes all of
     it), then --deployment FILE, then the flags, each overriding the one before key by key;
