@@ -391,6 +391,17 @@ def request_terms(
     )
 
 
+def _after_prefill() -> pl.Expr:
+    """The predicted time from a prompt's last step to its first token: the first token,
+    the transfer and the decode wait (0 in one replica, where the prompt's step samples
+    it)."""
+    return (
+        pl.coalesce(pl.col("_l_first"), pl.col("_p_first"))
+        + pl.coalesce(pl.col("_l_transfer"), pl.col("_p_transfer"))
+        + pl.coalesce(pl.col("_l_wait"), pl.lit(0.0))
+    )
+
+
 def _heads_before_tokens(frame: pl.DataFrame) -> bool:
     """Whether every served request's response head came before its first token: a slot
     engine that writes its head when a slot starts the prompt (llama-server: within 3 ms
@@ -402,11 +413,7 @@ def _heads_before_tokens(frame: pl.DataFrame) -> bool:
 def _head_prefill() -> pl.Expr:
     """From each request's response head to its first token, less the predicted first
     token (and transfer and decode wait, 0 in one replica)."""
-    after = (
-        pl.coalesce(pl.col("_l_first"), pl.col("_p_first"))
-        + pl.coalesce(pl.col("_l_transfer"), pl.col("_p_transfer"))
-        + pl.coalesce(pl.col("_l_wait"), pl.lit(0.0))
-    )
+    after = _after_prefill()
     return (pl.col(SERVER_SIDE_MS) - pl.col("_head_ms") - after).clip(lower_bound=0.0)
 
 
@@ -444,11 +451,7 @@ def _slot_prefill(
     steps (:mod:`analyzers.decompose.admission`), from the start of the step its prompt
     first entered to its first token, less the predicted first token (and transfer and
     decode wait, 0 in one replica)."""
-    after = (
-        pl.coalesce(pl.col("_l_first"), pl.col("_p_first"))
-        + pl.coalesce(pl.col("_l_transfer"), pl.col("_p_transfer"))
-        + pl.coalesce(pl.col("_l_wait"), pl.lit(0.0))
-    )
+    after = _after_prefill()
     to_ns = 1e6 * time_scale
     tokens = pl.col(s.SENT_NS) + pl.col(s.CHUNK_OFFSETS_US).cast(pl.List(pl.Int64)) * 1000
     times = scanned.select(
