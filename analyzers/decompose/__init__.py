@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         report,
         results,
         run,
+        slotprefill,
         terms,
     )
     from analyzers.decompose.columns import CLIENT_TERMS, SERVER_TERMS, TERMS
@@ -85,6 +86,7 @@ __all__ = [
     "request_terms",
     "results",
     "run",
+    "slotprefill",
     "terms",
 ]
 

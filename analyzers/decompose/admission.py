@@ -108,11 +108,11 @@ def prompt_starts(
         last_step = begun if before is None else max(before, begun)
         for i in cohort:
             start[i] = last_step
+        if before is None or last_step != before:
+            continue  # the engine ran nothing before this step: nothing began earlier
         # Prompts this step finished that began in an earlier step: walk back.
-        end_at = last_step
+        end_at, candidates = last_step, cohort
         for _ in range(len(rows)):
-            if before is None or end_at != before:
-                break  # the engine ran nothing before this step: nothing began earlier
             step_start = step_before(end_at)
             if step_start is None or step_start in filled:
                 break
@@ -127,7 +127,7 @@ def prompt_starts(
                 break
             waiting = [
                 i
-                for i in cohort
+                for i in candidates
                 if arrivals[i] <= step_start and tokens[i] - split[i] > room and start[i] == end_at
             ]
             if not waiting:
@@ -139,8 +139,6 @@ def prompt_starts(
             # A prompt longer than a whole step began further back still.
             if tokens[taker] - split[taker] <= budget - generating(last_step):
                 break
-            end_at = step_start
-            before = step_start
-            cohort = [taker]
+            end_at, candidates = step_start, [taker]
     ms = [(first - at) / 1e6 / time_scale for first, at in zip(firsts, start, strict=True)]
     return pl.DataFrame({ROW: rows, PROMPT_MS: ms}, schema={ROW: pl.UInt32, PROMPT_MS: pl.Float64})

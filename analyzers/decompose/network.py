@@ -52,11 +52,12 @@ def run_network(
     value = _quantile(from_server, "_n", p)
     if value is not None:
         return NetworkEstimate(value_ms=value, source="server")
-    value = _quantile(frame, "_connect_rtt_ms" if heads_start_work else "_early_byte_ms", p)
-    if value is not None and heads_start_work:
-        return NetworkEstimate(value_ms=max(0.0, value), source="handshake")
+    column, source = (
+        ("_connect_rtt_ms", "handshake") if heads_start_work else ("_early_byte_ms", "first_byte")
+    )
+    value = _quantile(frame, column, p)
     if value is not None:
-        return NetworkEstimate(value_ms=max(0.0, value), source="first_byte")
+        return NetworkEstimate(value_ms=max(0.0, value), source=source)
     residual = frame.select(
         (
             pl.col(SERVER_SIDE_MS)

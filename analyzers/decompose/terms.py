@@ -21,9 +21,8 @@ steps it shares, the KV link's queue, the decode batch's step for the first toke
 ``load_aware=False`` (or when the replay cannot run) at batch 1 (prefill of ``prompt -
 cached`` tokens, one decode step for the first token or none, the KV transfer over the
 budget's link or none). On a slot engine (``BudgetModel.slot_admission``: llama.cpp) the
-prefill is instead read from the run's own steps (:mod:`analyzers.decompose.admission`:
-from the start of the step a prompt first entered, as the engine's batch of
-``chunk_tokens`` took it, to its first token). The network is each request's own
+prefill is instead read from the run (:mod:`analyzers.decompose.slotprefill`: its
+response heads, else its steps). The network is each request's own
 (``request_network`` of :mod:`analyzers.decompose.network`: the server's TTFT
 subtracted, else its response head read before its first token, else its fresh
 connection's handshake, else the run's estimate), and the queue is the remainder,
@@ -59,7 +58,6 @@ from analyzers import exprs as e
 from analyzers.budget.decode import decode_step_time_s
 from analyzers.budget.kv import kv_transfer_time_s
 from analyzers.budget.prefill import prefill_time_s
-from analyzers.decompose.admission import PROMPT_MS, prompt_starts
 from analyzers.decompose.columns import (
     CLIENT_TERMS,
     IN_FLIGHT,
@@ -96,6 +94,7 @@ from analyzers.decompose.results import (
     SourceOf,
     Unidentified,
 )
+from analyzers.decompose.slotprefill import SLOT_PREFILL, read_slot_prefill
 from analyzers.errors import AnalyzerError
 from analyzers.frames import scan_run, select_rows
 from traces import schema as s
@@ -333,36 +332,13 @@ def request_terms(
             .otherwise(pl.col("_l_prefill"))
             .alias("_l_prefill")
         )
-    # A slot engine's prefill, with its timings missing: from each response head where
-    # every head came before its first token (llama-server writes it when a slot starts
-    # the prompt), else from the run's steps where they can be read, else the replay's.
-    read: str | None = None
     if budget is not None and slot_engine and needs_prediction:
-        why = None
-        if _heads_before_tokens(frame):
-            frame = frame.with_columns(_head_prefill().alias("_slot_prefill"))
-            prefill_fallback = "headers"
-            read = "prefill read from the response heads (written when a slot starts the prompt)"
-        elif (why := _steps_unread(frame, budget)) is None:
-            batch = budget.deployment.chunk_tokens
-            frame = _slot_prefill(
-                frame,
-                scanned,
-                slots=budget.max_num_seqs,
-                batch_tokens=batch,
-                time_scale=options.time_scale,
-            )
-            prefill_fallback = "steps"
-            read = (
-                f"prefill read from the run's steps ({budget.max_num_seqs} slot(s), "
-                f"{'unbounded' if batch is None else batch} batch tokens)"
-            )
-        else:
-            read = why  # the replay's prediction stands, and the line says why
-    if read is not None:
-        prediction = f"{prediction}; {read}" if prediction else read
-    if "_slot_prefill" not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("_slot_prefill"))
+        read = read_slot_prefill(frame, scanned, budget, options.time_scale)
+        frame = read.frame
+        prefill_fallback = read.source or prefill_fallback
+        prediction = f"{prediction}; {read.line}" if prediction else read.line
+    else:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(SLOT_PREFILL))
     split = _server_split(frame, network.value_ms, budget_prefill, options)
     unidentified = _unidentified(split)
     network_source = network_term_source(split)
@@ -391,94 +367,6 @@ def request_terms(
     )
 
 
-def _after_prefill() -> pl.Expr:
-    """The predicted time from a prompt's last step to its first token: the first token,
-    the transfer and the decode wait (0 in one replica, where the prompt's step samples
-    it)."""
-    return (
-        pl.coalesce(pl.col("_l_first"), pl.col("_p_first"))
-        + pl.coalesce(pl.col("_l_transfer"), pl.col("_p_transfer"))
-        + pl.coalesce(pl.col("_l_wait"), pl.lit(0.0))
-    )
-
-
-def _heads_before_tokens(frame: pl.DataFrame) -> bool:
-    """Whether every served request's response head came before its first token: a slot
-    engine that writes its head when a slot starts the prompt (llama-server: within 3 ms
-    of its own prompt start for 89% of 2,400 requests in 67 runs, the prefill's p90 and
-    p99 within 2.2%) shows each prompt's start in the run."""
-    return frame.height > 0 and frame.get_column("_head_ms").null_count() == 0
-
-
-def _head_prefill() -> pl.Expr:
-    """From each request's response head to its first token, less the predicted first
-    token (and transfer and decode wait, 0 in one replica)."""
-    after = _after_prefill()
-    return (pl.col(SERVER_SIDE_MS) - pl.col("_head_ms") - after).clip(lower_bound=0.0)
-
-
-def _steps_unread(frame: pl.DataFrame, budget: BudgetModel) -> str | None:
-    """Why a slot engine's prefill cannot be read from the run's steps, or None.
-
-    Several replicas interleave their steps in the run (one's tokens would end another's
-    step). Prompts longer than half the step's batch share it over many steps: the
-    engine fills a batch slot by slot, so a later slot's prompt gets what the earlier
-    ones leave, step after step, while the streams show no step that runs prompts alone
-    (with llama.cpp's ``-b 512`` and prompts of 256-2,500 tokens, the reading's p99
-    prefill was 40-76% short); the reading walks back one step per prompt that did not
-    fit, which holds where two prompts fill a batch."""
-    if budget.replicas > 1:
-        return f"prefill not read from the run's steps: {budget.replicas} replicas interleave them"
-    batch = budget.deployment.chunk_tokens
-    longest = int(frame.get_column(UNCACHED).max() or 0)  # type: ignore[arg-type]
-    if batch is not None and 2 * longest > batch:
-        return (
-            f"prefill not read from the run's steps: prompts of up to {longest} tokens, over "
-            f"half its {batch}-token batch, share it over many steps"
-        )
-    return None
-
-
-def _slot_prefill(
-    frame: pl.DataFrame,
-    scanned: pl.LazyFrame,
-    *,
-    slots: int,
-    batch_tokens: int | None,
-    time_scale: float,
-) -> pl.DataFrame:
-    """``frame`` with ``_slot_prefill``: each request's prefill read from the slot engine's
-    steps (:mod:`analyzers.decompose.admission`), from the start of the step its prompt
-    first entered to its first token, less the predicted first token (and transfer and
-    decode wait, 0 in one replica)."""
-    after = _after_prefill()
-    to_ns = 1e6 * time_scale
-    tokens = pl.col(s.SENT_NS) + pl.col(s.CHUNK_OFFSETS_US).cast(pl.List(pl.Int64)) * 1000
-    times = scanned.select(
-        ROW,
-        s.REQUEST_WRITTEN_NS,
-        s.FIRST_TOKEN_NS,
-        s.END_NS,
-        tokens.alias("steps_ns"),
-    ).collect()
-    requests = frame.join(times, on=ROW).select(
-        ROW,
-        (pl.col(s.REQUEST_WRITTEN_NS) + pl.col(NETWORK_MS).fill_null(0.0) * to_ns)
-        .cast(pl.Int64)
-        .alias("arrival_ns"),
-        pl.col(s.FIRST_TOKEN_NS).alias("first_ns"),
-        pl.col(s.END_NS).alias("end_ns"),
-        "steps_ns",
-        pl.col(UNCACHED).fill_null(0).alias("tokens"),
-    )
-    started = prompt_starts(requests, slots=slots, batch_tokens=batch_tokens, time_scale=time_scale)
-    return (
-        frame.join(started, on=ROW, how="left")
-        .with_columns((pl.col(PROMPT_MS) - after).clip(lower_bound=0.0).alias("_slot_prefill"))
-        .drop(PROMPT_MS)
-    )
-
-
 def _server_split(
     frame: pl.DataFrame, network_ms: float, budget_prefill: pl.Expr, options: DecomposeOptions
 ) -> pl.DataFrame:
@@ -499,7 +387,7 @@ def _server_split(
         predicted = pl.coalesce(*predictions).clip(lower_bound=0.0)
         return pl.when(server.is_null()).then(predicted).otherwise(non_negative(server))
 
-    prefill = split("prefill", pl.col("_slot_prefill"), pl.col("_l_prefill"), budget_prefill)
+    prefill = split("prefill", pl.col(SLOT_PREFILL), pl.col("_l_prefill"), budget_prefill)
     transfer = split("transfer", pl.col("_l_transfer"), pl.col("_p_transfer"))
     first = split("first_token", pl.col("_l_first"), pl.col("_p_first"))
     # A server that reports its first token but no decode wait counts the wait in it: 0.
