@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -36,15 +36,12 @@ class Preparer:
     """False with ``--no-stream``: one JSON response per request, no SSE."""
     embed_batch: int = 1
     """Inputs per embeddings request (``--embed-batch``)."""
+    recipe: BodyRecipe = field(init=False, repr=False, compare=False)
+    """How this run's bodies are built (what the body preparer's process is given): made
+    once from the fields above, not per request."""
 
-    def x_request_id(self, req: TraceRequest) -> str:
-        """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
-        return f"{self.run_id}-{req.request_id}"
-
-    @property
-    def recipe(self) -> BodyRecipe:
-        """How this run's bodies are built (what the body preparer's process is given)."""
-        return BodyRecipe(
+    def __post_init__(self) -> None:
+        recipe = BodyRecipe(
             prompts=self.prompts,
             model=self.model,
             capabilities=self.capabilities,
@@ -52,6 +49,11 @@ class Preparer:
             stream=self.stream,
             embed_batch=self.embed_batch,
         )
+        object.__setattr__(self, "recipe", recipe)  # frozen: set once, here
+
+    def x_request_id(self, req: TraceRequest) -> str:
+        """The join key sent as ``X-Request-Id``: run id plus the trace's request id."""
+        return f"{self.run_id}-{req.request_id}"
 
     def body(self, req: TraceRequest) -> bytes:
         """The JSON body of ``req``: its prompt (and images) materialised."""
