@@ -11,7 +11,10 @@ CPU 1); ``loadgen replay`` runs as a real subprocess pinned to CPU 0.
     scheduled requests sent, share sent within 2 ms of their due time, p99 lateness (sent -
     due), the client's CPU over the replay as a share of one core, and the start: how late
     the first request left and the worst lateness in the schedule's first 100 ms, and the
-    10 ms bins of due time that hold a request over 2 ms late (when, how late);
+    10 ms bins of due time that hold a request over 2 ms late (when, how late); then the
+    baseline: the same schedule sent by ``bench/open_loop_raw.py`` (raw reader, the same
+    wake-up timer, no prompt or record) on the same CPU, and the replay's CPU a request as
+    a ratio to it (the host's speed moves both);
 (d) time from starting the process to its first request leaving;
 (e) CPU-seconds per million streamed tokens with one worker and with two (the workers'
     own CPU during the replay, from run.json, so start-up and the summary are excluded),
@@ -94,6 +97,27 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * (len(values) - 1) + 0.5))] if values else 0.0
 
 
+def baseline_check(port: int, trace: Path, workdir: Path) -> dict[str, Any]:
+    """The same schedule sent by ``bench/open_loop_raw.py`` (the least a client does per
+    request), pinned to the replay's CPU: its lateness and its CPU."""
+    out = workdir / f"{trace.stem}-raw.json"
+    cmd = [sys.executable, str(REPO_ROOT / "bench" / "open_loop_raw.py"), "--port", str(port),
+           "--trace", str(trace), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=REPO_ROOT, preexec_fn=_pin_client, capture_output=True, text=True, timeout=600
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"open_loop_raw.py failed: {proc.stderr.strip()[-500:]}")
+    doc = json.loads(out.read_text())
+    late_ms = [x / 1e6 for x in doc["late_ns"]]
+    return {
+        "on_time_share": sum(1 for x in late_ms if x <= 2.0) / max(1, len(late_ms)),
+        "late_p99_ms": _pct(late_ms, 0.99),
+        "answered": doc["answered"],
+        "client_cores": doc["client_cores"],
+    }
+
+
 def schedule_check(port: int, workdir: Path, *, n: int, rate: float) -> dict[str, Any]:
     from traces.io import read_run_info
 
@@ -138,6 +162,7 @@ def schedule_check(port: int, workdir: Path, *, n: int, rate: float) -> dict[str
         # The client's CPU over the replay (run.json: start-up and the summary excluded),
         # as a share of one core.
         "client_cores": health.cpu_utilisation if health is not None else float("nan"),
+        "baseline": baseline_check(port, trace, workdir),
     }
 
 
@@ -241,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         more = ", ..." if len(bins) > 12 else ""
         print(f"    10 ms bins with a request over 2 ms late: {len(bins)}"
               + (f" ({shown_bins}{more})" if bins else ""))  # fmt: skip
+        base = sched["baseline"]
+        ours_us = sched["client_cores"] * 1e6 / rate
+        base_us = base["client_cores"] * 1e6 / rate
+        print(f"    baseline, the same schedule from bench/open_loop_raw.py (no prompt, no "
+              f"record): answered {base['answered']}, on time {base['on_time_share']:.1%}, p99 {base['late_p99_ms']:.2f} ms, "
+              f"CPU {base['client_cores']:.2f} of a core; CPU a request {ours_us:.0f} us "
+              f"against {base_us:.0f} us, {ours_us / base_us:.2f}x")  # fmt: skip
     print(f"(d) process start to first request: {scheds[0]['first_request_s']:.2f} s "
           "[target < 1 s]")  # fmt: skip
     ones = ", ".join(f"{x:.2f}" for x in shard["cpu_s_per_mtok_1"])
