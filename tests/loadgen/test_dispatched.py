@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.dispatched import RECORD_BYTES, DispatchLog, read_dispatched
+from loadgen.dispatched import CHUNK_RECORDS, RECORD_BYTES, DispatchLog, read_dispatched
 from loadgen.errors import RunLiveError
 from loadgen.run.runlock import RunLock
 from traces import schema as s
@@ -24,12 +24,30 @@ def test_each_marker_appends_one_record_and_a_torn_tail_is_ignored(tmp_path: Pat
     marks = [log.marker(i) for i in (7, 0, 2**40, 7)]
     for mark in marks:
         mark()
-    assert path.stat().st_size == 4 * RECORD_BYTES
+    assert read_dispatched(path) == [7, 0, 2**40, 7]  # readable while the log is open
     log.close()
+    assert path.stat().st_size == 4 * RECORD_BYTES  # cut to the records at close
     log.marker(9)()  # closed: writes nothing
+    marks[0]()  # nor does a marker made before the close
     with path.open("ab") as f:
         f.write(b"\x01\x02\x03")  # a write cut short
     assert read_dispatched(path) == [7, 0, 2**40, 7]
+
+
+def test_records_run_on_across_chunks_and_a_log_opened_again_keeps_them(tmp_path: Path) -> None:
+    path = tmp_path / s.DISPATCH_FILE
+    log = DispatchLog(path)
+    first = 2 * CHUNK_RECORDS + 3  # past two chunk ends
+    for i in range(first):
+        log.marker(i)()
+    assert read_dispatched(path) == list(range(first))
+    log.close()
+    again = DispatchLog(path)  # appends after what is there
+    for i in range(CHUNK_RECORDS):
+        again.marker(first + i)()
+    assert read_dispatched(path) == list(range(first + CHUNK_RECORDS))
+    again.close()
+    assert path.stat().st_size == (first + CHUNK_RECORDS) * RECORD_BYTES
 
 
 def test_records_survive_a_process_killed_with_sigkill(tmp_path: Path) -> None:
@@ -45,6 +63,7 @@ def test_records_survive_a_process_killed_with_sigkill(tmp_path: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code, str(path)], timeout=60, check=False)
     assert proc.returncode == -9
+    assert path.stat().st_size > 1000 * RECORD_BYTES  # the chunk's unused rest, never cut
     assert read_dispatched(path) == list(range(1000))
 
 
