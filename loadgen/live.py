@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,6 +22,8 @@ from traces.health import LagSummary
 from traces.records import RunRow
 
 _MAX_US = 3_600_000_000  # one hour, in microseconds
+_FOLD_VALUES = 1024
+"""Values a ``LiveStats`` histogram takes in at once (``_fold``)."""
 
 
 def _histogram() -> HdrHistogram:
@@ -68,7 +71,15 @@ class WorkerReport:
 
 
 class LiveStats:
-    """Counters and latency histograms of a run, updated as requests finish."""
+    """Counters and latency histograms of a run, updated as requests finish.
+
+    A finished request's two histogram values are appended to a list, and the lists are
+    folded into the histograms a distinct value at a time (``record_value(value, count)``:
+    the same histogram) every ``_FOLD_VALUES`` values and whenever a histogram is read.
+    HdrHistogram's ``record_value`` is Python, 1.5 µs a call alone and more inside a busy
+    replay; at 5,000 requests a second the two calls a request cost 0.03 of a core, and
+    values in microseconds repeat (a 1,024-value batch of a replay's lateness or TTFT
+    holds a few hundred distinct ones)."""
 
     def __init__(self, now_ns: Callable[[], int]) -> None:
         self._now_ns = now_ns
@@ -78,9 +89,34 @@ class LiveStats:
         self.ok = 0
         self.errors = 0
         self.output_tokens = 0
-        self.ttft_us = _histogram()
-        self.schedule_lag_us = _histogram()
+        self._ttft_us = _histogram()
+        self._schedule_lag_us = _histogram()
+        self._ttft_values: list[int] = []
+        self._lag_values: list[int] = []
         self.by_outcome: dict[str, int] = {}
+
+    @property
+    def ttft_us(self) -> HdrHistogram:
+        """Every request's TTFT so far, µs."""
+        self._fold()
+        return self._ttft_us
+
+    @property
+    def schedule_lag_us(self) -> HdrHistogram:
+        """Every sent request's lateness (sent - due) so far, µs."""
+        self._fold()
+        return self._schedule_lag_us
+
+    def _fold(self) -> None:
+        for values, hist in (
+            (self._lag_values, self._schedule_lag_us),
+            (self._ttft_values, self._ttft_us),
+        ):
+            if values:
+                record = hist.record_value
+                for value, count in Counter(values).items():
+                    record(value, count)
+                values.clear()
 
     def on_dispatch(self) -> None:
         self.dispatched += 1
@@ -93,10 +129,14 @@ class LiveStats:
             self.ok += 1
         else:
             self.errors += 1
-        if record.sent_ns is not None:
-            self.schedule_lag_us.record_value(max(1, (record.sent_ns - record.due_ns) // 1000))
+        sent = record.sent_ns
+        if sent is not None:
+            lag = self._lag_values
+            lag.append(max(1, (sent - record.due_ns) // 1000))
             if record.first_token_ns is not None:
-                self.ttft_us.record_value(max(1, (record.first_token_ns - record.sent_ns) // 1000))
+                self._ttft_values.append(max(1, (record.first_token_ns - sent) // 1000))
+            if len(lag) >= _FOLD_VALUES:
+                self._fold()
         if record.completion_tokens is not None:
             self.output_tokens += record.completion_tokens
         else:
