@@ -164,6 +164,12 @@ class StreamingClient:
         if self._deferred is not None:
             self._deferred.flush()
 
+    def hold_records(self, held: bool) -> None:
+        """While ``held`` (the schedule is behind), deferred records wait until it is not
+        (``DeferredCalls.hold``); nothing without ``defer_records``."""
+        if self._deferred is not None:
+            self._deferred.hold(held)
+
     @property
     def deferred(self) -> int:
         """Records waiting to be built (always 0 without ``defer_records``)."""

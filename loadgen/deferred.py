@@ -8,6 +8,12 @@ classifying the stream's events, the last token's stamp of a 200-stream run lagg
 server's write by up to 25 ms. Deferred here, each loop iteration runs at most about
 ``budget_ns`` of it and then polls the sockets again, so a stamp waits for one slice at
 most. The work is the same; only its place in the loop changes.
+
+While a schedule is behind (``hold``: the open loop is sending requests late), even that
+slice waits: at 5,000 requests a second the records are a fifth of the loop's work, and a
+host that slows by a third for a tenth of a second then puts the schedule tens of
+milliseconds behind; without them the loop keeps up through it. The calls wait, at most
+``MAX_HELD`` of them (beyond, they run as usual), until the schedule has caught up.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from collections.abc import Callable
 
 _BUDGET_NS = 100_000
 """Work per loop iteration: one call at least, more while under this."""
+MAX_HELD = 4096
+"""Calls a ``hold`` keeps waiting, at most (a second of records at 4,096 requests a second;
+held records are in memory only, like those waiting for their slice)."""
 
 
 class DeferredCalls:
@@ -29,21 +38,33 @@ class DeferredCalls:
     stop the others; the first error is re-raised by ``flush``.
     """
 
-    __slots__ = ("_budget_ns", "_error", "_pending", "_scheduled")
+    __slots__ = ("_budget_ns", "_error", "_held", "_max_held", "_pending", "_scheduled")
 
-    def __init__(self, budget_ns: int = _BUDGET_NS) -> None:
+    def __init__(self, budget_ns: int = _BUDGET_NS, max_held: int = MAX_HELD) -> None:
         self._budget_ns = budget_ns
+        self._max_held = max_held
         self._pending: deque[Callable[[], None]] = deque()
         self._scheduled = False
+        self._held = False
         self._error: Exception | None = None
 
     def __len__(self) -> int:
         return len(self._pending)
 
+    def hold(self, held: bool) -> None:
+        """Keep queued calls waiting (True: the schedule is behind), up to ``max_held`` of
+        them, or let them run again, a slice per iteration (False)."""
+        self._held = held
+        if not held and self._pending and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._slice)
+
     def submit(self, call: Callable[[], None]) -> None:
-        """Queue ``call`` to run soon, after the loop has polled its sockets at least once."""
-        self._pending.append(call)
-        if not self._scheduled:
+        """Queue ``call`` to run soon, after the loop has polled its sockets at least once
+        (later while held)."""
+        pending = self._pending
+        pending.append(call)
+        if not self._scheduled and (not self._held or len(pending) > self._max_held):
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._slice)
 
@@ -57,11 +78,14 @@ class DeferredCalls:
 
     def _slice(self) -> None:
         pending = self._pending
+        if self._held and len(pending) <= self._max_held:
+            self._scheduled = False  # ``hold(False)`` or the next call past the bound
+            return
         clock = time.perf_counter_ns
         stop = clock() + self._budget_ns
         while pending:
             self._call(pending.popleft())
-            if clock() >= stop:
+            if clock() >= stop or (self._held and len(pending) <= self._max_held):
                 break
         if pending:
             # The loop polls its sockets (and runs their reads) before this runs again.

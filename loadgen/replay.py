@@ -55,6 +55,9 @@ _PREP_GUARD_NS = 300_000
 _GATED_WARM = 1
 """Open loop under a start gate: connections opened before the shard reports ready (the
 server is reached, the connect path warmed); a closed loop opens one per worker."""
+_BEHIND_NS = 1_000_000
+"""An open loop that wakes this late for a due request is behind: its finished requests'
+records wait (``StreamingClient.hold_records``) until it wakes on time again."""
 
 __all__ = ["LoadShape", "ReplayResult", "Replayer", "StartGate"]
 
@@ -246,7 +249,10 @@ class Replayer:
                     elif self._shape.closed_sessions:
                         await self._closed_sessions(start, offsets)
                     else:
-                        await self._open_loop(tg, start, offsets, early)
+                        try:
+                            await self._open_loop(tg, start, offsets, early)
+                        finally:
+                            self._client.hold_records(False)
                     await self._drain()
                 finally:
                     monitor_task.cancel()
@@ -404,6 +410,8 @@ class Replayer:
                 return
             if not await self._sleep_until(ahead[0][0]):
                 return
+            # Behind schedule: the records wait until it has caught up (loadgen.deferred).
+            self._client.hold_records(now_ns() - ahead[0][0] > _BEHIND_NS)
             while ahead and ahead[0][0] <= now_ns():
                 due, job = ahead.popleft()
                 if deadline is not None and due >= deadline:

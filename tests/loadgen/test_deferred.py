@@ -57,6 +57,37 @@ def test_a_slice_yields_to_the_loop_between_calls() -> None:
     assert order == ["call0", "io0", "call1", "io1", "call2", "io2"]
 
 
+def test_held_calls_wait_until_released_and_past_the_bound_run_down_to_it() -> None:
+    async def main() -> None:
+        done: list[int] = []
+        deferred = DeferredCalls(max_held=3)
+        deferred.submit(partial(done.append, 0))
+        deferred.hold(True)  # already scheduled: its slice finds it held
+        for i in range(1, 3):
+            deferred.submit(partial(done.append, i))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert done == []
+        assert len(deferred) == 3
+        for i in range(3, 6):  # past the bound: run until the bound is met again
+            deferred.submit(partial(done.append, i))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert done == [0, 1, 2]
+        assert len(deferred) == 3
+        deferred.hold(False)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert done == list(range(6))
+        assert len(deferred) == 0
+        deferred.hold(True)
+        deferred.submit(partial(done.append, 6))
+        deferred.flush()  # a flush runs held calls too
+        assert done == list(range(7))
+
+    asyncio.run(main())
+
+
 def test_flush_runs_the_rest_and_reraises_the_first_error() -> None:
     async def main() -> list[int]:
         done: list[int] = []

@@ -1,0 +1,88 @@
+"""An open loop that falls behind its schedule holds its finished requests' records back
+(``StreamingClient.hold_records``) and lets them go once it wakes on time again; every
+record still reaches the sink."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from scripted import response, scripted_server
+
+from loadgen.client import StreamingClient
+from loadgen.clock import Clock
+from loadgen.live import LiveStats
+from loadgen.prepare.preparer import Preparer
+from loadgen.replay import LoadShape, Replayer
+from loadgen.run.session import make_transport
+from traces.prompts.maker import PromptMaker
+from traces.records import RunRow, TraceRequest
+from traces.runinfo import Capabilities
+
+SSE = (
+    b'data: {"choices":[{"index":0,"delta":{"content":" a"}}]}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+BURST = 300
+"""Requests all due at the start: the loop cannot send them within a millisecond."""
+
+
+class HoldLog(StreamingClient):
+    """The client, noting each ``hold_records`` the replay makes and how many records
+    were waiting then."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.holds: list[tuple[bool, int]] = []
+
+    def hold_records(self, held: bool) -> None:
+        self.holds.append((held, self.deferred))
+        super().hold_records(held)
+
+
+async def replay(arrivals: list[float]) -> tuple[list[RunRow], list[tuple[bool, int]]]:
+    clock = Clock()
+    requests = [
+        TraceRequest(index=i, request_id=f"q{i}", arrival_s=at, input_tokens=4, output_tokens=1)
+        for i, at in enumerate(arrivals)
+    ]
+    records: list[RunRow] = []
+    async with scripted_server([response(SSE)] * len(requests)) as (url, log):
+        transport = make_transport("fast", clock.now_ns, max_connections=0)
+        async with httpx.AsyncClient(transport=transport, timeout=5.0) as http:
+            client = HoldLog(
+                http,
+                base_url=url + "/v1",
+                now_ns=clock.now_ns,
+                run_id="t",
+                transport=transport,
+                defer_records=True,
+            )
+            preparer = Preparer(
+                prompts=PromptMaker(), model="m", run_id="t", capabilities=Capabilities()
+            )
+            await Replayer(
+                requests=requests,
+                shape=LoadShape(),
+                client=client,
+                preparer=preparer,
+                sink=records.append,
+                stats=LiveStats(clock.now_ns),
+                clock=clock,
+            ).run()
+        await asyncio.wait_for(log.idle.wait(), timeout=5.0)
+    return records, client.holds
+
+
+def test_a_late_open_loop_holds_records_then_lets_them_go() -> None:
+    arrivals = [0.0] * BURST + [0.4, 0.5, 0.6]  # then on time again
+    records, holds = asyncio.run(replay(arrivals))
+    assert sorted(r.trace_index for r in records) == list(range(len(arrivals)))
+    assert {r.outcome for r in records} == {"ok"}
+    held = [waiting for on, waiting in holds if on]
+    assert held, holds[:20]  # behind during the burst
+    assert holds[-1][0] is False  # released at the end
+    # The spaced requests woke on time: not held.
+    assert [on for on, _ in holds[-4:]] == [False] * 4, holds[-8:]
