@@ -19,13 +19,17 @@ def test_replay_schedule_quick_runs_and_prints_each_target(tmp_path: Path) -> No
         out_json=tmp_path / "out.json",
         timeout_s=110,
     )
-    for line in ("(c) open loop", "(d) process start", "(e) closed loop", "[target"):
+    for line in ("(c) open loop", "baseline, the same", "(d) process start", "(e) closed loop"):
         assert line in stdout
+    assert "[target" in stdout
     assert doc["schedule"]["sent_share"] == 1.0
     assert doc["schedule"]["ok_share"] == 1.0
     assert set(doc["schedules"]) == {"500", "1000"}
     assert doc["schedules"]["1000"]["scheduled"] == 800
     assert all(0 < s["client_cores"] < 2 for s in doc["schedules"].values())
+    # The raw client sent the same schedule and had every answer in full.
+    assert doc["schedules"]["1000"]["baseline"]["answered"] == 800
+    assert all(0 < s["baseline"]["client_cores"] < 2 for s in doc["schedules"].values())
     assert "Poisson 1000 req/s" in stdout
     assert doc["shards"]["same_request_set"] is True
     assert doc["shards"]["exit_codes"] == [0, 0]
