@@ -270,9 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         ours_us = sched["client_cores"] * 1e6 / rate
         base_us = base["client_cores"] * 1e6 / rate
         print(f"    baseline, the same schedule from bench/open_loop_raw.py (no prompt, no "
-              f"record): answered {base['answered']}, on time {base['on_time_share']:.1%}, p99 {base['late_p99_ms']:.2f} ms, "
-              f"CPU {base['client_cores']:.2f} of a core; CPU a request {ours_us:.0f} us "
-              f"against {base_us:.0f} us, {ours_us / base_us:.2f}x")  # fmt: skip
+              f"record): answered {base['answered']}, on time {base['on_time_share']:.1%}, "
+              f"p99 {base['late_p99_ms']:.2f} ms, CPU {base['client_cores']:.2f} of a core; "
+              f"CPU a request {ours_us:.0f} us against {base_us:.0f} us, "
+              f"{ours_us / base_us:.2f}x")  # fmt: skip
     print(f"(d) process start to first request: {scheds[0]['first_request_s']:.2f} s "
           "[target < 1 s]")  # fmt: skip
     ones = ", ".join(f"{x:.2f}" for x in shard["cpu_s_per_mtok_1"])
