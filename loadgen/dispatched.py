@@ -88,7 +88,10 @@ class DispatchLog:
         if at < _CHUNK:
             self._at = at
             return
-        chunk.close()  # full: the next chunk, laid out before its first record is due
+        # Full: the next chunk, laid out before its first record is due. Should that fail
+        # (a full disk), this request's marker raises it and the log stores no more.
+        chunk.close()
+        self._map = None
         self._base += _CHUNK
         self._at = 0
         self._map_chunk()

@@ -50,6 +50,26 @@ def test_records_run_on_across_chunks_and_a_log_opened_again_keeps_them(tmp_path
     assert path.stat().st_size == (first + CHUNK_RECORDS) * RECORD_BYTES
 
 
+def test_a_chunk_that_cannot_be_laid_out_fails_once_then_stores_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / s.DISPATCH_FILE
+    log = DispatchLog(path)
+    for i in range(CHUNK_RECORDS - 1):
+        log.marker(i)()
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(OSError, match="No space"):
+        log.marker(CHUNK_RECORDS - 1)()  # the chunk's last record: the next one fails
+    log.marker(CHUNK_RECORDS)()  # nothing stored, nothing raised
+    log.close()
+    assert read_dispatched(path) == list(range(CHUNK_RECORDS))
+    assert path.stat().st_size == CHUNK_RECORDS * RECORD_BYTES
+
+
 def test_records_survive_a_process_killed_with_sigkill(tmp_path: Path) -> None:
     path = tmp_path / s.DISPATCH_FILE
     code = (
