@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 from scripted import response, scripted_server
 
 from loadgen.client import StreamingClient
@@ -25,6 +26,8 @@ SSE = (
     b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
     b"data: [DONE]\n\n"
 )
+pytestmark = pytest.mark.serial
+
 BURST = 300
 """Requests all due at the start: the loop cannot send them within a millisecond."""
 
@@ -81,8 +84,10 @@ def test_a_late_open_loop_holds_records_then_lets_them_go() -> None:
     records, holds = asyncio.run(replay(arrivals))
     assert sorted(r.trace_index for r in records) == list(range(len(arrivals)))
     assert {r.outcome for r in records} == {"ok"}
-    held = [waiting for on, waiting in holds if on]
-    assert held, holds[:20]  # behind during the burst
-    assert holds[-1][0] is False  # released at the end
-    # The spaced requests woke on time: not held.
-    assert [on for on, _ in holds[-4:]] == [False] * 4, holds[-8:]
+    assert any(on for on, _ in holds), holds[:20]  # behind during the burst
+    # Released on a later wake on time, with the burst's records still waiting: they were
+    # held across the 0.4 s gap, not built meanwhile. (Any of the three spaced wakes.)
+    released = [waiting for on, waiting in holds[-4:-1] if not on]
+    assert released, holds[-8:]
+    assert released[0] > BURST // 2, holds[-8:]
+    assert holds[-1][0] is False  # and released at the end
