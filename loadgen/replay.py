@@ -109,6 +109,9 @@ class Replayer:
         self._stats = stats
         self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+        self._failed: BaseException | None = None
+        """What an open loop's request task raised (none is expected: ``execute`` records
+        every failure as a row); the run raises it once its requests are drained."""
         self._stopping = False
         self._stop_reason = "completed"
         self._dispatched = 0
@@ -250,10 +253,12 @@ class Replayer:
                         await self._closed_sessions(start, offsets)
                     else:
                         try:
-                            await self._open_loop(tg, start, offsets, early)
+                            await self._open_loop(start, offsets, early)
                         finally:
                             self._client.hold_records(False)
                     await self._drain()
+                    if self._failed is not None:
+                        raise self._failed  # in the group, as a task's own error would be
                 finally:
                     monitor_task.cancel()
         finally:
@@ -327,17 +332,29 @@ class Replayer:
 
     def _spawn(
         self,
-        tg: asyncio.TaskGroup,
         job: ReadyRequest,
         due_ns: int,
         slot: InflightCap | None,
         held_ns: int = 0,
     ) -> None:
-        task = tg.create_task(self._one(job, due_ns, slot, held_ns))
+        # The loop's own task, not the group's: the group's create_task costs a few µs of
+        # Python a request (its bookkeeping beside ours); _spawned_done does its part.
+        task = asyncio.get_running_loop().create_task(self._one(job, due_ns, slot, held_ns))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._spawned_done)
         self._dispatched += 1
         self._stats.on_dispatch()
+
+    def _spawned_done(self, task: asyncio.Task[None]) -> None:
+        """A request task ended: forgotten; one that raised stops the dispatch, and the run
+        raises the first such error once in-flight requests are drained."""
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and self._failed is None:
+            self._failed = error
+            self._stopping = True
 
     def _due_offsets(self) -> list[int]:
         """Every request's due time from the start, ns."""
@@ -375,7 +392,6 @@ class Replayer:
 
     async def _open_loop(
         self,
-        tg: asyncio.TaskGroup,
         start: int,
         offsets: Sequence[int],
         early: Sequence[ReadyRequest] = (),
@@ -422,7 +438,7 @@ class Replayer:
                     if slot is not None:
                         slot.release()
                     return
-                self._spawn(tg, job, due, slot, held_ns)
+                self._spawn(job, due, slot, held_ns)
             await asyncio.sleep(0)
 
     async def _closed_loop(self, tg: asyncio.TaskGroup, start: int, concurrency: int) -> None:

@@ -1,6 +1,7 @@
-"""An open loop that falls behind its schedule holds its finished requests' records back
-(``StreamingClient.hold_records``) and lets them go once it wakes on time again; every
-record still reaches the sink."""
+"""An open loop's request tasks and their records: behind its schedule, the loop holds
+finished requests' records back (``StreamingClient.hold_records``) and lets them go once
+it wakes on time again, every record still reaching the sink; a request task that raises
+(none should: ``execute`` records every failure as a row) fails the run."""
 
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ class HoldLog(StreamingClient):
         super().hold_records(held)
 
 
-async def replay(arrivals: list[float]) -> tuple[list[RunRow], list[tuple[bool, int]]]:
+async def replay(
+    arrivals: list[float], client_type: type[HoldLog] = HoldLog
+) -> tuple[list[RunRow], list[tuple[bool, int]]]:
     clock = Clock()
     requests = [
         TraceRequest(index=i, request_id=f"q{i}", arrival_s=at, input_tokens=4, output_tokens=1)
@@ -55,7 +58,7 @@ async def replay(arrivals: list[float]) -> tuple[list[RunRow], list[tuple[bool, 
     async with scripted_server([response(SSE)] * len(requests)) as (url, log):
         transport = make_transport("fast", clock.now_ns, max_connections=0)
         async with httpx.AsyncClient(transport=transport, timeout=5.0) as http:
-            client = HoldLog(
+            client = client_type(
                 http,
                 base_url=url + "/v1",
                 now_ns=clock.now_ns,
@@ -91,3 +94,26 @@ def test_a_late_open_loop_holds_records_then_lets_them_go() -> None:
     assert released, holds[-8:]
     assert released[0] > BURST // 2, holds[-8:]
     assert holds[-1][0] is False  # and released at the end
+
+
+def test_a_request_task_that_raises_stops_the_dispatch_and_fails_the_run() -> None:
+    sent: list[int] = []
+
+    class Raising(HoldLog):
+        """The client, raising from its fourth request instead of recording it."""
+
+        async def execute(self, job: Any, due_ns: int, sink: Any, *args: Any) -> str | None:
+            sent.append(job.job.trace.index)
+            if job.job.trace.index == 3:
+                raise RuntimeError("a bug in the request path")
+            result: str | None = await super().execute(job, due_ns, sink, *args)
+            return result
+
+    arrivals = [i * 0.005 for i in range(200)]  # a second of requests
+    with pytest.raises(BaseExceptionGroup) as raised:
+        asyncio.run(replay(arrivals, Raising))
+    match = raised.value.subgroup(RuntimeError)
+    assert match is not None
+    assert str(match.exceptions[0]) == "a bug in the request path"
+    assert 3 in sent
+    assert len(sent) < 100, len(sent)  # the dispatch stopped soon after, not at the end
