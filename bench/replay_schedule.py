@@ -214,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="also save the results here")
     parser.add_argument(
-        "--pairs", type=int, default=5, help="(e): interleaved 1- and 2-worker runs (default 5)"
+        "--pairs",
+        type=int,
+        default=None,
+        help="(e): interleaved 1- and 2-worker runs (default 5; 1 with --quick)",
     )
     parser.add_argument(
         "--rates", default="500", help="(c): open-loop rates, req/s, comma-separated (500)"
@@ -223,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         "--seconds", type=float, default=None, help="(c): seconds of schedule a rate"
     )
     args = parser.parse_args(argv)
-    if args.pairs < 1:
+    if args.pairs is not None and args.pairs < 1:
         parser.error("--pairs must be at least 1")
     try:
         rates = [float(x) for x in args.rates.split(",")]
@@ -247,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 work,
                 streams=64,
                 tokens=4096 if args.quick else 16384,
-                pairs=1 if args.quick else args.pairs,
+                pairs=args.pairs or (1 if args.quick else 5),
             )
     finally:
         server.close()
