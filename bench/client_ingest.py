@@ -505,6 +505,16 @@ class _Timer:
             self._profiler.dump_stats(str(self._profile))
 
 
+def raw_head_prefix(port: int, length: int, extra_headers: str) -> bytes:
+    """The raw clients' request head for a chat body of ``length`` bytes, up to the value of
+    its last header, ``x-request-id`` (the request's id, then a blank line, complete it)."""
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: {HOST}:{port}\r\n"
+        "content-type: application/json\r\naccept: text/event-stream\r\n"
+        f"{extra_headers}content-length: {length}\r\nx-request-id: "
+    ).encode()
+
+
 class _RawConn(asyncio.Protocol):
     """Minimal keep-alive SSE reader: stamps in ``data_received``, counts ``\\n\\n``."""
 
@@ -585,11 +595,7 @@ async def _client_raw(spec: ClientSpec, timer: _Timer) -> list[StreamResult]:
         conns.append(proto)
 
     def head(xid: str, payload: bytes, extra_headers: str) -> bytes:
-        return (
-            f"POST /v1/chat/completions HTTP/1.1\r\nhost: {HOST}:{spec.port}\r\n"
-            f"content-type: application/json\r\naccept: text/event-stream\r\n"
-            f"x-request-id: {xid}\r\n{extra_headers}content-length: {len(payload)}\r\n\r\n"
-        ).encode()
+        return raw_head_prefix(spec.port, len(payload), extra_headers) + xid.encode() + b"\r\n\r\n"
 
     await asyncio.gather(
         *(c.request(head(f"warm-{i}", warm_body, ""), warm_body) for i, c in enumerate(conns))

@@ -36,11 +36,7 @@ async def _replay(port: int, offsets_ns: list[int], tokens: int) -> dict[str, ob
     loop = asyncio.get_running_loop()
     body = ingest._request_body(tokens)
     extra = "".join(f"{k}: {v}\r\n" for k, v in ingest._bench_headers(0, False).items())
-    prefix = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nhost: {ingest.HOST}:{port}\r\n"
-        "content-type: application/json\r\naccept: text/event-stream\r\n"
-        f"{extra}content-length: {len(body)}\r\nx-request-id: "
-    ).encode()
+    prefix = ingest.raw_head_prefix(port, len(body), extra)
     idle: list[ingest._RawConn] = []
     for _ in range(_WARM_CONNECTIONS):
         _, conn = await loop.create_connection(ingest._RawConn, ingest.HOST, port)

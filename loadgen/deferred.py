@@ -64,7 +64,7 @@ class DeferredCalls:
         (later while held)."""
         pending = self._pending
         pending.append(call)
-        if not self._scheduled and (not self._held or len(pending) > self._max_held):
+        if not self._scheduled and not self._waiting():
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._slice)
 
@@ -78,20 +78,24 @@ class DeferredCalls:
 
     def _slice(self) -> None:
         pending = self._pending
-        if self._held and len(pending) <= self._max_held:
+        if self._waiting():
             self._scheduled = False  # ``hold(False)`` or the next call past the bound
             return
         clock = time.perf_counter_ns
         stop = clock() + self._budget_ns
         while pending:
             self._call(pending.popleft())
-            if clock() >= stop or (self._held and len(pending) <= self._max_held):
+            if clock() >= stop or self._waiting():
                 break
         if pending:
             # The loop polls its sockets (and runs their reads) before this runs again.
             asyncio.get_running_loop().call_soon(self._slice)
         else:
             self._scheduled = False
+
+    def _waiting(self) -> bool:
+        """Whether the queued calls wait now: held, and within the bound."""
+        return self._held and len(self._pending) <= self._max_held
 
     def _call(self, call: Callable[[], None]) -> None:
         try:
