@@ -24,6 +24,7 @@ __all__ = [
     "http",
     "inflight",
     "live",
+    "lookahead",
     "openai",
     "pacer",
     "parentdeath",

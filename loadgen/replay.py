@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from loadgen.clock import Clock
 from loadgen.history import LiveHistory
 from loadgen.inflight import InflightCap
 from loadgen.live import LiveStats, LoopLagMonitor, lag_histogram, summarize_us
+from loadgen.lookahead import FIRST_REQUESTS, Lookahead
 from loadgen.pacer import Pacer
 from loadgen.prepare.ahead import AheadBodies
 from loadgen.prepare.preparer import Preparer
@@ -47,11 +47,6 @@ _POLL_NS = 50_000_000
 """Within this of a due time, the wait is one sleep on the wake-up timer (see _sleep_until)."""
 _COARSE_MARGIN_NS = 5_000_000
 """A coarse sleep on the loop's timer ends this far before the due time at least."""
-_AHEAD = 16
-"""Open loop: requests prepared before their due time, at most."""
-_PREP_GUARD_NS = 300_000
-"""Open loop: no further request is prepared this close to the earliest prepared due time
-(building one costs up to a few hundred µs: prompt, body, httpx request)."""
 _GATED_WARM = 1
 """Open loop under a start gate: connections opened before the shard reports ready (the
 server is reached, the connect path warmed); a closed loop opens one per worker."""
@@ -200,7 +195,7 @@ class Replayer:
 
         A closed loop first opens one connection per worker (the warm pool), so that its
         first wave writes at the start instead of connecting all at once; an open loop
-        prepares its first ``_AHEAD`` requests before the start."""
+        prepares its first ``FIRST_REQUESTS`` requests before the start (``loadgen.lookahead``)."""
         self._timer.open()
         try:
             return await self._run(start_ns, gate)
@@ -379,9 +374,10 @@ class Replayer:
         ).run()
 
     async def _prepare_first(self, offsets: Sequence[int]) -> list[ReadyRequest]:
-        """The open loop's first requests, prepared before the start (up to ``_AHEAD``);
-        their warm-up flags come from their ``offsets``, as the start is not known yet."""
-        first = min(_AHEAD, len(self._requests))
+        """The open loop's first requests, prepared before the start (up to
+        ``FIRST_REQUESTS``); their warm-up flags come from their ``offsets``, as the start is
+        not known yet."""
+        first = min(FIRST_REQUESTS, len(self._requests))
         warm_ns = None if self._shape.warmup_s is None else int(self._shape.warmup_s * 1e9)
         return [
             self._client.ready(
@@ -396,40 +392,38 @@ class Replayer:
         offsets: Sequence[int],
         early: Sequence[ReadyRequest] = (),
     ) -> None:
-        """Send every request at its due time. Requests are prepared ahead (up to
-        ``_AHEAD``, only while the earliest prepared one is more than ``_PREP_GUARD_NS``
-        away, and, with bodies built off the loop, only one whose body is built), so that at
-        a due time everything due goes out at once and one yield lets the new tasks write
-        their requests before anything else is prepared. ``early``: the first requests,
-        prepared before the start; ``offsets``: every request's due time from the start."""
+        """Send every request at its due time. Requests are prepared ahead, in the
+        loop's slack (``loadgen.lookahead``; with bodies built off the loop, only one whose
+        body is built), so that at a due time everything due goes out at once and one yield
+        lets the new tasks write their requests before anything else is prepared; behind
+        schedule, the backlog goes out without being prepared first. ``early``: the first
+        requests, prepared before the start; ``offsets``: every request's due time from the
+        start."""
         deadline = self._deadline(start)
         slot = self._cap
         now_ns = self._clock.now_ns
         requests = self._requests
-        ahead: deque[tuple[int, ReadyRequest]] = deque(
-            (start + offsets[k], job) for k, job in enumerate(early)
-        )
+        ahead = Lookahead()
+        for k, job in enumerate(early):
+            ahead.add(start + offsets[k], k, job)
         following = len(early)
         while True:
             while (
                 following < len(requests)
-                and len(ahead) < _AHEAD
-                and (
-                    not ahead
-                    or (ahead[0][0] - now_ns() > _PREP_GUARD_NS and self.prepared(following))
-                )
+                and ahead.room(now_ns())
+                and (not ahead or self.prepared(following))
             ):
                 due = start + offsets[following]
-                ahead.append((due, self._client.ready(await self._prepare(following, due))))
+                ahead.add(due, following, self._client.ready(await self._prepare(following, due)))
                 following += 1
             if not ahead:
                 return
-            if not await self._sleep_until(ahead[0][0]):
+            if not await self._sleep_until(ahead.next_due()):
                 return
             # Behind schedule: the records wait until it has caught up (loadgen.deferred).
-            self._client.hold_records(now_ns() - ahead[0][0] > _BEHIND_NS)
-            while ahead and ahead[0][0] <= now_ns():
-                due, job = ahead.popleft()
+            self._client.hold_records(now_ns() - ahead.next_due() > _BEHIND_NS)
+            while ahead.due(now_ns()):
+                due, _, job = ahead.pop()
                 if deadline is not None and due >= deadline:
                     self._stop_reason = "duration"
                     return

@@ -1,31 +1,26 @@
-"""The closed-session dispatcher (``--sessions closed``): session openers at their trace
-times under a cap on sessions in progress, every later turn when its parent has ended plus
-think time (``loadgen.sessions``).
+"""The closed-session dispatcher (``--sessions closed``): session openers at their trace times
+under a cap on sessions in progress, every later turn when its parent has ended plus think
+time (``loadgen.sessions``).
 
-Openers and requests without a parent go out as in the open loop, prepared ahead (with
-bodies built off the loop, only those already built) and sent at their absolute due times. A
-turn's task, once its response has ended, computes each follower's due time (``turn_due``),
-prepares it at once (the think time and the trace time are the look-ahead) and starts a task
-that sleeps until it is due: no turn is ever sent before its parent's end plus think time,
-and the row's ``due_ns`` is that time, so a late dispatch is visible as in the open loop.
-With ``max_sessions``, an opener that finds every session slot taken waits for one (its due
-time stays its trace time: the wait is lateness); a slot is freed when the last request of
-its session ends."""
+Openers and requests without a parent go out as in the open loop, prepared ahead
+(``loadgen.lookahead``; with bodies built off the loop, only those already built) and sent
+at their absolute due times. A turn's task, once its response has ended, computes each
+follower's due time (``turn_due``), prepares it at once (the think time and the trace time
+are the look-ahead) and starts a task that sleeps until it is due: no turn is ever sent
+before its parent's end plus think time, and the row's ``due_ns`` is that time, so a late
+dispatch is visible as in the open loop. With ``max_sessions``, an opener that finds every
+session slot taken waits for one (its due time stays its trace time: the wait is lateness);
+a slot is freed when the last request of its session ends."""
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from loadgen.client import ReadyRequest
+from loadgen.lookahead import Lookahead
 from loadgen.sessions import NONE, SessionPlan, turn_due
-
-_AHEAD = 16
-"""Openers prepared before their due time, at most (as the open loop)."""
-_PREP_GUARD_NS = 300_000
-"""No further opener is prepared this close to the earliest prepared due time."""
 
 
 class Dispatch(Protocol):
@@ -80,30 +75,24 @@ class ClosedSessions:
         their tasks. Returns when the last of these is sent (the caller drains the rest)."""
         plan, replay, now_ns = self._plan, self._replay, self._now_ns
         roots = [i for i, before in enumerate(plan.waits_for) if before == NONE]
-        ahead: deque[tuple[int, int, ReadyRequest]] = deque()
+        ahead = Lookahead()
         following = 0
         while True:
             while (
                 following < len(roots)
-                and len(ahead) < _AHEAD
-                and (
-                    not ahead
-                    or (
-                        ahead[0][0] - now_ns() > _PREP_GUARD_NS
-                        and replay.prepared(roots[following])
-                    )
-                )
+                and ahead.room(now_ns())
+                and (not ahead or replay.prepared(roots[following]))
             ):
                 pos = roots[following]
                 due = self._due(pos)
-                ahead.append((due, pos, await replay.ready(pos, due)))
+                ahead.add(due, pos, await replay.ready(pos, due))
                 following += 1
             if not ahead:
                 return
-            if not await replay.sleep_until(ahead[0][0]):
+            if not await replay.sleep_until(ahead.next_due()):
                 return
-            while ahead and ahead[0][0] <= now_ns():
-                due, pos, job = ahead.popleft()
+            while ahead.due(now_ns()):
+                due, pos, job = ahead.pop()
                 if self._deadline is not None and due >= self._deadline:
                     replay.end_by_duration()
                     return

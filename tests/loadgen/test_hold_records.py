@@ -1,20 +1,24 @@
-"""An open loop's request tasks and their records: behind its schedule, the loop holds
-finished requests' records back (``StreamingClient.hold_records``) and lets them go once
-it wakes on time again, every record still reaching the sink; a request task that raises
-(none should: ``execute`` records every failure as a row) fails the run."""
+"""An open loop's look-ahead, request tasks and records: in its slack the loop prepares the
+requests due next, as many as ``loadgen.lookahead`` allows, so a backlog goes out without
+being prepared first; behind its schedule, the loop holds finished requests' records back
+(``StreamingClient.hold_records``) and lets them go once it wakes on time again, every
+record still reaching the sink; a request task that raises (none should: ``execute``
+records every failure as a row) fails the run."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
 import pytest
 from scripted import response, scripted_server
 
-from loadgen.client import StreamingClient
+from loadgen.client import PreparedRequest, ReadyRequest, StreamingClient
 from loadgen.clock import Clock
 from loadgen.live import LiveStats
+from loadgen.lookahead import AHEAD_REQUESTS
 from loadgen.prepare.preparer import Preparer
 from loadgen.replay import LoadShape, Replayer
 from loadgen.run.session import make_transport
@@ -48,7 +52,7 @@ class HoldLog(StreamingClient):
 
 async def replay(
     arrivals: list[float], client_type: type[HoldLog] = HoldLog
-) -> tuple[list[RunRow], list[tuple[bool, int]]]:
+) -> tuple[list[RunRow], HoldLog]:
     clock = Clock()
     requests = [
         TraceRequest(index=i, request_id=f"q{i}", arrival_s=at, input_tokens=4, output_tokens=1)
@@ -79,12 +83,44 @@ async def replay(
                 clock=clock,
             ).run()
         await asyncio.wait_for(log.idle.wait(), timeout=5.0)
-    return records, client.holds
+    return records, client
+
+
+def test_the_slack_before_a_burst_prepares_all_of_it() -> None:
+    class ReadyLog(HoldLog):
+        """The client, noting when each request was encoded and when it was sent."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.readied: dict[int, int] = {}
+            self.sent: dict[int, int] = {}
+
+        def ready(self, job: PreparedRequest) -> ReadyRequest:
+            self.readied[job.trace.index] = time.perf_counter_ns()
+            return super().ready(job)
+
+        async def execute(self, job: Any, due_ns: int, sink: Any, *args: Any) -> str | None:
+            self.sent[job.job.trace.index] = time.perf_counter_ns()
+            result: str | None = await super().execute(job, due_ns, sink, *args)
+            return result
+
+    # 0.3 s of slack, then as many requests at once as the look-ahead holds: the loop falls
+    # behind on them, and has prepared them all before.
+    arrivals = [0.0] + [0.3] * AHEAD_REQUESTS
+    records, client = asyncio.run(replay(arrivals, ReadyLog))
+    assert isinstance(client, ReadyLog)
+    assert sorted(r.trace_index for r in records) == list(range(len(arrivals)))
+    assert {r.outcome for r in records} == {"ok"}
+    burst = range(1, len(arrivals))
+    first_sent = min(client.sent[i] for i in burst)
+    late = [i for i in burst if client.readied[i] > first_sent]
+    assert not late, f"{len(late)} of the burst prepared after it began: {late[:5]}"
 
 
 def test_a_late_open_loop_holds_records_then_lets_them_go() -> None:
     arrivals = [0.0] * BURST + [0.4, 0.5, 0.6]  # then on time again
-    records, holds = asyncio.run(replay(arrivals))
+    records, client = asyncio.run(replay(arrivals))
+    holds = client.holds
     assert sorted(r.trace_index for r in records) == list(range(len(arrivals)))
     assert {r.outcome for r in records} == {"ok"}
     assert any(on for on, _ in holds), holds[:20]  # behind during the burst
