@@ -355,8 +355,8 @@ def print_summary(result: SessionResult, console: Console, *, explain: bool = Fa
     show_default=True,
     help="When the trace has images or prompts of 16,384+ tokens, their bodies are built "
     "ahead of their due times in a process of their own, at most this many MiB ahead of "
-    "what has been sent; 0 builds every body on the event loop. Ordinary traces start "
-    "no such process.",
+    "what the replay has taken (the replay holds up to 64 MiB more, ready to send); 0 "
+    "builds every body on the event loop. Ordinary traces start no such process.",
 )
 @click.option(
     "--dry-run",
