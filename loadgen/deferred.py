@@ -62,8 +62,7 @@ class DeferredCalls:
     def submit(self, call: Callable[[], None]) -> None:
         """Queue ``call`` to run soon, after the loop has polled its sockets at least once
         (later while held)."""
-        pending = self._pending
-        pending.append(call)
+        self._pending.append(call)
         if not self._scheduled and not self._waiting():
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._slice)

@@ -48,15 +48,18 @@ class Lookahead:
         """Bytes of the bodies waiting."""
         return self._bytes
 
-    def room(self, now_ns: int) -> bool:
+    def room(self, now_ns: int, built: bool = True) -> bool:
         """Whether one more request should be prepared at ``now_ns``: always when none is
         waiting; else while fewer than ``AHEAD_REQUESTS`` wait, holding less than
-        ``AHEAD_BYTES``, and the earliest is due more than ``PREP_GUARD_NS`` from now."""
+        ``AHEAD_BYTES``, the earliest is due more than ``PREP_GUARD_NS`` from now, and its
+        body is ``built`` already (one built off the loop, ``loadgen.prepare.ahead``, is
+        waited for only when none is waiting)."""
         items = self._items
         if not items:
             return True
         return (
-            len(items) < AHEAD_REQUESTS
+            built
+            and len(items) < AHEAD_REQUESTS
             and self._bytes < AHEAD_BYTES
             and items[0][0] - now_ns > PREP_GUARD_NS
         )

@@ -408,11 +408,7 @@ class Replayer:
             ahead.add(start + offsets[k], k, job)
         following = len(early)
         while True:
-            while (
-                following < len(requests)
-                and ahead.room(now_ns())
-                and (not ahead or self.prepared(following))
-            ):
+            while following < len(requests) and ahead.room(now_ns(), self.prepared(following)):
                 due = start + offsets[following]
                 ahead.add(due, following, self._client.ready(await self._prepare(following, due)))
                 following += 1

@@ -78,10 +78,8 @@ class ClosedSessions:
         ahead = Lookahead()
         following = 0
         while True:
-            while (
-                following < len(roots)
-                and ahead.room(now_ns())
-                and (not ahead or replay.prepared(roots[following]))
+            while following < len(roots) and ahead.room(
+                now_ns(), replay.prepared(roots[following])
             ):
                 pos = roots[following]
                 due = self._due(pos)
