@@ -124,9 +124,15 @@ def test_replay_streams_chat_and_completions_with_vllm_timings(
     for row, prompt in zip(table, prompts, strict=True):
         offsets = row["chunk_offsets_us"]
         assert row["finish_reason"] == "length"
-        # One token per chunk, counted by vLLM's continuous usage stats.
-        assert row["completion_tokens"] == row["output_tokens"] == len(offsets)
-        assert row["chunk_tokens"] == [1] * len(offsets)
+        # The tokens of each chunk, counted by vLLM's continuous usage stats. Mostly one a
+        # chunk, but vLLM merges a request's outputs when its engine gets ahead of its API
+        # server (``RequestOutputCollector.put``; both share one CPU here), and the merged
+        # chunk then carries two or more. Every token the tiny model may sample is printable
+        # text, so none is held back and the chunks add up to every token.
+        tokens = row["chunk_tokens"]
+        assert len(tokens) == len(offsets)
+        assert min(tokens) >= 1
+        assert row["completion_tokens"] == row["output_tokens"] == sum(tokens)
         assert row["prompt_tokens"] == server_count(vllm_tokenizer, row, prompt)
         assert row["cached_tokens"] is not None
         # vLLM's per-request metrics, joined: queue + prefill is the server's TTFT, which
@@ -139,6 +145,10 @@ def test_replay_streams_chat_and_completions_with_vllm_timings(
             row["server_queue_ms"] + row["server_prefill_ms"]
         )
         assert row["server_ttft_ms"] < ttft_ms(row)
+    # A merge is the exception (one chunk in the one run of the suite that met it): every SSE
+    # event is a chunk of its own in the record, not two events stamped as one.
+    chunks = [t for row in table for t in row["chunk_tokens"]]
+    assert chunks.count(1) >= len(chunks) / 2, chunks
     # The same requests as vLLM's own histograms saw them, scraped by the run (after the
     # preflight probe, until the last request ended): the sums grew by exactly the
     # per-request values the harness joined.
